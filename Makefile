@@ -1,0 +1,52 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+# Both make the virtualenv (.venv/) and build the servers (.cache/servers/) first.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+SERVERS := $(CURDIR)/.cache/servers/bin
+export LIFTBRIDGE_SERVER_BIN := $(SERVERS)/liftbridge
+export NATS_SERVER_BIN := $(SERVERS)/nats-server
+
+.PHONY: help venv server proto test unit lint demo bench clean
+
+help:
+	@echo "make demo   - start a local Liftbridge server and show the SDK working"
+	@echo "make test   - run the whole test suite against real servers"
+	@echo "make bench  - run the benchmarks and print a table"
+	@echo "make proto  - regenerate liftbridge_api from api.proto"
+	@echo "make lint   - ruff and mypy"
+
+$(VENV)/.installed: setup.cfg setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev,nats,testing]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+server:
+	bash scripts/install-server.sh
+
+proto: venv
+	$(PY) scripts/gen_proto.py
+
+lint: venv
+	$(VENV)/bin/ruff check liftbridge tests examples scripts
+	$(VENV)/bin/ruff format --check liftbridge tests examples scripts
+	$(VENV)/bin/mypy liftbridge tests examples
+
+test: venv server
+	$(PY) -m pytest -q -p no:cacheprovider
+
+unit: venv
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit
+
+demo: venv server
+	$(PY) examples/demo.py
+
+bench: venv server
+	$(PY) -m bench
+
+clean:
+	rm -rf $(VENV) .cache build *.egg-info

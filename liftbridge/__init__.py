@@ -1,0 +1,1 @@
+"""Liftbridge client SDK."""
