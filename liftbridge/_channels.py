@@ -1,0 +1,119 @@
+"""gRPC channels: one per broker address, opened lazily, closed all at once.
+
+Channels are thread-safe and multiplex any number of calls and streams, so
+one per broker is all a client needs (the Go client's per-broker connection
+pools exist because its connections are not).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from liftbridge._errors import ArgumentTypeError, ClientClosedError, InvalidArgumentError
+from liftbridge_api import api_pb2_grpc
+
+# The server sends GOAWAY (too_many_pings) to clients that ping more often
+# than every 5 minutes, so keepalive pings stay at that bound.
+_CHANNEL_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.keepalive_time_ms", 300_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    # Reconnect quickly after a broker restart (defaults back off to 120 s).
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+]
+
+
+def _read(value: bytes | str | Path | None, what: str) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, (str, Path)):
+        try:
+            return Path(value).read_bytes()
+        except OSError as e:
+            raise InvalidArgumentError(f"TLS {what}: cannot read {str(value)!r}: {e}") from e
+    raise ArgumentTypeError(f"TLS {what} must be PEM bytes or a file path, got {type(value).__name__}")
+
+
+@dataclass(frozen=True)
+class TLSConfig:
+    """TLS settings for every connection the client makes. Verification is always on.
+
+    Each field takes PEM bytes or a path to a PEM file.
+
+    Attributes:
+        ca: certificates that sign the server's; ``None`` uses the system roots.
+        cert: client certificate chain, for servers that require client
+            authentication (mTLS); needs ``key``.
+        key: the client certificate's private key; needs ``cert``.
+        server_name: check the server certificate against this name instead
+            of the host dialed (for example when dialing an IP address).
+    """
+
+    ca: bytes | str | Path | None = None
+    cert: bytes | str | Path | None = None
+    key: bytes | str | Path | None = None
+    server_name: str | None = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """Builds the gRPC credentials, reading any files now.
+
+        Raises:
+            InvalidArgumentError: a file cannot be read, or only one of cert/key is set.
+        """
+        cert, key = _read(self.cert, "cert"), _read(self.key, "key")
+        if (cert is None) != (key is None):
+            raise InvalidArgumentError("TLS cert and key must be given together (mTLS)")
+        return grpc.ssl_channel_credentials(
+            root_certificates=_read(self.ca, "ca"), private_key=key, certificate_chain=cert
+        )
+
+
+class Channels:
+    """The client's channels, keyed by "host:port". Thread-safe."""
+
+    def __init__(self, tls: TLSConfig | None) -> None:
+        self._credentials = tls.credentials() if tls is not None else None
+        self._options = list(_CHANNEL_OPTIONS)
+        if tls is not None and tls.server_name:
+            self._options.append(("grpc.ssl_target_name_override", tls.server_name))  # type: ignore[arg-type]
+        self._lock = threading.Lock()  # guards _stubs and _closed
+        self._stubs: dict[str, tuple[grpc.Channel, api_pb2_grpc.APIStub]] = {}
+        self._closed = False
+
+    def stub(self, address: str) -> api_pb2_grpc.APIStub:
+        """The API stub for a broker, opening its channel on first use.
+
+        Raises:
+            ClientClosedError: after :meth:`close`.
+        """
+        entry = self._stubs.get(address)
+        if entry is not None:
+            return entry[1]
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("the client is closed")
+            entry = self._stubs.get(address)
+            if entry is None:
+                if self._credentials is not None:
+                    channel = grpc.secure_channel(address, self._credentials, options=self._options)
+                else:
+                    channel = grpc.insecure_channel(address, options=self._options)
+                entry = (channel, api_pb2_grpc.APIStub(channel))
+                self._stubs[address] = entry
+            return entry[1]
+
+    def close(self) -> None:
+        """Closes every channel; calls in flight on them end with CANCELLED. Idempotent."""
+        with self._lock:
+            self._closed = True
+            entries = list(self._stubs.values())
+            self._stubs.clear()
+        for channel, _ in entries:
+            channel.close()

@@ -1,0 +1,248 @@
+"""One exception tree for everything the SDK raises on purpose, and the one
+place where gRPC status codes become those exceptions (:func:`from_rpc_error`).
+
+Every class says whether retrying the same call may succeed (``retriable``).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import grpc
+
+
+class LiftbridgeError(Exception):
+    """Base of every error the SDK raises on purpose.
+
+    Attributes:
+        retriable: True when the same call may succeed if tried again later
+            (a broker restarting, leadership moving). Class-level constant.
+    """
+
+    retriable: ClassVar[bool] = False
+
+
+# ------------------------------------------------------------ client-side --
+
+
+class InvalidArgumentError(LiftbridgeError, ValueError):
+    """An argument was rejected, before any RPC by the SDK or by the server."""
+
+
+class ArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument has the wrong type (e.g. ``str`` where ``bytes`` is needed)."""
+
+
+class ClientClosedError(LiftbridgeError):
+    """The client (or the object that needed it) was closed."""
+
+
+class EnvelopeError(InvalidArgumentError):
+    """Bytes given to an envelope decoder are not a valid Liftbridge envelope."""
+
+
+# ---------------------------------------------------------------- timeouts --
+
+
+class DeadlineExceededError(LiftbridgeError, TimeoutError):
+    """An RPC did not complete within its deadline."""
+
+    retriable = True
+
+
+class AckTimeoutError(DeadlineExceededError):
+    """No ack arrived within the publish's ack timeout.
+
+    The message may or may not have been stored: the SDK never re-sends it.
+    """
+
+
+# -------------------------------------------------------- connectivity ----
+
+
+class UnavailableError(LiftbridgeError, ConnectionError):
+    """No broker could be reached, or the reached one went away."""
+
+    retriable = True
+
+
+class ConnectionLostError(UnavailableError):
+    """The stream a request was sent on broke before its answer arrived.
+
+    Raised for async publishes in flight when the PublishAsync stream breaks:
+    the message may or may not have been stored.
+    """
+
+
+# ------------------------------------------------------- server answers ----
+
+
+class StreamExistsError(LiftbridgeError):
+    """A stream with this name already exists."""
+
+
+class NoSuchPartitionError(LiftbridgeError, LookupError):
+    """The stream or the partition does not exist."""
+
+
+class NoSuchStreamError(NoSuchPartitionError):
+    """The stream does not exist (a special case of a missing partition)."""
+
+
+class StreamDeletedError(NoSuchStreamError):
+    """The stream was deleted while a subscription was reading it."""
+
+
+class NotLeaderError(LiftbridgeError):
+    """The broker asked is not the leader the request needs (partition,
+    cursor partition or group coordinator); metadata is stale."""
+
+    retriable = True
+
+
+class ReadonlyPartitionError(LiftbridgeError):
+    """The partition is readonly: publishes are refused, and subscriptions end
+    with this error once everything in the partition has been read."""
+
+
+class PartitionPausedError(LiftbridgeError):
+    """The partition was paused while a subscription was reading it."""
+
+
+class IncorrectOffsetError(LiftbridgeError):
+    """Optimistic concurrency: the partition's next offset is not the expected one."""
+
+
+class MessageTooLargeError(InvalidArgumentError):
+    """The message is larger than the server accepts."""
+
+
+class EncryptionError(LiftbridgeError):
+    """The server failed to encrypt the message for a stream with encryption on."""
+
+
+class PermissionDeniedError(LiftbridgeError, PermissionError):
+    """The server's authorization refused the call."""
+
+
+class StopPositionReached(LiftbridgeError):  # noqa: N818 - an end, not a failure
+    """A subscription reached its stop position: a normal, expected end."""
+
+
+class ConsumerGroupError(LiftbridgeError):
+    """A consumer-group request was refused (not coordinator, stale epoch,
+    not a member, already a member)."""
+
+    retriable = True
+
+
+class NoCursorError(LiftbridgeError, LookupError):
+    """A consumer asked to fail when a partition has no committed offset."""
+
+
+class ServerError(LiftbridgeError):
+    """The server failed in a way the SDK has no more specific class for.
+
+    Attributes:
+        code: the gRPC status code name, or the async error code.
+    """
+
+    def __init__(self, message: str, code: str = "UNKNOWN") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ------------------------------------------------------------- mapping ----
+
+
+def from_rpc_error(err: grpc.RpcError) -> LiftbridgeError:
+    """Converts a gRPC error into the SDK's exception for it.
+
+    The only place that knows the server's status codes and texts (Liftbridge
+    v1.9.0). The original error is kept as ``__cause__`` by the callers
+    (``raise from_rpc_error(e) from e``).
+
+    Args:
+        err: an error raised by a gRPC call or stream (a ``grpc.Call``).
+
+    Returns:
+        The matching :class:`LiftbridgeError` subclass instance.
+    """
+    code = err.code() if isinstance(err, grpc.Call) else grpc.StatusCode.UNKNOWN
+    details = (err.details() if isinstance(err, grpc.Call) else str(err)) or ""
+    text = details.lower()
+    message = f"{details} (gRPC {code.name})" if details else f"gRPC {code.name}"
+
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return UnavailableError(message)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return DeadlineExceededError(message)
+    if code == grpc.StatusCode.CANCELLED:
+        return ConnectionLostError(message)
+    if code == grpc.StatusCode.ALREADY_EXISTS:
+        return StreamExistsError(message)
+    if code == grpc.StatusCode.NOT_FOUND:
+        if "deleted" in text:
+            return StreamDeletedError(message)
+        if "stream not found" in text or "no such stream" in text or "stream does not" in text:
+            return NoSuchStreamError(message)
+        return NoSuchPartitionError(message)
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        return _failed_precondition(text, message)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        if "readonly" in text:
+            return ReadonlyPartitionError(message)
+        if "stop offset" in text or "stream is empty" in text:
+            return StopPositionReached(message)
+        return ServerError(message, code.name)
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        if "too large" in text or "max payload" in text or "exceeds" in text:
+            return MessageTooLargeError(message)
+        return InvalidArgumentError(message)
+    if code == grpc.StatusCode.PERMISSION_DENIED or "not authorized" in text:
+        return PermissionDeniedError(message)
+    if "incorrect expected offset" in text:
+        return IncorrectOffsetError(message)
+    return ServerError(message, code.name)
+
+
+def _failed_precondition(text: str, message: str) -> LiftbridgeError:
+    if "leader" in text:
+        return NotLeaderError(message)
+    if "readonly" in text or "read-only" in text:
+        return ReadonlyPartitionError(message)
+    if "commit log was closed" in text or "paused" in text:
+        return PartitionPausedError(message)
+    if "no such partition" in text:
+        return NoSuchPartitionError(message)
+    if "consumer" in text or "coordinator" in text or "group" in text:
+        return ConsumerGroupError(message)
+    return ServerError(message, "FAILED_PRECONDITION")
+
+
+# Async publish errors (PublishAsyncError.Code) and ack errors (Ack.Error),
+# by the protobuf enum *name*, so this module needs no generated code.
+_ASYNC_ERRORS: dict[str, type[LiftbridgeError]] = {
+    "BAD_REQUEST": InvalidArgumentError,
+    "NOT_FOUND": NoSuchPartitionError,
+    "READONLY": ReadonlyPartitionError,
+    "INCORRECT_OFFSET": IncorrectOffsetError,
+    "TOO_LARGE": MessageTooLargeError,
+    "ENCRYPTION_FAILED": EncryptionError,
+    "ENCRYPTION": EncryptionError,
+    "PERMISSION_DENIED": PermissionDeniedError,
+}
+
+
+def from_async_error(code_name: str, message: str) -> LiftbridgeError:
+    """Converts a PublishAsyncError or an Ack error code into the SDK's exception.
+
+    Args:
+        code_name: the enum value's name, e.g. ``"READONLY"``.
+        message: the server's text, may be empty.
+    """
+    text = f"{message} ({code_name})" if message else code_name
+    cls = _ASYNC_ERRORS.get(code_name)
+    if cls is None:
+        return ServerError(text, code_name)
+    return cls(text)

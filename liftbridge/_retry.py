@@ -1,0 +1,128 @@
+"""Retry policies. The only module that imports tenacity.
+
+A :class:`RetryPolicy` is a frozen value; :func:`call` runs a function under
+it. Callers decide what is worth retrying (``retry_if``) and what to do
+between attempts (``before_retry``, e.g. refresh metadata, pick another
+broker). Publishes are never run through here: re-sending one could store it
+twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import tenacity
+
+from liftbridge._errors import InvalidArgumentError
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how patiently a resilient call is retried.
+
+    The wait before attempt ``n + 1`` is ``initial_backoff * multiplier**(n-1)``
+    capped at ``max_backoff``, plus a random ``0..jitter`` seconds. Retrying
+    stops after ``max_attempts`` attempts or once ``total_timeout`` seconds
+    have passed since the first, whichever comes first; the last error is
+    then raised.
+
+    Attributes:
+        max_attempts: attempts in all, including the first; at least 1.
+        initial_backoff: seconds to wait after the first failure.
+        max_backoff: upper bound of one wait, in seconds.
+        multiplier: growth factor of the wait, at least 1.
+        jitter: up to this many seconds are added to each wait at random.
+        total_timeout: give up once this many seconds have passed, or
+            ``None`` for no bound beyond ``max_attempts``.
+    """
+
+    max_attempts: int = 10
+    initial_backoff: float = 0.05
+    max_backoff: float = 2.0
+    multiplier: float = 2.0
+    jitter: float = 0.05
+    total_timeout: float | None = 30.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise InvalidArgumentError(
+                f"RetryPolicy.max_attempts must be an int >= 1, got {self.max_attempts!r}"
+            )
+        for name in ("initial_backoff", "max_backoff", "jitter"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value < 0:
+                raise InvalidArgumentError(
+                    f"RetryPolicy.{name} must be a number of seconds >= 0, got {value!r}"
+                )
+        if not isinstance(self.multiplier, (int, float)) or self.multiplier < 1:
+            raise InvalidArgumentError(
+                f"RetryPolicy.multiplier must be >= 1, got {self.multiplier!r}"
+            )
+        if self.total_timeout is not None and (
+            not isinstance(self.total_timeout, (int, float)) or self.total_timeout <= 0
+        ):
+            raise InvalidArgumentError(
+                f"RetryPolicy.total_timeout must be seconds > 0 or None, got {self.total_timeout!r}"
+            )
+
+
+DEFAULT_RETRY_POLICY = RetryPolicy()
+"""What the client uses when no ``retry_policy`` is given."""
+
+
+def call(
+    policy: RetryPolicy,
+    fn: Callable[[], T],
+    *,
+    retry_if: Callable[[BaseException], bool],
+    before_retry: Callable[[BaseException], None] | None = None,
+    describe: str = "call",
+) -> T:
+    """Runs ``fn`` until it returns, retrying the failures ``retry_if`` accepts.
+
+    Args:
+        policy: attempts, backoff and time bound.
+        fn: the work; called once per attempt on the calling thread.
+        retry_if: True for an exception worth another attempt.
+        before_retry: called with the failure before each wait (for example to
+            refresh metadata). Exceptions from it end the retrying.
+        describe: what is being retried, for the debug log.
+
+    Returns:
+        What ``fn`` returned.
+
+    Raises:
+        The last exception ``fn`` raised, unchanged, once retrying stops or
+        as soon as ``retry_if`` rejects it.
+    """
+
+    def _before_sleep(state: tenacity.RetryCallState) -> None:
+        outcome = state.outcome
+        error = outcome.exception() if outcome is not None else None
+        _log.debug("retrying %s after attempt %d failed: %r", describe, state.attempt_number, error)
+        if before_retry is not None and error is not None:
+            before_retry(error)
+
+    stop: tenacity.stop.stop_base = tenacity.stop_after_attempt(policy.max_attempts)
+    if policy.total_timeout is not None:
+        stop = stop | tenacity.stop_after_delay(policy.total_timeout)
+    retrying = tenacity.Retrying(
+        stop=stop,
+        wait=tenacity.wait_exponential(
+            multiplier=policy.initial_backoff,
+            exp_base=policy.multiplier,
+            max=policy.max_backoff,
+        )
+        + tenacity.wait_random(0, policy.jitter),
+        retry=tenacity.retry_if_exception(retry_if),
+        before_sleep=_before_sleep,
+        reraise=True,
+    )
+    return retrying(fn)
