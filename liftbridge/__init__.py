@@ -1,1 +1,109 @@
-"""Liftbridge client SDK."""
+"""liftbridge: the Python client SDK for the Liftbridge streaming server.
+
+Everything public is importable from here; every other module is private.
+
+Example:
+    >>> import liftbridge
+    >>> with liftbridge.Client("127.0.0.1:9292") as client:
+    ...     client.create_stream("orders", "orders")
+    ...     client.publish("orders", b"hello")
+"""
+
+from liftbridge.__version__ import __version__
+from liftbridge._channels import TLSConfig
+from liftbridge._client import Client, ClientState
+from liftbridge._errors import (
+    AckTimeoutError,
+    ArgumentTypeError,
+    ClientClosedError,
+    ConnectionLostError,
+    ConsumerGroupError,
+    DeadlineExceededError,
+    EncryptionError,
+    EnvelopeError,
+    HandlerError,
+    IncorrectOffsetError,
+    InvalidArgumentError,
+    LiftbridgeError,
+    MessageTooLargeError,
+    NoCursorError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    NotLeaderError,
+    PartitionPausedError,
+    PermissionDeniedError,
+    PublishWindowFullError,
+    ReadonlyPartitionError,
+    ServerError,
+    StopPositionReached,
+    StreamDeletedError,
+    StreamExistsError,
+    UnavailableError,
+)
+from liftbridge._messages import Ack, AckPolicy, Message
+from liftbridge._metadata import (
+    BrokerInfo,
+    ConsumerGroupInfo,
+    EventTimestamps,
+    Metadata,
+    PartitionInfo,
+    PartitionMetadata,
+    StreamInfo,
+)
+from liftbridge._partitioner import PartitionByKey, PartitionByRoundRobin, Partitioner
+from liftbridge._publisher import AckHandler
+from liftbridge._retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from liftbridge._subscription import Handler, StartPosition, StopPosition, Subscription
+
+__all__ = [
+    "DEFAULT_RETRY_POLICY",
+    "Ack",
+    "AckHandler",
+    "AckPolicy",
+    "AckTimeoutError",
+    "ArgumentTypeError",
+    "BrokerInfo",
+    "Client",
+    "ClientClosedError",
+    "ClientState",
+    "ConnectionLostError",
+    "ConsumerGroupError",
+    "ConsumerGroupInfo",
+    "DeadlineExceededError",
+    "EncryptionError",
+    "EnvelopeError",
+    "EventTimestamps",
+    "Handler",
+    "HandlerError",
+    "IncorrectOffsetError",
+    "InvalidArgumentError",
+    "LiftbridgeError",
+    "Message",
+    "MessageTooLargeError",
+    "Metadata",
+    "NoCursorError",
+    "NoSuchPartitionError",
+    "NoSuchStreamError",
+    "NotLeaderError",
+    "PartitionByKey",
+    "PartitionByRoundRobin",
+    "PartitionInfo",
+    "PartitionMetadata",
+    "PartitionPausedError",
+    "Partitioner",
+    "PermissionDeniedError",
+    "PublishWindowFullError",
+    "ReadonlyPartitionError",
+    "RetryPolicy",
+    "ServerError",
+    "StartPosition",
+    "StopPosition",
+    "StopPositionReached",
+    "StreamDeletedError",
+    "StreamExistsError",
+    "StreamInfo",
+    "Subscription",
+    "TLSConfig",
+    "UnavailableError",
+    "__version__",
+]

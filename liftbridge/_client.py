@@ -6,8 +6,11 @@ import enum
 import logging
 import random
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+import weakref
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any
 
 import grpc
 
@@ -15,16 +18,20 @@ from liftbridge import _retry
 from liftbridge import _validate as check
 from liftbridge._channels import Channels, TLSConfig
 from liftbridge._errors import (
+    AckTimeoutError,
     ArgumentTypeError,
     ClientClosedError,
+    DeadlineExceededError,
     InvalidArgumentError,
     LiftbridgeError,
     NoSuchPartitionError,
     NoSuchStreamError,
     NotLeaderError,
+    ServerError,
     UnavailableError,
     from_rpc_error,
 )
+from liftbridge._messages import Ack, AckPolicy, ack_from_proto
 from liftbridge._metadata import (
     Metadata,
     MetadataCache,
@@ -32,12 +39,21 @@ from liftbridge._metadata import (
     metadata_from_proto,
     partition_metadata_from_proto,
 )
+from liftbridge._partitioner import Partitioner
+from liftbridge._publisher import AckHandler, Publisher
 from liftbridge._retry import RetryPolicy
-from liftbridge_api import api_pb2
+from liftbridge._subscription import (
+    Handler,
+    Start,
+    StartPosition,
+    Stop,
+    Subscription,
+    _Request,
+    subscribe_request,
+)
+from liftbridge_api import api_pb2, api_pb2_grpc
 
 _log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 CURSORS_STREAM = "__cursors"
 
@@ -100,6 +116,9 @@ class Client:
         connect_timeout: float = 5.0,
         rpc_timeout: float = 10.0,
         retry_policy: RetryPolicy | None = None,
+        ack_wait: float = 5.0,
+        max_inflight: int = 1024,
+        resubscribe_wait: float = 30.0,
     ) -> None:
         """Connects to the cluster.
 
@@ -112,6 +131,12 @@ class Client:
                 passes its own ``timeout``.
             retry_policy: how resilient RPCs are retried; ``None`` for
                 :data:`DEFAULT_RETRY_POLICY`.
+            ack_wait: default seconds a publish waits for its ack.
+            max_inflight: most publishes awaiting acks at once. A publish
+                beyond it blocks until one completes (at most its timeout,
+                then :class:`PublishWindowFullError`), which bounds memory.
+            resubscribe_wait: seconds a subscription keeps trying to
+                re-establish itself after its broker fails.
 
         Raises:
             InvalidArgumentError: an option is out of range.
@@ -127,6 +152,15 @@ class Client:
         self._connect_timeout = check.seconds(connect_timeout, arg="connect_timeout")
         self._rpc_timeout = check.seconds(rpc_timeout, arg="rpc_timeout")
         self._retry_policy = retry_policy or _retry.DEFAULT_RETRY_POLICY
+        self._ack_wait = check.seconds(ack_wait, arg="ack_wait")
+        self._resubscribe_wait = check.seconds(resubscribe_wait, arg="resubscribe_wait")
+        self._publisher = Publisher(
+            self,
+            ack_wait=self._ack_wait,
+            max_inflight=check.positive_int(max_inflight, arg="max_inflight"),
+            retry_policy=self._retry_policy,
+        )
+        self._subscriptions: weakref.WeakSet[Subscription] = weakref.WeakSet()  # guarded by _state_lock
         self._channels = Channels(tls)
         self._metadata = MetadataCache(seeds)
         self._state_lock = threading.Lock()  # guards _state and _broker_index
@@ -192,7 +226,24 @@ class Client:
             self._state = ClientState.CLOSED
 
     def _close_resources(self) -> None:
-        """Hook for the data path: stops publishers and subscriptions before channels close."""
+        """Stops the publisher (failing unacked publishes) and every subscription."""
+        self._publisher.close()
+        with self._state_lock:
+            subscriptions = list(self._subscriptions)
+        for subscription in subscriptions:
+            subscription.close()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Waits until every publish accepted so far has its outcome.
+
+        Args:
+            timeout: seconds to wait at most; None to wait as long as it takes
+                (each publish has its own ack timeout, so this ends).
+
+        Returns:
+            True when nothing is in flight any more, False on timeout.
+        """
+        return self._publisher.flush(timeout)
 
     def __enter__(self) -> Client:
         return self
@@ -282,6 +333,42 @@ class Client:
         partition has no active leader, so "not leader" will not change by retrying."""
         info = self._metadata.current.partition(stream, partition)
         return info is not None and info.paused
+
+    # ------------------------------------- seams for the data-path threads --
+
+    def stream_stub(self) -> tuple[str, api_pb2_grpc.APIStub]:
+        """For the publisher: the broker to open the PublishAsync stream on."""
+        address = self._broker_address()
+        return address, self._channels.stub(address)
+
+    def next_broker(self, error: BaseException) -> None:
+        """For the publisher: move on to the next broker after a failure."""
+        self._next_broker(error)
+        self._refresh_quietly(error)
+
+    def subscription_stub(
+        self, stream: str, partition: int, read_isr_replica: bool
+    ) -> tuple[str, api_pb2_grpc.APIStub]:
+        """For subscriptions: the partition leader, or a random ISR replica."""
+        self._check_open()
+        if read_isr_replica:
+            address = self._random_isr_address(stream, partition)
+        else:
+            address = self._leader_address(stream, partition)
+        return address, self._channels.stub(address)
+
+    def refresh_metadata(self) -> None:
+        """For subscriptions: refresh the cache, logging rather than raising."""
+        self._refresh_quietly(LiftbridgeError("refresh requested"))
+
+    def is_paused(self, stream: str, partition: int) -> bool:
+        """For subscriptions: whether the cache says the partition is paused."""
+        return self._is_paused(stream, partition)
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has started."""
+        return self._state is not ClientState.OPEN
 
     # ----------------------------------------------------------- operations --
 
@@ -531,3 +618,350 @@ class Client:
         if not candidates:
             return self._leader_address(stream, partition)
         return random.choice(candidates)
+
+    # ------------------------------------------------------------ publishing --
+
+    def _publish_request(
+        self,
+        stream: str,
+        value: bytes,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        partition: int | None,
+        partitioner: Partitioner | None,
+        ack_policy: AckPolicy,
+        expected_offset: int | None,
+        correlation_id: str | None,
+    ) -> api_pb2.PublishRequest:
+        check.stream_name(stream)
+        value = check.data(value)
+        key = check.optional_bytes(key, arg="key")
+        header_map = check.headers(headers)
+        if not isinstance(ack_policy, AckPolicy):
+            raise ArgumentTypeError(f"ack_policy must be an AckPolicy, got {type(ack_policy).__name__}")
+        if expected_offset is not None:
+            check.positive_int(expected_offset, arg="expected_offset", minimum=0)
+            if ack_policy is AckPolicy.NONE:
+                raise InvalidArgumentError(
+                    "expected_offset needs an ack (ack_policy LEADER or ALL): the server refuses "
+                    "optimistic-concurrency publishes with AckPolicy.NONE"
+                )
+        if correlation_id is None:
+            correlation_id = self._publisher.next_correlation_id()
+        elif not isinstance(correlation_id, str) or not correlation_id:
+            raise InvalidArgumentError("correlation_id must be a non-empty str or None")
+        if partition is not None:
+            check.partition(partition)
+        elif partitioner is not None:
+            if not isinstance(partitioner, Partitioner):
+                raise ArgumentTypeError(
+                    f"partitioner must implement partition(stream, key, value, metadata), "
+                    f"got {type(partitioner).__name__}"
+                )
+            metadata = self._stream_metadata(stream)
+            partition = partitioner.partition(stream, key, value, metadata)
+            count = metadata.partition_count(stream)
+            if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < count:
+                raise InvalidArgumentError(
+                    f"{partitioner!r} chose partition {partition!r}; stream {stream!r} has {count}"
+                )
+        else:
+            partition = 0
+        return api_pb2.PublishRequest(
+            stream=stream,
+            partition=partition,
+            key=key or b"",
+            value=value,
+            headers=header_map,
+            correlationId=correlation_id,
+            ackPolicy=ack_policy.value,
+            expectedOffset=-1 if expected_offset is None else expected_offset,
+        )
+
+    def publish_async(
+        self,
+        stream: str,
+        value: bytes,
+        ack_handler: AckHandler | None = None,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Future[Ack | None]:
+        """Publishes a message on the client's PublishAsync stream without waiting.
+
+        The partition is ``partition`` when given, else the ``partitioner``'s
+        choice, else 0. Blocks only while ``max_inflight`` publishes await
+        acks. The SDK never re-sends a publish: on :class:`AckTimeoutError` or
+        :class:`ConnectionLostError` the message may or may not be stored, so
+        retry only if duplicates are acceptable (or use ``expected_offset``).
+
+        Args:
+            stream: the stream.
+            value: the payload.
+            ack_handler: ``handler(ack, error)``, called once with the outcome
+                (not for AckPolicy.NONE). It runs on the ``liftbridge-acks``
+                thread (``liftbridge-ack-timer`` for timeouts, the closing
+                thread on close) and must not block; exceptions it raises are
+                logged.
+            key: message key (partitioning, compaction).
+            headers: header name to bytes.
+            partition: explicit partition; wins over ``partitioner``.
+            partitioner: e.g. :class:`PartitionByKey`.
+            ack_policy: LEADER (default), ALL, or NONE.
+            expected_offset: optimistic concurrency: the offset the message must
+                get, else :class:`IncorrectOffsetError`. None: no check.
+            correlation_id: id matching the ack; generated when None.
+            timeout: seconds to wait for the ack; None for ``ack_wait``.
+
+        Returns:
+            A Future of the :class:`Ack` (None for AckPolicy.NONE, once sent).
+
+        Raises:
+            InvalidArgumentError, ArgumentTypeError: bad input (nothing sent).
+            NoSuchStreamError: a partitioner needs metadata of a missing stream.
+            PublishWindowFullError: the in-flight window stayed full.
+            ClientClosedError: the client is closed.
+        """
+        self._check_open()
+        if ack_handler is not None and not callable(ack_handler):
+            raise ArgumentTypeError("ack_handler must be callable or None")
+        if timeout is not None:
+            check.seconds(timeout, arg="timeout")
+        request = self._publish_request(
+            stream, value, key, headers, partition, partitioner, ack_policy, expected_offset, correlation_id
+        )
+        return self._publisher.submit(request, ack_handler, timeout)
+
+    def publish(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Ack | None:
+        """Publishes a message and waits for its ack (see :meth:`publish_async`).
+
+        Returns:
+            The :class:`Ack`, or None for AckPolicy.NONE (once sent).
+
+        Raises:
+            AckTimeoutError: no ack within the timeout (maybe stored).
+            ConnectionLostError: the stream broke after sending (maybe stored).
+            NoSuchPartitionError, ReadonlyPartitionError, IncorrectOffsetError,
+            MessageTooLargeError: the server refused the message.
+        """
+        future = self.publish_async(
+            stream,
+            value,
+            key=key,
+            headers=headers,
+            partition=partition,
+            partitioner=partitioner,
+            ack_policy=ack_policy,
+            expected_offset=expected_offset,
+            correlation_id=correlation_id,
+            timeout=timeout,
+        )
+        return future.result()
+
+    def publish_to_subject(
+        self,
+        subject: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_inbox: str | None = None,
+        correlation_id: str | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        timeout: float | None = None,
+    ) -> Ack | None:
+        """Publishes a message to a NATS subject: every stream attached to it
+        stores it. Waits for the first ack. Not retried (it is not idempotent).
+
+        Args:
+            subject: a NATS subject without wildcards.
+            value: the payload.
+            key: message key.
+            headers: header name to bytes (carried, unlike the Go client).
+            ack_inbox: NATS subject the server also publishes the ack to.
+            correlation_id: id set on the ack.
+            ack_policy: LEADER (default), ALL, or NONE.
+            timeout: seconds to wait for the ack; None for ``ack_wait``.
+
+        Returns:
+            The first :class:`Ack`, or None for AckPolicy.NONE.
+
+        Raises:
+            AckTimeoutError: no ack within the timeout (maybe stored).
+        """
+        self._check_open()
+        check.subject(subject)
+        if not isinstance(ack_policy, AckPolicy):
+            raise ArgumentTypeError(f"ack_policy must be an AckPolicy, got {type(ack_policy).__name__}")
+        if ack_inbox is not None:
+            check.subject(ack_inbox, arg="ack_inbox")
+        request = api_pb2.PublishToSubjectRequest(
+            subject=subject,
+            key=check.optional_bytes(key, arg="key") or b"",
+            value=check.data(value),
+            headers=check.headers(headers),
+            ackInbox=ack_inbox or "",
+            correlationId=correlation_id or "",
+            ackPolicy=ack_policy.value,
+        )
+        wait = self._ack_wait if timeout is None else check.seconds(timeout, arg="timeout")
+        try:
+            response = self._invoke(self._broker_address(), "PublishToSubject", request, wait)
+        except DeadlineExceededError as e:
+            raise AckTimeoutError(
+                f"no ack for the publish to {subject!r} within {wait:g}s; "
+                "the message may or may not have been stored"
+            ) from e
+        except UnavailableError:
+            self._next_broker(LiftbridgeError("publish_to_subject failed"))
+            raise
+        if ack_policy is AckPolicy.NONE or not response.HasField("ack"):
+            return None
+        ack = ack_from_proto(response.ack)
+        if ack.error is not None:
+            raise ack.error
+        return ack
+
+    # ----------------------------------------------------------- subscribing --
+
+    def subscribe(
+        self,
+        stream: str,
+        handler: Handler | None = None,
+        *,
+        partition: int = 0,
+        start: Start = StartPosition.NEW_ONLY,
+        stop: Stop | None = None,
+        read_isr_replica: bool = False,
+        resume: bool = False,
+    ) -> Subscription:
+        """Subscribes to one partition of a stream.
+
+        The subscription runs on its own thread (``liftbridge-sub-<stream>-<partition>``).
+        After a broker failure it re-subscribes from the last delivered offset
+        + 1 within ``resubscribe_wait``, so failover neither skips nor repeats.
+
+        Args:
+            stream: the stream.
+            handler: ``handler(message, error)``. Called for each message, in
+                offset order, on the subscription's thread; it must not block
+                for long (it holds up the partition). Called once with
+                ``(None, error)`` when the subscription fails; not called at a
+                normal end (stop position, close). If it raises, the
+                subscription stops (see :class:`Subscription`). None: iterate
+                the returned subscription instead.
+            partition: the partition, default 0.
+            start: StartPosition.NEW_ONLY (default), EARLIEST or LATEST; an int
+                offset; a timezone-aware datetime; or a timedelta before now.
+            stop: None (run until closed), StopPosition.LATEST, an int offset
+                (inclusive) or a datetime.
+            read_isr_replica: read from a random in-sync replica instead of the leader.
+            resume: resume the partition if it is paused.
+
+        Returns:
+            The running :class:`Subscription`.
+
+        Raises:
+            NoSuchPartitionError: the stream or partition does not exist.
+            PartitionPausedError: the partition is paused and ``resume`` is False.
+            InvalidArgumentError: bad positions.
+        """
+        return self._subscribe(stream, handler, partition, start, stop, read_isr_replica, resume, None)
+
+    def _subscribe(
+        self,
+        stream: str,
+        handler: Handler | None,
+        partition: int,
+        start: Start,
+        stop: Stop | None,
+        read_isr_replica: bool,
+        resume: bool,
+        consumer: api_pb2.Consumer | None,
+    ) -> Subscription:
+        self._check_open()
+        check.stream_name(stream)
+        check.partition(partition)
+        if handler is not None and not callable(handler):
+            raise ArgumentTypeError("handler must be callable or None")
+        for name, flag in (("read_isr_replica", read_isr_replica), ("resume", resume)):
+            if not isinstance(flag, bool):
+                raise ArgumentTypeError(f"{name} must be a bool")
+        request = subscribe_request(stream, partition, start, stop, read_isr_replica, resume)
+        if consumer is not None:
+            request.consumer.CopyFrom(consumer)
+        subscription = Subscription(
+            self,
+            _Request(stream, partition, request),
+            handler,
+            resubscribe_wait=self._resubscribe_wait,
+            open_timeout=self._rpc_timeout,
+        )
+        with self._state_lock:
+            self._check_open()
+            self._subscriptions.add(subscription)
+        subscription.open_first()
+        return subscription
+
+    # ---------------------------------------------------------------- cursors --
+
+    def _cursor_partition(self, cursor_id: str, stream: str, partition: int) -> int:
+        metadata = self._metadata.current
+        if metadata.partition_count(CURSORS_STREAM) == 0:
+            metadata = self.fetch_metadata()
+        count = metadata.partition_count(CURSORS_STREAM)
+        if count == 0:
+            raise ServerError(
+                "the server has no cursors stream; enable it with cursors.stream.partitions > 0",
+                "FAILED_PRECONDITION",
+            )
+        return zlib.crc32(f"{cursor_id},{stream},{partition}".encode()) % count
+
+    def set_cursor(
+        self, cursor_id: str, stream: str, partition: int, offset: int, *, timeout: float | None = None
+    ) -> None:
+        """Durably stores a cursor: the offset of the last message processed.
+
+        Resume at ``fetch_cursor(...) + 1``. Routed to the leader of the cursor's
+        ``__cursors`` partition (same key and hash as the Go client), retried
+        when leadership moves.
+        """
+        check.stream_name(cursor_id, arg="cursor_id")
+        check.stream_name(stream)
+        check.partition(partition)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < -1:
+            raise InvalidArgumentError(f"offset must be an int >= -1, got {offset!r}")
+        cursors_partition = self._cursor_partition(cursor_id, stream, partition)
+        request = api_pb2.SetCursorRequest(stream=stream, partition=partition, cursorId=cursor_id, offset=offset)
+        self._rpc_leader("SetCursor", request, CURSORS_STREAM, cursors_partition, timeout)
+
+    def fetch_cursor(
+        self, cursor_id: str, stream: str, partition: int, *, timeout: float | None = None
+    ) -> int:
+        """Fetches a cursor's offset; -1 when none is stored."""
+        check.stream_name(cursor_id, arg="cursor_id")
+        check.stream_name(stream)
+        check.partition(partition)
+        cursors_partition = self._cursor_partition(cursor_id, stream, partition)
+        request = api_pb2.FetchCursorRequest(stream=stream, partition=partition, cursorId=cursor_id)
+        response = self._rpc_leader("FetchCursor", request, CURSORS_STREAM, cursors_partition, timeout)
+        return int(response.offset)

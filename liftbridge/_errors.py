@@ -57,6 +57,11 @@ class AckTimeoutError(DeadlineExceededError):
     """
 
 
+class PublishWindowFullError(DeadlineExceededError):
+    """The in-flight window stayed full (``max_inflight`` publishes awaiting
+    acks) for the whole timeout; the message was not sent."""
+
+
 # -------------------------------------------------------- connectivity ----
 
 
@@ -134,6 +139,19 @@ class ConsumerGroupError(LiftbridgeError):
     not a member, already a member)."""
 
     retriable = True
+
+
+class HandlerError(LiftbridgeError):
+    """A subscription handler raised; the exception is ``__cause__``.
+
+    Attributes:
+        offset: the offset of the message the handler failed on.
+    """
+
+    def __init__(self, offset: int, cause: BaseException) -> None:
+        super().__init__(f"the handler raised on offset {offset}: {cause!r}")
+        self.offset = offset
+        self.__cause__ = cause
 
 
 class NoCursorError(LiftbridgeError, LookupError):

@@ -10,6 +10,7 @@ twice.
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -73,6 +74,12 @@ class RetryPolicy:
             )
 
 
+    def backoff(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based), jitter included."""
+        base = self.initial_backoff * self.multiplier ** max(0, attempt - 1)
+        return min(base, self.max_backoff) + random.uniform(0, self.jitter)
+
+
 DEFAULT_RETRY_POLICY = RetryPolicy()
 """What the client uses when no ``retry_policy`` is given."""
 
@@ -115,12 +122,7 @@ def call(
         stop = stop | tenacity.stop_after_delay(policy.total_timeout)
     retrying = tenacity.Retrying(
         stop=stop,
-        wait=tenacity.wait_exponential(
-            multiplier=policy.initial_backoff,
-            exp_base=policy.multiplier,
-            max=policy.max_backoff,
-        )
-        + tenacity.wait_random(0, policy.jitter),
+        wait=lambda state: policy.backoff(state.attempt_number),
         retry=tenacity.retry_if_exception(retry_if),
         before_sleep=_before_sleep,
         reraise=True,

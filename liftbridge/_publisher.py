@@ -1,0 +1,442 @@
+"""The PublishAsync stream: one long-lived bidirectional gRPC stream per
+client, the ``liftbridge-acks`` thread that reads its acks, the
+``liftbridge-ack-timer`` thread that enforces ack timeouts, and the in-flight
+window that keeps a fast producer from growing memory without bound.
+
+Life of a publish:
+
+1. :meth:`Publisher.submit` takes a window slot (blocking while the window is
+   full), registers the publish under its correlation id and queues the request.
+2. gRPC's sender pulls requests from :class:`_Outbox` for the current stream
+   generation. A request pulled is "sent": if the stream then breaks before
+   its ack arrives, the publish fails promptly with
+   :class:`ConnectionLostError` (it may or may not be stored; the SDK never
+   re-sends it). Requests still queued when a stream breaks were never sent,
+   and go out on the next stream: nothing accepted is lost.
+3. The ack (or async error) resolves the publish's Future and calls its
+   handler on the ``liftbridge-acks`` thread; a missing ack resolves it with
+   :class:`AckTimeoutError` on the ``liftbridge-ack-timer`` thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import CancelledError, Future, InvalidStateError
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import grpc
+
+from liftbridge._errors import (
+    AckTimeoutError,
+    ClientClosedError,
+    ConnectionLostError,
+    DeadlineExceededError,
+    InvalidArgumentError,
+    LiftbridgeError,
+    PublishWindowFullError,
+    from_async_error,
+    from_rpc_error,
+)
+from liftbridge._messages import Ack, AckPolicy, ack_from_proto
+from liftbridge._retry import RetryPolicy
+from liftbridge_api import api_pb2, api_pb2_grpc
+
+_log = logging.getLogger(__name__)
+
+AckHandler = Callable[[Ack | None, BaseException | None], None]
+"""``handler(ack, error)``: exactly one of the two is None. See ``Client.publish_async``."""
+
+_JOIN_TIMEOUT = 5.0
+
+
+class _Broker(Protocol):
+    """What the publisher needs from the client: somewhere to open a stream."""
+
+    def stream_stub(self) -> tuple[str, api_pb2_grpc.APIStub]: ...
+
+    def next_broker(self, error: BaseException) -> None: ...
+
+
+@dataclass(eq=False)
+class _Pending:
+    """One publish waiting for its ack."""
+
+    correlation_id: str
+    request: api_pb2.PublishRequest
+    future: Future[Ack | None]
+    handler: AckHandler | None
+    deadline: float
+    expects_ack: bool
+    generation: int = -1  # stream generation it was sent on; -1 = not sent yet
+    done: bool = field(default=False)  # claimed for completion (under Publisher._lock)
+
+
+class _Outbox:
+    """The request iterator gRPC's sender consumes, one per stream generation.
+
+    Pulls from the publisher's shared queue so unsent requests survive a
+    stream that breaks.
+    """
+
+    def __init__(self, publisher: Publisher, generation: int) -> None:
+        self._publisher = publisher
+        self._generation = generation
+
+    def __iter__(self) -> Iterator[api_pb2.PublishRequest]:
+        return self
+
+    def __next__(self) -> api_pb2.PublishRequest:
+        return self._publisher._next_request(self._generation)
+
+
+class Publisher:
+    """Owns the PublishAsync stream of one client. Thread-safe.
+
+    Threads: ``liftbridge-acks`` (opens the stream, reads responses, reopens
+    it when it breaks) and ``liftbridge-ack-timer`` (ack timeouts), both
+    started on the first publish.
+    """
+
+    def __init__(
+        self,
+        broker: _Broker,
+        *,
+        ack_wait: float,
+        max_inflight: int,
+        retry_policy: RetryPolicy,
+    ) -> None:
+        self._broker = broker
+        self._ack_wait = ack_wait
+        self._retry_policy = retry_policy
+        self._max_inflight = max_inflight
+        self._window = threading.BoundedSemaphore(max_inflight)
+        self._ids = itertools.count()
+        self._id_prefix = f"{os.getpid():x}-{id(self):x}-"
+
+        # _lock guards: _pending, _queue, _generation, _closed, _threads_started.
+        # _wakeup (on _lock) is notified when _queue gets a request, the
+        # generation changes or the publisher closes.
+        self._lock = threading.Lock()
+        self._wakeup = threading.Condition(self._lock)
+        self._pending: dict[str, _Pending] = {}
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._generation = 0
+        self._closed = False
+        self._threads_started = False
+
+        # _timer_lock guards _deadlines (a heap of (deadline, seq, pending))
+        # and _compact_at. Resolved publishes leave the heap lazily; once it
+        # holds more than _compact_at entries they are swept out, so the heap
+        # stays within about twice the in-flight window.
+        self._timer_lock = threading.Lock()
+        self._timer_wakeup = threading.Condition(self._timer_lock)
+        self._deadlines: list[tuple[float, int, _Pending]] = []
+        self._compact_at = max(1024, 2 * max_inflight)
+        self._seq = itertools.count()
+
+        self._stop = threading.Event()
+        self._call: grpc.Future | None = None  # current stream; guarded by _lock
+        self._dispatcher = threading.Thread(target=self._dispatch_loop, name="liftbridge-acks", daemon=True)
+        self._timer = threading.Thread(target=self._timer_loop, name="liftbridge-ack-timer", daemon=True)
+
+    # ------------------------------------------------------------ producer --
+
+    def next_correlation_id(self) -> str:
+        """A correlation id unique within this process."""
+        return f"{self._id_prefix}{next(self._ids)}"
+
+    def submit(
+        self,
+        request: api_pb2.PublishRequest,
+        handler: AckHandler | None,
+        timeout: float | None,
+    ) -> Future[Ack | None]:
+        """Queues a publish; see the module docstring for its life.
+
+        Args:
+            request: the request, with its correlation id set.
+            handler: called with the outcome, or None.
+            timeout: ack timeout in seconds; None for the client's ``ack_wait``.
+
+        Returns:
+            A Future resolving to the Ack (None for AckPolicy.NONE) or failing
+            with the publish's error.
+
+        Raises:
+            ClientClosedError: the publisher is closed.
+            PublishWindowFullError: no window slot freed up within the timeout.
+        """
+        wait = self._ack_wait if timeout is None else timeout
+        if not self._window.acquire(timeout=wait):
+            raise PublishWindowFullError(
+                f"{self._max_inflight} publishes are awaiting acks and none completed "
+                f"within {wait:g}s; raise max_inflight or slow down"
+            )
+        future: Future[Ack | None] = Future()
+        future.set_running_or_notify_cancel()
+        pending = _Pending(
+            correlation_id=request.correlationId,
+            request=request,
+            future=future,
+            handler=handler,
+            deadline=time.monotonic() + wait,
+            expects_ack=request.ackPolicy != api_pb2.NONE,
+        )
+        with self._lock:
+            if self._closed:
+                self._window.release()
+                raise ClientClosedError("the client is closed; the publish was not sent")
+            if pending.correlation_id in self._pending:
+                self._window.release()
+                raise InvalidArgumentError(
+                    f"correlation_id {pending.correlation_id!r} belongs to a publish still in flight"
+                )
+            if not self._threads_started:
+                self._threads_started = True
+                self._dispatcher.start()
+                self._timer.start()
+            self._pending[pending.correlation_id] = pending
+            self._queue.append(pending)
+            self._wakeup.notify_all()
+        # Every publish gets a deadline: for its ack, or (AckPolicy.NONE) to be sent by.
+        with self._timer_lock:
+            heapq.heappush(self._deadlines, (pending.deadline, next(self._seq), pending))
+            if len(self._deadlines) > self._compact_at:
+                self._deadlines = [e for e in self._deadlines if not e[2].done]
+                heapq.heapify(self._deadlines)
+            if self._deadlines[0][2] is pending:
+                self._timer_wakeup.notify()
+        return future
+
+    def _next_request(self, generation: int) -> api_pb2.PublishRequest:
+        """Called by gRPC's sender thread: blocks for the next request of this
+        stream generation; StopIteration ends an outdated or closed stream."""
+        with self._lock:
+            while True:
+                if self._generation != generation or self._closed:
+                    raise StopIteration
+                if not self._queue:
+                    self._wakeup.wait()
+                    continue
+                pending = self._queue.popleft()
+                if not pending.done:  # skip publishes that timed out while queued
+                    break
+            pending.generation = generation
+        if not pending.expects_ack and self._claim(pending):
+            # AckPolicy.NONE: the server never answers; done once handed to gRPC.
+            self._complete(pending, None, None)
+        return pending.request
+
+    # ---------------------------------------------------------- completion --
+
+    def _claim(self, pending: _Pending) -> bool:
+        """Marks a publish as being resolved; False if another thread got there first."""
+        with self._lock:
+            if pending.done:
+                return False
+            pending.done = True
+            self._pending.pop(pending.correlation_id, None)
+            return True
+
+    def _finish(self, pending: _Pending, ack: Ack | None, error: LiftbridgeError | None) -> None:
+        """Resolves a publish exactly once, on the calling thread."""
+        if self._claim(pending):
+            self._complete(pending, ack, error)
+
+    def _complete(self, pending: _Pending, ack: Ack | None, error: LiftbridgeError | None) -> None:
+        self._window.release()
+        try:
+            if error is not None:
+                pending.future.set_exception(error)
+            else:
+                pending.future.set_result(ack)
+        except InvalidStateError:  # the user cancelled the future
+            pass
+        if pending.handler is not None and pending.expects_ack:
+            try:
+                pending.handler(ack, error)
+            except Exception:
+                _log.exception(
+                    "ack handler for publish %s raised; the publish's outcome is unaffected",
+                    pending.correlation_id,
+                )
+
+    def _resolve(self, response: api_pb2.PublishResponse) -> None:
+        if response.HasField("asyncError"):
+            correlation_id = response.correlationId
+            ack_pb = response.ack if response.HasField("ack") else None
+            if ack_pb is not None and ack_pb.ackError != api_pb2.Ack.OK:
+                error = from_async_error(api_pb2.Ack.Error.Name(ack_pb.ackError), response.asyncError.message)
+            else:
+                error = from_async_error(
+                    api_pb2.PublishAsyncError.Code.Name(response.asyncError.code),
+                    response.asyncError.message,
+                )
+            ack = None
+        else:
+            correlation_id = response.correlationId or response.ack.correlationId
+            ack = ack_from_proto(response.ack)
+            error = ack.error
+            if error is not None:
+                ack = None
+        with self._lock:
+            pending = self._pending.get(correlation_id)
+        if pending is None:
+            _log.debug("response for unknown or timed-out publish %r", correlation_id)
+            return
+        self._finish(pending, ack, error)
+
+    # ------------------------------------------------------ ack dispatcher --
+
+    def _open_stream(self, generation: int) -> grpc.Future | None:
+        address, stub = self._broker.stream_stub()
+        call = stub.PublishAsync(_Outbox(self, generation))
+        with self._lock:
+            if self._closed:
+                call.cancel()
+                return None
+            self._call = call
+        _log.debug("PublishAsync stream %d opened on %s", generation, address)
+        return call
+
+    def _dispatch_loop(self) -> None:
+        """Thread ``liftbridge-acks``: read responses; on a broken stream fail
+        what was sent on it, then reopen with backoff until closed."""
+        failures = 0
+        while not self._stop.is_set():
+            with self._lock:
+                generation = self._generation
+            try:
+                call = self._open_stream(generation)
+                if call is None:
+                    return
+                for response in call:  # type: ignore[attr-defined]
+                    failures = 0
+                    self._resolve(response)
+                # The server ended the stream cleanly: treat as broken.
+                error: LiftbridgeError = ConnectionLostError("the PublishAsync stream was closed by the server")
+            except grpc.RpcError as e:
+                error = from_rpc_error(e)
+            except ClientClosedError:
+                return
+            except Exception:  # never die silently: log, back off, reopen
+                _log.exception("unexpected error on the PublishAsync stream")
+                error = ConnectionLostError("unexpected error on the PublishAsync stream")
+            if self._stop.is_set():
+                return
+            failures += 1
+            self._stream_broke(generation, error)
+            self._broker.next_broker(error)
+            self._stop.wait(self._retry_policy.backoff(failures))
+
+    def _stream_broke(self, generation: int, cause: LiftbridgeError) -> None:
+        with self._lock:
+            self._generation = generation + 1
+            self._call = None
+            lost = [p for p in self._pending.values() if p.generation == generation]
+            self._wakeup.notify_all()
+        if lost:
+            _log.warning(
+                "PublishAsync stream broke (%s); failing %d publish(es) sent on it", cause, len(lost)
+            )
+        for pending in lost:
+            self._finish(
+                pending,
+                None,
+                ConnectionLostError(
+                    f"the PublishAsync stream broke before the ack arrived ({cause}); "
+                    "the message may or may not have been stored"
+                ),
+            )
+
+    # --------------------------------------------------------- ack timer ----
+
+    def _timer_loop(self) -> None:
+        """Thread ``liftbridge-ack-timer``: fails publishes whose ack is overdue."""
+        while not self._stop.is_set():
+            expired: list[_Pending] = []
+            with self._timer_lock:
+                now = time.monotonic()
+                while self._deadlines and (self._deadlines[0][2].done or self._deadlines[0][0] <= now):
+                    _, _, pending = heapq.heappop(self._deadlines)
+                    if not pending.done:
+                        expired.append(pending)
+                if not expired:
+                    wait = self._deadlines[0][0] - now if self._deadlines else None
+                    self._timer_wakeup.wait(wait)
+                    continue
+            for pending in expired:
+                with self._lock:
+                    sent = pending.generation >= 0
+                if not self._claim(pending):
+                    continue
+                where = f"{pending.request.stream!r} partition {pending.request.partition}"
+                if sent:
+                    error: LiftbridgeError = AckTimeoutError(
+                        f"no ack for publish {pending.correlation_id} to {where} within its "
+                        "timeout; the message may or may not have been stored"
+                    )
+                else:
+                    error = DeadlineExceededError(
+                        f"publish {pending.correlation_id} to {where} could not be sent within "
+                        "its timeout (no PublishAsync stream); it was dropped, never sent"
+                    )
+                self._complete(pending, None, error)
+
+    # ------------------------------------------------------------- closing --
+
+    def close(self) -> None:
+        """Stops both threads and fails every unresolved publish with
+        :class:`ClientClosedError`. Idempotent; never joins the calling thread."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            call = self._call
+            unresolved = list(self._pending.values())
+            self._queue.clear()
+            self._wakeup.notify_all()
+        self._stop.set()
+        with self._timer_lock:
+            self._timer_wakeup.notify_all()
+        if call is not None:
+            call.cancel()
+        for pending in unresolved:
+            self._finish(pending, None, ClientClosedError("the client was closed before the ack arrived"))
+        current = threading.current_thread()
+        for thread in (self._dispatcher, self._timer):
+            if thread.is_alive() and thread is not current:
+                thread.join(_JOIN_TIMEOUT)
+                if thread.is_alive():
+                    _log.warning("thread %s did not stop within %.0fs", thread.name, _JOIN_TIMEOUT)
+
+    def flush(self, timeout: float | None) -> bool:
+        """Waits until every accepted publish is resolved.
+
+        Returns:
+            True when none is left, False when the timeout passed first.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                left = [p.future for p in self._pending.values()]
+            if not left:
+                return True
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            try:
+                left[-1].exception(timeout=remaining)
+            except FutureTimeoutError:
+                return False
+            except CancelledError:
+                pass

@@ -1,0 +1,456 @@
+"""Subscriptions: one thread per subscription reads a partition's gRPC stream
+and calls the handler; the thread re-subscribes after transient failures.
+
+A subscription ends in exactly one of these ways:
+
+* ``close()`` was called (``error`` is None);
+* the stop position was reached (``error`` is None, ``stop_position_reached``);
+* a terminal error: no such partition, stream deleted, partition paused, end
+  of a readonly partition, fencing, or no broker within ``resubscribe_wait``
+  (``error`` is set, and the handler was called once with it);
+* the handler raised (``error`` is a :class:`HandlerError`; see below).
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+import grpc
+
+from liftbridge._errors import (
+    ArgumentTypeError,
+    InvalidArgumentError,
+    ClientClosedError,
+    ConnectionLostError,
+    HandlerError,
+    LiftbridgeError,
+    NotLeaderError,
+    PartitionPausedError,
+    ServerError,
+    StopPositionReached,
+    UnavailableError,
+    from_rpc_error,
+)
+from liftbridge._messages import Message, message_from_proto
+from liftbridge_api import api_pb2, api_pb2_grpc
+
+_log = logging.getLogger(__name__)
+
+Handler = Callable[[Message | None, BaseException | None], None]
+"""``handler(message, error)``: a message, or (None, error) once when the subscription fails."""
+
+_JOIN_TIMEOUT = 5.0
+
+
+class StartPosition(enum.Enum):
+    """Where a subscription starts, when not at an offset or a time.
+
+    ``Client.subscribe`` also takes an ``int`` offset (first message at or
+    after it), a ``datetime`` (first message received at or after it) or a
+    ``timedelta`` (that long before now).
+    """
+
+    NEW_ONLY = "new_only"
+    """Only messages published after the subscription starts (the default)."""
+    EARLIEST = "earliest"
+    """The oldest message still in the partition."""
+    LATEST = "latest"
+    """The newest message already in the partition, then new ones."""
+
+
+class StopPosition(enum.Enum):
+    """Where a subscription stops, when not at an offset or a time.
+
+    ``Client.subscribe`` also takes an ``int`` offset (stop after that message)
+    or a ``datetime`` (stop after the last message received before it).
+    """
+
+    LATEST = "latest"
+    """The newest message in the partition when the subscription starts."""
+
+
+Start = StartPosition | int | datetime | timedelta
+Stop = StopPosition | int | datetime
+
+
+def _unix_ns(when: datetime, arg: str) -> int:
+    if when.tzinfo is None:
+        raise InvalidArgumentError(f"{arg} must be timezone-aware (e.g. datetime.now(timezone.utc))")
+    return int(when.timestamp() * 1_000_000_000)
+
+
+def subscribe_request(
+    stream: str,
+    partition: int,
+    start: Start,
+    stop: Stop | None,
+    read_isr_replica: bool,
+    resume: bool,
+) -> api_pb2.SubscribeRequest:
+    """Builds a SubscribeRequest, validating the positions.
+
+    Raises:
+        InvalidArgumentError: a negative offset, a naive datetime, or a stop
+            before the start.
+        ArgumentTypeError: a position of an unsupported type.
+    """
+    request = api_pb2.SubscribeRequest(
+        stream=stream, partition=partition, readISRReplica=read_isr_replica, resume=resume
+    )
+    if isinstance(start, StartPosition):
+        request.startPosition = {
+            StartPosition.NEW_ONLY: api_pb2.NEW_ONLY,
+            StartPosition.EARLIEST: api_pb2.EARLIEST,
+            StartPosition.LATEST: api_pb2.LATEST,
+        }[start]
+    elif isinstance(start, int) and not isinstance(start, bool):
+        if start < 0:
+            raise InvalidArgumentError(f"start offset must be >= 0, got {start}")
+        request.startPosition = api_pb2.OFFSET
+        request.startOffset = start
+    elif isinstance(start, datetime):
+        request.startPosition = api_pb2.TIMESTAMP
+        request.startTimestamp = _unix_ns(start, "start")
+    elif isinstance(start, timedelta):
+        if start < timedelta(0):
+            raise InvalidArgumentError(f"start time delta must be >= 0, got {start}")
+        request.startPosition = api_pb2.TIMESTAMP
+        request.startTimestamp = time.time_ns() - int(start.total_seconds() * 1_000_000_000)
+    else:
+        raise ArgumentTypeError(
+            "start must be a StartPosition, an int offset, a datetime or a timedelta, "
+            f"got {type(start).__name__}"
+        )
+    if stop is None:
+        request.stopPosition = api_pb2.STOP_ON_CANCEL
+    elif isinstance(stop, StopPosition):
+        request.stopPosition = api_pb2.STOP_LATEST
+    elif isinstance(stop, int) and not isinstance(stop, bool):
+        if stop < 0:
+            raise InvalidArgumentError(f"stop offset must be >= 0, got {stop}")
+        if request.startPosition == api_pb2.OFFSET and stop < request.startOffset:
+            raise InvalidArgumentError(f"stop offset {stop} is before start offset {request.startOffset}")
+        request.stopPosition = api_pb2.STOP_OFFSET
+        request.stopOffset = stop
+    elif isinstance(stop, datetime):
+        request.stopPosition = api_pb2.STOP_TIMESTAMP
+        request.stopTimestamp = _unix_ns(stop, "stop")
+    else:
+        raise ArgumentTypeError(
+            f"stop must be None, a StopPosition, an int offset or a datetime, got {type(stop).__name__}"
+        )
+    return request
+
+
+def _resubscribable(error: LiftbridgeError) -> bool:
+    """Failures a new Subscribe (to a fresh leader) may cure."""
+    if isinstance(error, (UnavailableError, NotLeaderError)):
+        return True
+    # The leader closing its log while stepping down surfaces as INTERNAL.
+    return isinstance(error, ServerError) and error.code == "INTERNAL"
+
+
+class _Router(Protocol):
+    """What a subscription needs from the client."""
+
+    def subscription_stub(self, stream: str, partition: int, read_isr_replica: bool) -> tuple[str, api_pb2_grpc.APIStub]: ...
+
+    def refresh_metadata(self) -> None: ...
+
+    def is_paused(self, stream: str, partition: int) -> bool: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class _Request:
+    """Everything needed to (re)build a SubscribeRequest."""
+
+    stream: str
+    partition: int
+    base: api_pb2.SubscribeRequest
+
+
+class Subscription:
+    """A running subscription to one stream partition. Thread-safe.
+
+    Iterate over it (when created without a handler) or let the handler run;
+    ``close()`` ends it from any thread, including inside the handler.
+    Context manager: leaving the block closes it.
+
+    Handler exceptions: the message's handler call counts as failed, the
+    subscription stops (it never skips past an unprocessed message), ``error``
+    becomes a :class:`HandlerError` wrapping the exception, and
+    ``last_offset`` stays at the last message handled successfully, so a new
+    subscription from ``last_offset + 1`` retries it.
+    """
+
+    def __init__(
+        self,
+        router: _Router,
+        request: _Request,
+        handler: Handler | None,
+        *,
+        resubscribe_wait: float,
+        open_timeout: float,
+    ) -> None:
+        self._router = router
+        self._request = request
+        self._resubscribe_wait = resubscribe_wait
+        self._open_timeout = open_timeout
+        self._queue: queue.SimpleQueue[Message | BaseException | None] | None = None
+        if handler is None:
+            self._queue = queue.SimpleQueue()
+            handler = self._enqueue
+        self._handler: Handler = handler
+        self._closed = threading.Event()
+        self._done = threading.Event()
+        self._lock = threading.Lock()  # guards _call
+        self._call: Any = None
+        self._last_offset: int | None = None
+        self._error: BaseException | None = None
+        self._stop_reached = False
+        self._thread = threading.Thread(
+            target=self._run,
+            name=f"liftbridge-sub-{request.stream}-{request.partition}",
+            daemon=True,
+        )
+
+    # ----------------------------------------------------------- public --
+
+    @property
+    def stream(self) -> str:
+        """The stream read."""
+        return self._request.stream
+
+    @property
+    def partition(self) -> int:
+        """The partition read."""
+        return self._request.partition
+
+    @property
+    def last_offset(self) -> int | None:
+        """Offset of the last message whose handler returned, None before the first."""
+        return self._last_offset
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the subscription failed; None while running or after a normal end."""
+        return self._error
+
+    @property
+    def stop_position_reached(self) -> bool:
+        """True when the subscription ended at its stop position."""
+        return self._stop_reached
+
+    @property
+    def done(self) -> bool:
+        """True once the subscription has ended."""
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Blocks until the subscription ends.
+
+        Returns:
+            True when it ended, False when the timeout passed first.
+        """
+        return self._done.wait(timeout)
+
+    def close(self) -> None:
+        """Ends the subscription. Idempotent; safe from any thread, including
+        the handler (then it returns without waiting for the thread)."""
+        self._closed.set()
+        with self._lock:
+            call = self._call
+        if call is not None:
+            call.cancel()
+        if self._thread is threading.current_thread() or not self._thread.is_alive():
+            return
+        self._thread.join(_JOIN_TIMEOUT)
+        if self._thread.is_alive():
+            _log.warning("subscription thread %s did not stop within %.0fs", self._thread.name, _JOIN_TIMEOUT)
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[Message]:
+        """Yields messages as they arrive (only without a handler).
+
+        Ends at the stop position or on ``close()``; raises the terminal error.
+        """
+        if self._queue is None:
+            raise TypeError("this subscription delivers to its handler; iterate one made without a handler")
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def __repr__(self) -> str:
+        state = "done" if self.done else "running"
+        return f"<Subscription {self.stream}/{self.partition} {state} last_offset={self._last_offset}>"
+
+    # ---------------------------------------------------------- internal --
+
+    def _enqueue(self, message: Message | None, error: BaseException | None) -> None:
+        assert self._queue is not None
+        self._queue.put(message if message is not None else error)
+
+    def _build(self, resume_from: int | None) -> api_pb2.SubscribeRequest:
+        request = api_pb2.SubscribeRequest()
+        request.CopyFrom(self._request.base)
+        if resume_from is not None:
+            request.startPosition = api_pb2.OFFSET
+            request.startOffset = resume_from
+            request.resume = False
+        return request
+
+    def _open(self, resume_from: int | None) -> Iterator[api_pb2.Message]:
+        """Opens the stream and consumes the handshake; raises mapped errors."""
+        _, stub = self._router.subscription_stub(
+            self._request.stream, self._request.partition, self._request.base.readISRReplica
+        )
+        call = stub.Subscribe(self._build(resume_from))
+        with self._lock:
+            self._call = call
+        if self._closed.is_set():
+            call.cancel()
+        try:
+            # The first message is an empty handshake; errors arrive here.
+            # A timer cancels a handshake that never comes (e.g. a hung broker).
+            timer = threading.Timer(self._open_timeout, call.cancel)
+            timer.name = f"liftbridge-sub-open-{self._request.stream}-{self._request.partition}"
+            timer.daemon = True
+            timer.start()
+            try:
+                next(call)
+            finally:
+                timer.cancel()
+        except grpc.RpcError as e:
+            if self._closed.is_set():
+                raise ClientClosedError("subscription closed") from e
+            raise from_rpc_error(e) from e
+        except StopIteration:
+            raise ConnectionLostError("the subscription stream ended during the handshake") from None
+        return call  # type: ignore[no-any-return]
+
+    def open_first(self) -> None:
+        """Opens the stream on the caller's thread (so errors like
+        NoSuchPartitionError raise from ``subscribe``), retrying leadership
+        moves and unavailable brokers within ``resubscribe_wait``; then
+        starts the thread."""
+        stream = self._open_with_retry(None)
+        self._first_stream = stream
+        self._thread.start()
+
+    def _open_with_retry(self, resume_from: int | None) -> Iterator[api_pb2.Message]:
+        deadline = time.monotonic() + self._resubscribe_wait
+        attempt = 0
+        while True:
+            try:
+                return self._open(resume_from)
+            except LiftbridgeError as e:
+                attempt += 1
+                if self._closed.is_set() or self._router.closed:
+                    raise
+                if not _resubscribable(e) or time.monotonic() >= deadline:
+                    raise
+                wait = random.uniform(0.01, min(0.5, 0.05 * 2**attempt))
+                _log.debug("subscribe to %s/%s failed (%s); retrying in %.3fs", self._request.stream, self._request.partition, e, wait)
+                if self._closed.wait(wait):
+                    raise ClientClosedError("subscription closed") from e
+                self._router.refresh_metadata()
+                if isinstance(e, NotLeaderError) and self._router.is_paused(
+                    self._request.stream, self._request.partition
+                ):
+                    raise PartitionPausedError(
+                        f"partition {self._request.partition} of {self._request.stream!r} is "
+                        "paused; subscribe with resume=True to resume it"
+                    ) from e
+
+    def _run(self) -> None:
+        """Thread ``liftbridge-sub-<stream>-<partition>``."""
+        stream: Iterator[api_pb2.Message] | None = self._first_stream
+        try:
+            while stream is not None:
+                stream = self._consume(stream)
+        except BaseException as e:  # never die silently
+            _log.exception("subscription %s/%s failed unexpectedly", self._request.stream, self._request.partition)
+            self._fail(e if isinstance(e, LiftbridgeError) else LiftbridgeError(f"subscription thread failed: {e!r}"))
+        finally:
+            with self._lock:
+                self._call = None
+            self._done.set()
+            if self._queue is not None:
+                self._queue.put(None)
+
+    def _consume(self, stream: Iterator[api_pb2.Message]) -> Iterator[api_pb2.Message] | None:
+        """Delivers messages until the stream ends; returns the next stream
+        after a successful resubscribe, or None when the subscription is over."""
+        handler = self._handler
+        try:
+            for pb in stream:
+                message = message_from_proto(pb)
+                try:
+                    handler(message, None)
+                except Exception as e:
+                    _log.exception(
+                        "handler raised on %s/%s offset %d; the subscription stops",
+                        self._request.stream, self._request.partition, message.offset,
+                    )
+                    self._fail(HandlerError(message.offset, e), notify=False)
+                    return None
+                self._last_offset = message.offset
+                if self._closed.is_set():
+                    return None
+            error: LiftbridgeError = ConnectionLostError("the server ended the subscription stream")
+        except grpc.RpcError as e:
+            if self._closed.is_set():
+                return None
+            error = from_rpc_error(e)
+        if isinstance(error, StopPositionReached):
+            self._stop_reached = True
+            return None
+        if not _resubscribable(error) and not isinstance(error, ConnectionLostError):
+            self._fail(error)
+            return None
+        resume_from = None if self._last_offset is None else self._last_offset + 1
+        _log.info(
+            "subscription %s/%s interrupted (%s); resubscribing from %s",
+            self._request.stream, self._request.partition, error,
+            "the start position" if resume_from is None else f"offset {resume_from}",
+        )
+        try:
+            return self._open_with_retry(resume_from)
+        except ClientClosedError:
+            return None
+        except LiftbridgeError as e:
+            self._fail(e)
+            return None
+
+    def _fail(self, error: BaseException, *, notify: bool = True) -> None:
+        self._error = error
+        if self._closed.is_set():
+            return
+        if notify:
+            try:
+                self._handler(None, error)
+            except Exception:
+                _log.exception("handler raised while being told the subscription failed")
+        elif self._queue is not None:
+            self._queue.put(error)
