@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import grpc
 
 from liftbridge._errors import ArgumentTypeError, ClientClosedError, InvalidArgumentError
 from liftbridge_api import api_pb2_grpc
+
+T_co = TypeVar("T_co", covariant=True)
 
 # The server sends GOAWAY (too_many_pings) to clients that ping more often
 # than every 5 minutes, so keepalive pings stay at that bound.
@@ -30,6 +34,17 @@ _CHANNEL_OPTIONS: list[tuple[str, int]] = [
 ]
 
 
+class StreamCall(Protocol[T_co]):
+    """What the SDK uses of a gRPC response-streaming call (grpc's own stubs
+    type these calls too loosely to be useful)."""
+
+    def __iter__(self) -> Iterator[T_co]: ...
+
+    def __next__(self) -> T_co: ...
+
+    def cancel(self) -> bool: ...
+
+
 def _read(value: bytes | str | Path | None, what: str) -> bytes | None:
     if value is None or isinstance(value, bytes):
         return value
@@ -38,7 +53,9 @@ def _read(value: bytes | str | Path | None, what: str) -> bytes | None:
             return Path(value).read_bytes()
         except OSError as e:
             raise InvalidArgumentError(f"TLS {what}: cannot read {str(value)!r}: {e}") from e
-    raise ArgumentTypeError(f"TLS {what} must be PEM bytes or a file path, got {type(value).__name__}")
+    raise ArgumentTypeError(
+        f"TLS {what} must be PEM bytes or a file path, got {type(value).__name__}"
+    )
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import grpc
 from liftbridge import _retry
 from liftbridge import _validate as check
 from liftbridge._channels import Channels, TLSConfig
+from liftbridge._consumer import AssignmentCallback, AutoOffset, Consumer
 from liftbridge._errors import (
     AckTimeoutError,
     ArgumentTypeError,
@@ -160,7 +161,9 @@ class Client:
             max_inflight=check.positive_int(max_inflight, arg="max_inflight"),
             retry_policy=self._retry_policy,
         )
-        self._subscriptions: weakref.WeakSet[Subscription] = weakref.WeakSet()  # guarded by _state_lock
+        self._subscriptions: weakref.WeakSet[Subscription] = (
+            weakref.WeakSet()
+        )  # guarded by _state_lock
         self._channels = Channels(tls)
         self._metadata = MetadataCache(seeds)
         self._state_lock = threading.Lock()  # guards _state and _broker_index
@@ -178,7 +181,9 @@ class Client:
         if isinstance(addresses, str):
             addresses = [addresses]
         if not isinstance(addresses, Sequence) or not addresses:
-            raise InvalidArgumentError("addresses must be a 'host:port' str or a non-empty list of them")
+            raise InvalidArgumentError(
+                "addresses must be a 'host:port' str or a non-empty list of them"
+            )
         for a in addresses:
             if not isinstance(a, str):
                 raise ArgumentTypeError(f"addresses must hold str, got {type(a).__name__}")
@@ -266,7 +271,7 @@ class Client:
         except grpc.RpcError as e:
             self._check_open()
             raise from_rpc_error(e) from e
-        except ValueError as e:  # grpc raises it for a call on a channel closed meanwhile
+        except ValueError:  # grpc raises it for a call on a channel closed meanwhile
             self._check_open()
             raise
 
@@ -318,11 +323,15 @@ class Client:
         deadline = self._rpc_timeout if timeout is None else check.seconds(timeout, arg="timeout")
         return _retry.call(
             self._retry_policy,
-            lambda: self._invoke(self._leader_address(stream, partition), method, request, deadline),
-            retry_if=lambda e: self._state is ClientState.OPEN
-            and (
-                isinstance(e, UnavailableError)
-                or (isinstance(e, NotLeaderError) and not self._is_paused(stream, partition))
+            lambda: self._invoke(
+                self._leader_address(stream, partition), method, request, deadline
+            ),
+            retry_if=lambda e: (
+                self._state is ClientState.OPEN
+                and (
+                    isinstance(e, UnavailableError)
+                    or (isinstance(e, NotLeaderError) and not self._is_paused(stream, partition))
+                )
             ),
             before_retry=self._refresh_quietly,
             describe=f"{method} for {stream}/{partition}",
@@ -580,7 +589,9 @@ class Client:
         check.partition(partition)
         request = api_pb2.FetchPartitionMetadataRequest(stream=stream, partition=partition)
         try:
-            response = self._rpc_leader("FetchPartitionMetadata", request, stream, partition, timeout)
+            response = self._rpc_leader(
+                "FetchPartitionMetadata", request, stream, partition, timeout
+            )
         except NotLeaderError:
             # A paused partition's leader refuses this RPC; the cluster
             # metadata still describes it (offsets, paused flag, timestamps).
@@ -588,7 +599,11 @@ class Client:
                 "FetchMetadata", api_pb2.FetchMetadataRequest(streams=[stream]), timeout
             )
             for s in cluster.streamMetadata:
-                if s.name == stream and partition in s.partitions and s.partitions[partition].paused:
+                if (
+                    s.name == stream
+                    and partition in s.partitions
+                    and s.partitions[partition].paused
+                ):
                     return partition_metadata_from_proto(stream, s.partitions[partition])
             raise
         return partition_metadata_from_proto(stream, response.metadata)
@@ -638,7 +653,9 @@ class Client:
         key = check.optional_bytes(key, arg="key")
         header_map = check.headers(headers)
         if not isinstance(ack_policy, AckPolicy):
-            raise ArgumentTypeError(f"ack_policy must be an AckPolicy, got {type(ack_policy).__name__}")
+            raise ArgumentTypeError(
+                f"ack_policy must be an AckPolicy, got {type(ack_policy).__name__}"
+            )
         if expected_offset is not None:
             check.positive_int(expected_offset, arg="expected_offset", minimum=0)
             if ack_policy is AckPolicy.NONE:
@@ -661,7 +678,11 @@ class Client:
             metadata = self._stream_metadata(stream)
             partition = partitioner.partition(stream, key, value, metadata)
             count = metadata.partition_count(stream)
-            if isinstance(partition, bool) or not isinstance(partition, int) or not 0 <= partition < count:
+            if (
+                isinstance(partition, bool)
+                or not isinstance(partition, int)
+                or not 0 <= partition < count
+            ):
                 raise InvalidArgumentError(
                     f"{partitioner!r} chose partition {partition!r}; stream {stream!r} has {count}"
                 )
@@ -734,7 +755,15 @@ class Client:
         if timeout is not None:
             check.seconds(timeout, arg="timeout")
         request = self._publish_request(
-            stream, value, key, headers, partition, partitioner, ack_policy, expected_offset, correlation_id
+            stream,
+            value,
+            key,
+            headers,
+            partition,
+            partitioner,
+            ack_policy,
+            expected_offset,
+            correlation_id,
         )
         return self._publisher.submit(request, ack_handler, timeout)
 
@@ -811,7 +840,9 @@ class Client:
         self._check_open()
         check.subject(subject)
         if not isinstance(ack_policy, AckPolicy):
-            raise ArgumentTypeError(f"ack_policy must be an AckPolicy, got {type(ack_policy).__name__}")
+            raise ArgumentTypeError(
+                f"ack_policy must be an AckPolicy, got {type(ack_policy).__name__}"
+            )
         if ack_inbox is not None:
             check.subject(ack_inbox, arg="ack_inbox")
         request = api_pb2.PublishToSubjectRequest(
@@ -885,7 +916,9 @@ class Client:
             PartitionPausedError: the partition is paused and ``resume`` is False.
             InvalidArgumentError: bad positions.
         """
-        return self._subscribe(stream, handler, partition, start, stop, read_isr_replica, resume, None)
+        return self._subscribe(
+            stream, handler, partition, start, stop, read_isr_replica, resume, None
+        )
 
     def _subscribe(
         self,
@@ -937,7 +970,13 @@ class Client:
         return zlib.crc32(f"{cursor_id},{stream},{partition}".encode()) % count
 
     def set_cursor(
-        self, cursor_id: str, stream: str, partition: int, offset: int, *, timeout: float | None = None
+        self,
+        cursor_id: str,
+        stream: str,
+        partition: int,
+        offset: int,
+        *,
+        timeout: float | None = None,
     ) -> None:
         """Durably stores a cursor: the offset of the last message processed.
 
@@ -951,7 +990,9 @@ class Client:
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < -1:
             raise InvalidArgumentError(f"offset must be an int >= -1, got {offset!r}")
         cursors_partition = self._cursor_partition(cursor_id, stream, partition)
-        request = api_pb2.SetCursorRequest(stream=stream, partition=partition, cursorId=cursor_id, offset=offset)
+        request = api_pb2.SetCursorRequest(
+            stream=stream, partition=partition, cursorId=cursor_id, offset=offset
+        )
         self._rpc_leader("SetCursor", request, CURSORS_STREAM, cursors_partition, timeout)
 
     def fetch_cursor(
@@ -963,5 +1004,39 @@ class Client:
         check.partition(partition)
         cursors_partition = self._cursor_partition(cursor_id, stream, partition)
         request = api_pb2.FetchCursorRequest(stream=stream, partition=partition, cursorId=cursor_id)
-        response = self._rpc_leader("FetchCursor", request, CURSORS_STREAM, cursors_partition, timeout)
+        response = self._rpc_leader(
+            "FetchCursor", request, CURSORS_STREAM, cursors_partition, timeout
+        )
         return int(response.offset)
+
+    # -------------------------------------------------------- consumer groups --
+    # (owned by liftbridge/_consumer.py; this method only constructs it)
+
+    def create_consumer(
+        self,
+        group_id: str,
+        *,
+        consumer_id: str | None = None,
+        auto_checkpoint: float | None = 5.0,
+        auto_offset: AutoOffset = AutoOffset.EARLIEST,
+        on_assigned: AssignmentCallback | None = None,
+        on_revoked: AssignmentCallback | None = None,
+        min_pending: int | None = None,
+        low_pending: int | None = None,
+    ) -> Consumer:
+        """Creates a consumer-group member; see :class:`Consumer`.
+
+        Nothing happens on the network until ``consumer.subscribe(...)``.
+        """
+        self._check_open()
+        return Consumer(
+            self,
+            group_id,
+            consumer_id=consumer_id,
+            auto_checkpoint=auto_checkpoint,
+            auto_offset=auto_offset,
+            on_assigned=on_assigned,
+            on_revoked=on_revoked,
+            min_pending=min_pending,
+            low_pending=low_pending,
+        )

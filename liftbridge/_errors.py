@@ -130,7 +130,7 @@ class PermissionDeniedError(LiftbridgeError, PermissionError):
     """The server's authorization refused the call."""
 
 
-class StopPositionReached(LiftbridgeError):  # noqa: N818 - an end, not a failure
+class StopPositionReached(LiftbridgeError):
     """A subscription reached its stop position: a normal, expected end."""
 
 

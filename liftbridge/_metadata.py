@@ -137,10 +137,7 @@ def metadata_from_proto(pb: api_pb2.FetchMetadataResponse) -> Metadata:
     """Converts a FetchMetadataResponse into a :class:`Metadata` snapshot."""
     brokers = tuple(
         sorted(
-            (
-                BrokerInfo(b.id, b.host, b.port, b.partitionCount, b.leaderCount)
-                for b in pb.brokers
-            ),
+            (BrokerInfo(b.id, b.host, b.port, b.partitionCount, b.leaderCount) for b in pb.brokers),
             key=lambda b: b.id,
         )
     )
@@ -154,7 +151,9 @@ def metadata_from_proto(pb: api_pb2.FetchMetadataResponse) -> Metadata:
             )
             for pid, p in sorted(s.partitions.items())
         }
-        streams[s.name] = StreamInfo(s.name, s.subject, MappingProxyType(parts), s.creationTimestamp)
+        streams[s.name] = StreamInfo(
+            s.name, s.subject, MappingProxyType(parts), s.creationTimestamp
+        )
     groups = {
         g.groupId: ConsumerGroupInfo(g.groupId, g.coordinator, g.epoch)
         for g in pb.groupMetadata

@@ -35,6 +35,7 @@ from typing import Protocol
 
 import grpc
 
+from liftbridge._channels import StreamCall
 from liftbridge._errors import (
     AckTimeoutError,
     ClientClosedError,
@@ -46,7 +47,7 @@ from liftbridge._errors import (
     from_async_error,
     from_rpc_error,
 )
-from liftbridge._messages import Ack, AckPolicy, ack_from_proto
+from liftbridge._messages import Ack, ack_from_proto
 from liftbridge._retry import RetryPolicy
 from liftbridge_api import api_pb2, api_pb2_grpc
 
@@ -144,9 +145,13 @@ class Publisher:
         self._seq = itertools.count()
 
         self._stop = threading.Event()
-        self._call: grpc.Future | None = None  # current stream; guarded by _lock
-        self._dispatcher = threading.Thread(target=self._dispatch_loop, name="liftbridge-acks", daemon=True)
-        self._timer = threading.Thread(target=self._timer_loop, name="liftbridge-ack-timer", daemon=True)
+        self._call: StreamCall[api_pb2.PublishResponse] | None = None  # guarded by _lock
+        self._dispatcher = threading.Thread(
+            target=self._dispatch_loop, name="liftbridge-acks", daemon=True
+        )
+        self._timer = threading.Thread(
+            target=self._timer_loop, name="liftbridge-ack-timer", daemon=True
+        )
 
     # ------------------------------------------------------------ producer --
 
@@ -198,7 +203,7 @@ class Publisher:
             if pending.correlation_id in self._pending:
                 self._window.release()
                 raise InvalidArgumentError(
-                    f"correlation_id {pending.correlation_id!r} belongs to a publish still in flight"
+                    f"correlation_id {pending.correlation_id!r} is already in flight"
                 )
             if not self._threads_started:
                 self._threads_started = True
@@ -271,11 +276,15 @@ class Publisher:
                 )
 
     def _resolve(self, response: api_pb2.PublishResponse) -> None:
+        error: LiftbridgeError | None
+        ack: Ack | None
         if response.HasField("asyncError"):
             correlation_id = response.correlationId
             ack_pb = response.ack if response.HasField("ack") else None
             if ack_pb is not None and ack_pb.ackError != api_pb2.Ack.OK:
-                error = from_async_error(api_pb2.Ack.Error.Name(ack_pb.ackError), response.asyncError.message)
+                error = from_async_error(
+                    api_pb2.Ack.Error.Name(ack_pb.ackError), response.asyncError.message
+                )
             else:
                 error = from_async_error(
                     api_pb2.PublishAsyncError.Code.Name(response.asyncError.code),
@@ -297,9 +306,9 @@ class Publisher:
 
     # ------------------------------------------------------ ack dispatcher --
 
-    def _open_stream(self, generation: int) -> grpc.Future | None:
+    def _open_stream(self, generation: int) -> StreamCall[api_pb2.PublishResponse] | None:
         address, stub = self._broker.stream_stub()
-        call = stub.PublishAsync(_Outbox(self, generation))
+        call: StreamCall[api_pb2.PublishResponse] = stub.PublishAsync(_Outbox(self, generation))  # type: ignore[assignment]
         with self._lock:
             if self._closed:
                 call.cancel()
@@ -319,11 +328,13 @@ class Publisher:
                 call = self._open_stream(generation)
                 if call is None:
                     return
-                for response in call:  # type: ignore[attr-defined]
+                for response in call:
                     failures = 0
                     self._resolve(response)
                 # The server ended the stream cleanly: treat as broken.
-                error: LiftbridgeError = ConnectionLostError("the PublishAsync stream was closed by the server")
+                error: LiftbridgeError = ConnectionLostError(
+                    "the PublishAsync stream was closed by the server"
+                )
             except grpc.RpcError as e:
                 error = from_rpc_error(e)
             except ClientClosedError:
@@ -346,7 +357,9 @@ class Publisher:
             self._wakeup.notify_all()
         if lost:
             _log.warning(
-                "PublishAsync stream broke (%s); failing %d publish(es) sent on it", cause, len(lost)
+                "PublishAsync stream broke (%s); failing %d publish(es) sent on it",
+                cause,
+                len(lost),
             )
         for pending in lost:
             self._finish(
@@ -366,7 +379,9 @@ class Publisher:
             expired: list[_Pending] = []
             with self._timer_lock:
                 now = time.monotonic()
-                while self._deadlines and (self._deadlines[0][2].done or self._deadlines[0][0] <= now):
+                while self._deadlines and (
+                    self._deadlines[0][2].done or self._deadlines[0][0] <= now
+                ):
                     _, _, pending = heapq.heappop(self._deadlines)
                     if not pending.done:
                         expired.append(pending)
@@ -411,7 +426,9 @@ class Publisher:
         if call is not None:
             call.cancel()
         for pending in unresolved:
-            self._finish(pending, None, ClientClosedError("the client was closed before the ack arrived"))
+            self._finish(
+                pending, None, ClientClosedError("the client was closed before the ack arrived")
+            )
         current = threading.current_thread()
         for thread in (self._dispatcher, self._timer):
             if thread.is_alive() and thread is not current:

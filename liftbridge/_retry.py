@@ -73,7 +73,6 @@ class RetryPolicy:
                 f"RetryPolicy.total_timeout must be seconds > 0 or None, got {self.total_timeout!r}"
             )
 
-
     def backoff(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based), jitter included."""
         base = self.initial_backoff * self.multiplier ** max(0, attempt - 1)

@@ -26,12 +26,13 @@ from typing import Any, Protocol
 
 import grpc
 
+from liftbridge._channels import StreamCall
 from liftbridge._errors import (
     ArgumentTypeError,
-    InvalidArgumentError,
     ClientClosedError,
     ConnectionLostError,
     HandlerError,
+    InvalidArgumentError,
     LiftbridgeError,
     NotLeaderError,
     PartitionPausedError,
@@ -84,7 +85,9 @@ Stop = StopPosition | int | datetime
 
 def _unix_ns(when: datetime, arg: str) -> int:
     if when.tzinfo is None:
-        raise InvalidArgumentError(f"{arg} must be timezone-aware (e.g. datetime.now(timezone.utc))")
+        raise InvalidArgumentError(
+            f"{arg} must be timezone-aware (e.g. datetime.now(timezone.utc))"
+        )
     return int(when.timestamp() * 1_000_000_000)
 
 
@@ -138,7 +141,9 @@ def subscribe_request(
         if stop < 0:
             raise InvalidArgumentError(f"stop offset must be >= 0, got {stop}")
         if request.startPosition == api_pb2.OFFSET and stop < request.startOffset:
-            raise InvalidArgumentError(f"stop offset {stop} is before start offset {request.startOffset}")
+            raise InvalidArgumentError(
+                f"stop offset {stop} is before start offset {request.startOffset}"
+            )
         request.stopPosition = api_pb2.STOP_OFFSET
         request.stopOffset = stop
     elif isinstance(stop, datetime):
@@ -146,7 +151,8 @@ def subscribe_request(
         request.stopTimestamp = _unix_ns(stop, "stop")
     else:
         raise ArgumentTypeError(
-            f"stop must be None, a StopPosition, an int offset or a datetime, got {type(stop).__name__}"
+            "stop must be None, a StopPosition, an int offset or a datetime, "
+            f"got {type(stop).__name__}"
         )
     return request
 
@@ -162,7 +168,9 @@ def _resubscribable(error: LiftbridgeError) -> bool:
 class _Router(Protocol):
     """What a subscription needs from the client."""
 
-    def subscription_stub(self, stream: str, partition: int, read_isr_replica: bool) -> tuple[str, api_pb2_grpc.APIStub]: ...
+    def subscription_stub(
+        self, stream: str, partition: int, read_isr_replica: bool
+    ) -> tuple[str, api_pb2_grpc.APIStub]: ...
 
     def refresh_metadata(self) -> None: ...
 
@@ -216,7 +224,7 @@ class Subscription:
         self._closed = threading.Event()
         self._done = threading.Event()
         self._lock = threading.Lock()  # guards _call
-        self._call: Any = None
+        self._call: StreamCall[api_pb2.Message] | None = None
         self._last_offset: int | None = None
         self._error: BaseException | None = None
         self._stop_reached = False
@@ -278,7 +286,9 @@ class Subscription:
             return
         self._thread.join(_JOIN_TIMEOUT)
         if self._thread.is_alive():
-            _log.warning("subscription thread %s did not stop within %.0fs", self._thread.name, _JOIN_TIMEOUT)
+            _log.warning(
+                "subscription thread %s did not stop within %.0fs", self._thread.name, _JOIN_TIMEOUT
+            )
 
     def __enter__(self) -> Subscription:
         return self
@@ -292,7 +302,9 @@ class Subscription:
         Ends at the stop position or on ``close()``; raises the terminal error.
         """
         if self._queue is None:
-            raise TypeError("this subscription delivers to its handler; iterate one made without a handler")
+            raise TypeError(
+                "this subscription delivers to its handler; iterate one made without a handler"
+            )
         while True:
             item = self._queue.get()
             if item is None:
@@ -303,7 +315,9 @@ class Subscription:
 
     def __repr__(self) -> str:
         state = "done" if self.done else "running"
-        return f"<Subscription {self.stream}/{self.partition} {state} last_offset={self._last_offset}>"
+        return (
+            f"<Subscription {self.stream}/{self.partition} {state} last_offset={self._last_offset}>"
+        )
 
     # ---------------------------------------------------------- internal --
 
@@ -325,7 +339,7 @@ class Subscription:
         _, stub = self._router.subscription_stub(
             self._request.stream, self._request.partition, self._request.base.readISRReplica
         )
-        call = stub.Subscribe(self._build(resume_from))
+        call: StreamCall[api_pb2.Message] = stub.Subscribe(self._build(resume_from))  # type: ignore[assignment]
         with self._lock:
             self._call = call
         if self._closed.is_set():
@@ -346,8 +360,10 @@ class Subscription:
                 raise ClientClosedError("subscription closed") from e
             raise from_rpc_error(e) from e
         except StopIteration:
-            raise ConnectionLostError("the subscription stream ended during the handshake") from None
-        return call  # type: ignore[no-any-return]
+            raise ConnectionLostError(
+                "the subscription stream ended during the handshake"
+            ) from None
+        return call
 
     def open_first(self) -> None:
         """Opens the stream on the caller's thread (so errors like
@@ -371,7 +387,13 @@ class Subscription:
                 if not _resubscribable(e) or time.monotonic() >= deadline:
                     raise
                 wait = random.uniform(0.01, min(0.5, 0.05 * 2**attempt))
-                _log.debug("subscribe to %s/%s failed (%s); retrying in %.3fs", self._request.stream, self._request.partition, e, wait)
+                _log.debug(
+                    "subscribe to %s/%s failed (%s); retrying in %.3fs",
+                    self._request.stream,
+                    self._request.partition,
+                    e,
+                    wait,
+                )
                 if self._closed.wait(wait):
                     raise ClientClosedError("subscription closed") from e
                 self._router.refresh_metadata()
@@ -390,8 +412,16 @@ class Subscription:
             while stream is not None:
                 stream = self._consume(stream)
         except BaseException as e:  # never die silently
-            _log.exception("subscription %s/%s failed unexpectedly", self._request.stream, self._request.partition)
-            self._fail(e if isinstance(e, LiftbridgeError) else LiftbridgeError(f"subscription thread failed: {e!r}"))
+            _log.exception(
+                "subscription %s/%s failed unexpectedly",
+                self._request.stream,
+                self._request.partition,
+            )
+            self._fail(
+                e
+                if isinstance(e, LiftbridgeError)
+                else LiftbridgeError(f"subscription thread failed: {e!r}")
+            )
         finally:
             with self._lock:
                 self._call = None
@@ -411,7 +441,9 @@ class Subscription:
                 except Exception as e:
                     _log.exception(
                         "handler raised on %s/%s offset %d; the subscription stops",
-                        self._request.stream, self._request.partition, message.offset,
+                        self._request.stream,
+                        self._request.partition,
+                        message.offset,
                     )
                     self._fail(HandlerError(message.offset, e), notify=False)
                     return None
@@ -432,7 +464,9 @@ class Subscription:
         resume_from = None if self._last_offset is None else self._last_offset + 1
         _log.info(
             "subscription %s/%s interrupted (%s); resubscribing from %s",
-            self._request.stream, self._request.partition, error,
+            self._request.stream,
+            self._request.partition,
+            error,
             "the start position" if resume_from is None else f"offset {resume_from}",
         )
         try:

@@ -48,7 +48,9 @@ def subject(value: Any, *, arg: str = "subject", wildcards: bool = False) -> str
     tokens = value.split(".")
     for i, token in enumerate(tokens):
         if not token:
-            raise InvalidArgumentError(f"{arg} {value!r} has an empty token (a leading, trailing or double dot)")
+            raise InvalidArgumentError(
+                f"{arg} {value!r} has an empty token (a leading, trailing or double dot)"
+            )
         is_wild = token in ("*", ">") or ("*" in token or ">" in token)
         if is_wild:
             if not wildcards:
@@ -76,7 +78,9 @@ def partitions(value: Any, *, arg: str = "partitions") -> list[int]:
     if value is None:
         return []
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
-        raise ArgumentTypeError(f"{arg} must be an iterable of ints or None, got {_type_name(value)}")
+        raise ArgumentTypeError(
+            f"{arg} must be an iterable of ints or None, got {_type_name(value)}"
+        )
     return [partition(p, arg=f"{arg}[{i}]") for i, p in enumerate(value)]
 
 
