@@ -214,14 +214,21 @@ def from_rpc_error(err: grpc.RpcError) -> LiftbridgeError:
             return StopPositionReached(message)
         return ServerError(message, code.name)
     if code == grpc.StatusCode.INVALID_ARGUMENT:
-        if "too large" in text or "max payload" in text or "exceeds" in text:
+        if _too_large(text):
             return MessageTooLargeError(message)
         return InvalidArgumentError(message)
     if code == grpc.StatusCode.PERMISSION_DENIED or "not authorized" in text:
         return PermissionDeniedError(message)
+    if code == grpc.StatusCode.INTERNAL and ("segment has been closed" in text or "log was closed" in text):
+        # A paused partition's log is closed; subscribing to it says so this way.
+        return PartitionPausedError(message)
     if "incorrect expected offset" in text:
         return IncorrectOffsetError(message)
     return ServerError(message, code.name)
+
+
+def _too_large(text: str) -> bool:
+    return "too large" in text or "maximum payload" in text or "max payload" in text
 
 
 def _failed_precondition(text: str, message: str) -> LiftbridgeError:
@@ -260,6 +267,8 @@ def from_async_error(code_name: str, message: str) -> LiftbridgeError:
         message: the server's text, may be empty.
     """
     text = f"{message} ({code_name})" if message else code_name
+    if _too_large(message.lower()):  # NATS refuses it; the server says INTERNAL
+        return MessageTooLargeError(text)
     cls = _ASYNC_ERRORS.get(code_name)
     if cls is None:
         return ServerError(text, code_name)

@@ -36,6 +36,7 @@ from liftbridge._errors import (
     LiftbridgeError,
     NotLeaderError,
     PartitionPausedError,
+    ReadonlyPartitionError,
     ServerError,
     StopPositionReached,
     UnavailableError,
@@ -358,7 +359,13 @@ class Subscription:
         except grpc.RpcError as e:
             if self._closed.is_set():
                 raise ClientClosedError("subscription closed") from e
-            raise from_rpc_error(e) from e
+            error = from_rpc_error(e)
+            if isinstance(error, PartitionPausedError):
+                raise PartitionPausedError(
+                    f"partition {self._request.partition} of {self._request.stream!r} is paused; "
+                    f"subscribe with resume=True to resume it ({error})"
+                ) from e
+            raise error from e
         except StopIteration:
             raise ConnectionLostError(
                 "the subscription stream ended during the handshake"
@@ -456,8 +463,12 @@ class Subscription:
                 return None
             error = from_rpc_error(e)
         if isinstance(error, StopPositionReached):
-            self._stop_reached = True
-            return None
+            if self._request.base.stopPosition != api_pb2.STOP_ON_CANCEL:
+                self._stop_reached = True
+                return None
+            # No stop position was asked for: server v1.9.0 ends a subscription
+            # to an already-readonly partition this way once it is fully read.
+            error = ReadonlyPartitionError(f"end of readonly partition reached ({error})")
         if not _resubscribable(error) and not isinstance(error, ConnectionLostError):
             self._fail(error)
             return None

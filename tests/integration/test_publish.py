@@ -1,0 +1,215 @@
+"""Publishing against a real server: sync, async, partitioning, OCC, errors."""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from concurrent.futures import Future
+
+import pytest
+
+import liftbridge
+from liftbridge.testing import LocalServer
+
+
+def _read_all(client: liftbridge.Client, stream: str, partition: int = 0) -> list[liftbridge.Message]:
+    with client.subscribe(
+        stream, partition=partition, start=liftbridge.StartPosition.EARLIEST, stop=liftbridge.StopPosition.LATEST
+    ) as sub:
+        return list(sub)
+
+
+def test_publish_returns_the_ack(client: liftbridge.Client, stream: str) -> None:
+    ack = client.publish(stream, b"hello", key=b"k1", headers={"trace": b"abc"})
+    assert ack is not None
+    assert (ack.stream, ack.offset, ack.ack_policy) == (stream, 0, liftbridge.AckPolicy.LEADER)
+    assert ack.correlation_id
+    assert ack.commit_timestamp_ns >= ack.reception_timestamp_ns > 0
+    second = client.publish(stream, b"again")
+    assert second is not None and second.offset == 1
+
+
+def test_keys_and_headers_round_trip(client: liftbridge.Client, stream: str) -> None:
+    client.publish(stream, b"v1", key=b"key-1", headers={"a": b"1", "b": b"\x00\xff"})
+    client.publish(stream, bytearray(b"v2"))
+    first, second = _read_all(client, stream)
+    assert (first.key, first.value, first.offset) == (b"key-1", b"v1", 0)
+    assert first.headers["a"] == b"1" and first.headers["b"] == b"\x00\xff"
+    assert first.headers["subject"] == stream.encode()  # added by the server
+    assert second.key is None and second.value == b"v2"
+    with pytest.raises(TypeError):
+        first.headers["c"] = b"x"  # type: ignore[index]
+
+
+def test_publish_async_future_and_handler(client: liftbridge.Client, stream: str) -> None:
+    seen: list[tuple[liftbridge.Ack | None, BaseException | None, str]] = []
+    done = threading.Event()
+
+    def on_ack(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
+        seen.append((ack, error, threading.current_thread().name))
+        if len(seen) == 50:
+            done.set()
+
+    futures = [client.publish_async(stream, b"m%d" % i, on_ack) for i in range(50)]
+    offsets = sorted(f.result(timeout=10).offset for f in futures)  # type: ignore[union-attr]
+    assert offsets == list(range(50))
+    assert done.wait(10)
+    assert all(error is None and ack is not None for ack, error, _ in seen)
+    assert {name for _, _, name in seen} == {"liftbridge-acks"}
+
+
+def test_ack_policy_none(client: liftbridge.Client, stream: str) -> None:
+    called: list[object] = []
+    future = client.publish_async(stream, b"fire", lambda a, e: called.append(a), ack_policy=liftbridge.AckPolicy.NONE)
+    assert future.result(timeout=10) is None
+    assert client.publish(stream, b"forget", ack_policy=liftbridge.AckPolicy.NONE) is None
+    ack = client.publish(stream, b"sync", ack_policy=liftbridge.AckPolicy.ALL)
+    assert ack is not None and ack.offset == 2
+    assert called == []
+
+
+def test_partition_by_key_matches_go_formula(client: liftbridge.Client, unique_name: str) -> None:
+    client.create_stream(unique_name, unique_name, partitions=5)
+    keys = [f"customer-{i}".encode() for i in range(20)]
+    for key in keys:
+        client.publish(unique_name, key, key=key, partitioner=liftbridge.PartitionByKey())
+    for partition in range(5):
+        for message in _read_all(client, unique_name, partition):
+            assert message.key is not None
+            assert zlib.crc32(message.key) % 5 == partition == message.partition
+
+
+def test_round_robin_and_explicit_partition(client: liftbridge.Client, unique_name: str) -> None:
+    client.create_stream(unique_name, unique_name, partitions=3)
+    rr = liftbridge.PartitionByRoundRobin()
+    for i in range(6):
+        client.publish(unique_name, b"%d" % i, partitioner=rr)
+    client.publish(unique_name, b"explicit", partition=2, partitioner=rr)
+    counts = [len(_read_all(client, unique_name, p)) for p in range(3)]
+    assert counts == [2, 2, 3]
+
+
+def test_bad_partitioner_choice_is_caught(client: liftbridge.Client, unique_name: str) -> None:
+    client.create_stream(unique_name, unique_name, partitions=2)
+
+    class Broken:
+        def partition(self, stream: str, key: bytes | None, value: bytes, metadata: liftbridge.Metadata) -> int:
+            return 9
+
+    with pytest.raises(liftbridge.InvalidArgumentError, match="chose partition 9"):
+        client.publish(unique_name, b"x", partitioner=Broken())
+
+
+def test_optimistic_concurrency(client: liftbridge.Client, unique_name: str) -> None:
+    client.create_stream(unique_name, unique_name, optimistic_concurrency_control=True)
+    ack = client.publish(unique_name, b"first", expected_offset=0)
+    assert ack is not None and ack.offset == 0
+    with pytest.raises(liftbridge.IncorrectOffsetError):
+        client.publish(unique_name, b"stale", expected_offset=0)
+    ack = client.publish(unique_name, b"second", expected_offset=1)
+    assert ack is not None and ack.offset == 1
+    # Without expected_offset the SDK sends -1: no check, even on an OCC stream.
+    ack = client.publish(unique_name, b"unchecked")
+    assert ack is not None and ack.offset == 2
+    with pytest.raises(liftbridge.InvalidArgumentError, match="needs an ack"):
+        client.publish(unique_name, b"x", expected_offset=3, ack_policy=liftbridge.AckPolicy.NONE)
+
+
+def test_missing_stream_or_partition(client: liftbridge.Client, stream: str) -> None:
+    with pytest.raises(liftbridge.NoSuchPartitionError):
+        client.publish(stream, b"x", partition=3)
+    with pytest.raises(liftbridge.NoSuchPartitionError):
+        client.publish("no-such-stream", b"x")
+    with pytest.raises(liftbridge.NoSuchStreamError):
+        client.publish("no-such-stream", b"x", partitioner=liftbridge.PartitionByKey())
+
+
+def test_too_large(client: liftbridge.Client, stream: str) -> None:
+    with pytest.raises(liftbridge.MessageTooLargeError):
+        client.publish(stream, b"x" * (2 * 1024 * 1024))
+    assert client.publish(stream, b"small") is not None  # the stream still works
+
+
+def test_bad_input(client: liftbridge.Client, stream: str) -> None:
+    with pytest.raises(liftbridge.ArgumentTypeError, match="encode"):
+        client.publish(stream, "text")  # type: ignore[arg-type]
+    with pytest.raises(liftbridge.InvalidArgumentError, match="partition must be >= 0"):
+        client.publish(stream, b"x", partition=-1)
+    with pytest.raises(liftbridge.ArgumentTypeError, match="ack_policy"):
+        client.publish(stream, b"x", ack_policy="ALL")  # type: ignore[arg-type]
+    with pytest.raises(liftbridge.InvalidArgumentError, match="timeout"):
+        client.publish(stream, b"x", timeout=0)
+
+
+def test_duplicate_correlation_id_in_flight(server: LocalServer, stream: str) -> None:
+    with liftbridge.Client(server.address, max_inflight=4) as c:
+        futures = [c.publish_async(stream, b"a", correlation_id="same")]
+        try:
+            c.publish_async(stream, b"b", correlation_id="same")
+        except liftbridge.InvalidArgumentError as e:
+            assert "already in flight" in str(e)
+        futures[0].result(timeout=10)
+
+
+def test_inflight_window_blocks_then_fails(server: LocalServer, stream: str) -> None:
+    # A publish holds a window slot until its outcome is known; the slot is
+    # freed before its handler runs. Blocking the acks thread in the first
+    # handler keeps the next acks unprocessed, so the window fills up.
+    with liftbridge.Client(server.address, max_inflight=2) as c:
+        gate = threading.Event()
+        blocked: list[Future[liftbridge.Ack | None]] = []
+
+        def slow(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
+            gate.wait(5)
+
+        blocked.append(c.publish_async(stream, b"1", slow))
+        blocked.append(c.publish_async(stream, b"2"))
+        blocked.append(c.publish_async(stream, b"3", timeout=5))
+        with pytest.raises(liftbridge.PublishWindowFullError, match="max_inflight"):
+            c.publish_async(stream, b"4", timeout=0.5)
+        gate.set()
+        for f in blocked:
+            f.result(timeout=10)
+        assert c.publish(stream, b"5") is not None
+
+
+def test_close_fails_pending_publishes(server: LocalServer, stream: str) -> None:
+    c = liftbridge.Client(server.address)
+    gate = threading.Event()
+    first = c.publish_async(stream, b"1", lambda a, e: gate.wait(5))
+    pending = [c.publish_async(stream, b"x") for _ in range(5)]
+    c.close()
+    gate.set()
+    first.exception(timeout=10)
+    for f in pending:
+        error = f.exception(timeout=10)
+        assert error is None or isinstance(error, liftbridge.ClientClosedError)
+
+
+def test_flush_waits_for_everything(client: liftbridge.Client, stream: str) -> None:
+    futures = [client.publish_async(stream, b"%d" % i) for i in range(200)]
+    assert client.flush(timeout=10)
+    assert all(f.done() for f in futures)
+
+
+def test_publish_to_subject(client: liftbridge.Client, unique_name: str) -> None:
+    client.create_stream(unique_name, unique_name, partitions=2)
+    ack = client.publish_to_subject(f"{unique_name}.1", b"direct", key=b"k", headers={"h": b"v"})
+    assert ack is not None and ack.offset == 0
+    (message,) = _read_all(client, unique_name, 1)
+    assert message.value == b"direct" and message.key == b"k"
+    assert message.headers["h"] == b"v"  # the Go client drops these
+    assert client.publish_to_subject(unique_name, b"none", ack_policy=liftbridge.AckPolicy.NONE) is None
+
+
+def test_publish_to_subject_without_streams_times_out(client: liftbridge.Client, unique_name: str) -> None:
+    with pytest.raises(liftbridge.AckTimeoutError):
+        client.publish_to_subject(f"{unique_name}.nobody", b"lost", timeout=0.5)
+    with pytest.raises(liftbridge.InvalidArgumentError, match="wildcards"):
+        client.publish_to_subject("a.*", b"x")
+
+
+def test_publish_after_stream_readonly_async(client: liftbridge.Client, stream: str) -> None:
+    client.set_stream_readonly(stream)
+    future = client.publish_async(stream, b"x")
+    assert isinstance(future.exception(timeout=10), liftbridge.ReadonlyPartitionError)
