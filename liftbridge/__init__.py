@@ -10,8 +10,16 @@ Example:
 """
 
 from liftbridge.__version__ import __version__
+from liftbridge._activity import (
+    ACTIVITY_STREAM,
+    ActivityEvent,
+    ActivityOp,
+    activity_event_from_message,
+    decode_activity_event,
+)
 from liftbridge._channels import TLSConfig
 from liftbridge._client import Client, ClientState
+from liftbridge._envelope import new_message, unmarshal_ack, unmarshal_message
 from liftbridge._errors import (
     AckTimeoutError,
     ArgumentTypeError,
@@ -26,6 +34,7 @@ from liftbridge._errors import (
     InvalidArgumentError,
     LiftbridgeError,
     MessageTooLargeError,
+    MissingDependencyError,
     NoCursorError,
     NoSuchPartitionError,
     NoSuchStreamError,
@@ -50,17 +59,21 @@ from liftbridge._metadata import (
     PartitionMetadata,
     StreamInfo,
 )
+from liftbridge._nats import NatsPublisher
 from liftbridge._partitioner import PartitionByKey, PartitionByRoundRobin, Partitioner
 from liftbridge._publisher import AckHandler
 from liftbridge._retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from liftbridge._subscription import Handler, StartPosition, StopPosition, Subscription
 
 __all__ = [
+    "ACTIVITY_STREAM",
     "DEFAULT_RETRY_POLICY",
     "Ack",
     "AckHandler",
     "AckPolicy",
     "AckTimeoutError",
+    "ActivityEvent",
+    "ActivityOp",
     "ArgumentTypeError",
     "BrokerInfo",
     "Client",
@@ -81,6 +94,8 @@ __all__ = [
     "Message",
     "MessageTooLargeError",
     "Metadata",
+    "MissingDependencyError",
+    "NatsPublisher",
     "NoCursorError",
     "NoSuchPartitionError",
     "NoSuchStreamError",
@@ -106,4 +121,9 @@ __all__ = [
     "TLSConfig",
     "UnavailableError",
     "__version__",
+    "activity_event_from_message",
+    "decode_activity_event",
+    "new_message",
+    "unmarshal_ack",
+    "unmarshal_message",
 ]

@@ -37,6 +37,11 @@ class ClientClosedError(LiftbridgeError):
     """The client (or the object that needed it) was closed."""
 
 
+class MissingDependencyError(LiftbridgeError, ImportError):
+    """An optional feature needs a package that is not installed; the message
+    names the extra to install (e.g. ``pip install 'liftbridge[nats]'``)."""
+
+
 class EnvelopeError(InvalidArgumentError):
     """Bytes given to an envelope decoder are not a valid Liftbridge envelope."""
 
@@ -219,7 +224,9 @@ def from_rpc_error(err: grpc.RpcError) -> LiftbridgeError:
         return InvalidArgumentError(message)
     if code == grpc.StatusCode.PERMISSION_DENIED or "not authorized" in text:
         return PermissionDeniedError(message)
-    if code == grpc.StatusCode.INTERNAL and ("segment has been closed" in text or "log was closed" in text):
+    if code == grpc.StatusCode.INTERNAL and (
+        "segment has been closed" in text or "log was closed" in text
+    ):
         # A paused partition's log is closed; subscribing to it says so this way.
         return PartitionPausedError(message)
     if "incorrect expected offset" in text:

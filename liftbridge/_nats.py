@@ -57,6 +57,7 @@ from liftbridge._errors import (
     InvalidArgumentError,
     LiftbridgeError,
     MessageTooLargeError,
+    MissingDependencyError,
     UnavailableError,
 )
 from liftbridge._messages import Ack, AckPolicy
@@ -81,7 +82,7 @@ def _import_pynats2() -> Any:
             warnings.filterwarnings("ignore", category=DeprecationWarning, module="pkg_resources")
             import pynats2
     except ImportError as e:
-        raise ImportError(
+        raise MissingDependencyError(
             "publishing over NATS needs the pynats2 package: pip install 'liftbridge[nats]'"
         ) from e
     return pynats2
@@ -200,7 +201,7 @@ class NatsPublisher:
             (without an ack) a message that does not match.
 
     Raises:
-        ImportError: pynats2 is not installed.
+        MissingDependencyError: pynats2 is not installed.
         ArgumentTypeError: an argument has the wrong type.
         InvalidArgumentError: ``url`` is not a ``nats://`` URL, or an argument
             is out of range.

@@ -377,9 +377,32 @@ class Subscription:
         NoSuchPartitionError raise from ``subscribe``), retrying leadership
         moves and unavailable brokers within ``resubscribe_wait``; then
         starts the thread."""
-        stream = self._open_with_retry(None)
-        self._first_stream = stream
+        try:
+            self._first_stream = self._open_with_retry(None)
+        except StopPositionReached as e:
+            error = self._stop_reached_or_error(e)
+            if error is not None:
+                raise error from e
+            self._finish()  # e.g. stop=LATEST on an empty partition: done at once
+            return
         self._thread.start()
+
+    def _stop_reached_or_error(self, error: StopPositionReached) -> LiftbridgeError | None:
+        """None when the stop position asked for was reached; otherwise the
+        readonly error the server means by it."""
+        if self._request.base.stopPosition != api_pb2.STOP_ON_CANCEL:
+            self._stop_reached = True
+            return None
+        # No stop position was asked for: server v1.9.0 ends a subscription to
+        # an already-readonly partition this way once it is fully read.
+        return ReadonlyPartitionError(f"end of readonly partition reached ({error})")
+
+    def _finish(self) -> None:
+        with self._lock:
+            self._call = None
+        self._done.set()
+        if self._queue is not None:
+            self._queue.put(None)
 
     def _open_with_retry(self, resume_from: int | None) -> Iterator[api_pb2.Message]:
         deadline = time.monotonic() + self._resubscribe_wait
@@ -430,11 +453,7 @@ class Subscription:
                 else LiftbridgeError(f"subscription thread failed: {e!r}")
             )
         finally:
-            with self._lock:
-                self._call = None
-            self._done.set()
-            if self._queue is not None:
-                self._queue.put(None)
+            self._finish()
 
     def _consume(self, stream: Iterator[api_pb2.Message]) -> Iterator[api_pb2.Message] | None:
         """Delivers messages until the stream ends; returns the next stream
@@ -463,12 +482,10 @@ class Subscription:
                 return None
             error = from_rpc_error(e)
         if isinstance(error, StopPositionReached):
-            if self._request.base.stopPosition != api_pb2.STOP_ON_CANCEL:
-                self._stop_reached = True
+            readonly = self._stop_reached_or_error(error)
+            if readonly is None:
                 return None
-            # No stop position was asked for: server v1.9.0 ends a subscription
-            # to an already-readonly partition this way once it is fully read.
-            error = ReadonlyPartitionError(f"end of readonly partition reached ({error})")
+            error = readonly
         if not _resubscribable(error) and not isinstance(error, ConnectionLostError):
             self._fail(error)
             return None
@@ -483,6 +500,11 @@ class Subscription:
         try:
             return self._open_with_retry(resume_from)
         except ClientClosedError:
+            return None
+        except StopPositionReached as e:
+            readonly = self._stop_reached_or_error(e)
+            if readonly is not None:
+                self._fail(readonly)
             return None
         except LiftbridgeError as e:
             self._fail(e)

@@ -1,0 +1,52 @@
+"""Every example runs to completion against a real server."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from liftbridge.testing import LocalServer
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def run_example(name: str, *args: str, timeout: float = 60.0) -> str:
+    """Runs examples/<name> with the given arguments; returns its output."""
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, f"{name} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def test_demo_against_the_session_server(server: LocalServer) -> None:
+    out = run_example("demo.py", server.address)
+    assert "created stream 'demo-orders'" in out
+    assert "partition 0: high watermark" in out
+    assert out.rstrip().endswith("done.")
+
+
+def test_demo_starts_its_own_server() -> None:
+    out = run_example("demo.py")
+    assert "starting a local Liftbridge server" in out
+    assert out.rstrip().endswith("done.")
+
+
+def test_resume_from_cursor_continues_where_it_stopped(server: LocalServer, unique_name: str) -> None:
+    import liftbridge
+
+    with liftbridge.Client(server.address) as client:
+        client.create_stream(unique_name, unique_name)
+        for i in range(8):
+            client.publish(unique_name, b"job %d" % i)
+    first = run_example("resume_from_cursor.py", server.address, unique_name, "--batch", "5")
+    assert "resuming at 0" in first and "processed offset 4: job 4" in first
+    second = run_example("resume_from_cursor.py", server.address, unique_name, "--batch", "3")
+    assert "cursor at 4; resuming at 5" in second
+    assert "processed offset 5: job 5" in second and "processed offset 7: job 7" in second
+    assert "offset 4:" not in second
