@@ -6,6 +6,7 @@ import enum
 import logging
 import random
 import threading
+import time
 import weakref
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -36,6 +37,7 @@ from liftbridge._messages import Ack, AckPolicy, ack_from_proto
 from liftbridge._metadata import (
     Metadata,
     MetadataCache,
+    PartitionInfo,
     PartitionMetadata,
     metadata_from_proto,
     partition_metadata_from_proto,
@@ -57,6 +59,9 @@ from liftbridge_api import api_pb2, api_pb2_grpc
 _log = logging.getLogger(__name__)
 
 CURSORS_STREAM = "__cursors"
+
+_METADATA_SETTLE = 1.0
+"""Seconds to keep looking for a stream or partition missing from fresh metadata."""
 
 
 class ClientState(enum.Enum):
@@ -285,13 +290,17 @@ class Client:
             self._broker_index += 1
         _log.debug("switching broker after %r", error)
 
-    def _rpc_any(self, method: str, request: Any, timeout: float | None) -> Any:
-        """A resilient RPC for any broker: on UNAVAILABLE, the next broker is tried."""
+    def _rpc_any(
+        self, method: str, request: Any, timeout: float | None, *, idempotent: bool = False
+    ) -> Any:
+        """A resilient RPC for any broker: on UNAVAILABLE the next broker is
+        tried; for idempotent calls, also after a missed deadline."""
         deadline = self._rpc_timeout if timeout is None else check.seconds(timeout, arg="timeout")
+        retriable = (UnavailableError, DeadlineExceededError) if idempotent else (UnavailableError,)
         return _retry.call(
             self._retry_policy,
             lambda: self._invoke(self._broker_address(), method, request, deadline),
-            retry_if=lambda e: isinstance(e, UnavailableError) and self._state is ClientState.OPEN,
+            retry_if=lambda e: isinstance(e, retriable) and self._state is ClientState.OPEN,
             before_retry=self._next_broker,
             describe=method,
         )
@@ -303,23 +312,44 @@ class Client:
             _log.debug("metadata refresh after %r failed: %s", error, e)
 
     def _leader_address(self, stream: str, partition: int) -> str:
-        info = self._metadata.current.partition(stream, partition)
-        if info is None:
-            info = self.fetch_metadata().partition(stream, partition)
-        if info is None:
-            if self._metadata.current.get_stream(stream) is None:
-                raise NoSuchStreamError(f"no such stream: {stream!r}")
-            raise NoSuchPartitionError(f"stream {stream!r} has no partition {partition}")
+        info = self._partition_info(stream, partition)
         broker = self._metadata.current.broker(info.leader) if info.leader else None
         if broker is None:
             raise NotLeaderError(f"partition {partition} of {stream!r} has no known leader")
         return broker.address
 
+    def _partition_info(self, stream: str, partition: int) -> PartitionInfo:
+        """The partition from the cache, else from fresh metadata.
+
+        Brokers learn of a new stream at slightly different times, so a
+        partition missing from fresh metadata is looked for again for up to
+        ``_METADATA_SETTLE`` seconds before it is declared missing.
+
+        Raises:
+            NoSuchStreamError, NoSuchPartitionError: still missing after that.
+        """
+        info = self._metadata.current.partition(stream, partition)
+        deadline = time.monotonic() + _METADATA_SETTLE
+        wait = 0.02
+        while info is None:
+            metadata = self.fetch_metadata()
+            info = metadata.partition(stream, partition)
+            if info is not None:
+                break
+            if time.monotonic() >= deadline:
+                if metadata.get_stream(stream) is None:
+                    raise NoSuchStreamError(f"no such stream: {stream!r}")
+                raise NoSuchPartitionError(f"stream {stream!r} has no partition {partition}")
+            time.sleep(wait)
+            wait = min(wait * 2, 0.2)
+        return info
+
     def _rpc_leader(
         self, method: str, request: Any, stream: str, partition: int, timeout: float | None
     ) -> Any:
         """A resilient RPC for a partition leader: refresh metadata and retry when
-        the leader is unavailable or no longer the leader."""
+        the leader is unavailable, slow past the deadline, or no longer the
+        leader. Only for idempotent RPCs (partition metadata, cursors)."""
         deadline = self._rpc_timeout if timeout is None else check.seconds(timeout, arg="timeout")
         return _retry.call(
             self._retry_policy,
@@ -329,7 +359,7 @@ class Client:
             retry_if=lambda e: (
                 self._state is ClientState.OPEN
                 and (
-                    isinstance(e, UnavailableError)
+                    isinstance(e, (UnavailableError, DeadlineExceededError))
                     or (isinstance(e, NotLeaderError) and not self._is_paused(stream, partition))
                 )
             ),
@@ -568,7 +598,9 @@ class Client:
             An immutable :class:`Metadata` snapshot of brokers, streams and
             partitions (leaders, replicas, ISR).
         """
-        response = self._rpc_any("FetchMetadata", api_pb2.FetchMetadataRequest(), timeout)
+        response = self._rpc_any(
+            "FetchMetadata", api_pb2.FetchMetadataRequest(), timeout, idempotent=True
+        )
         return self._metadata.replace(metadata_from_proto(response))
 
     @property
@@ -611,17 +643,13 @@ class Client:
     # ------------------------------------------------------ shared helpers --
 
     def _stream_metadata(self, stream: str) -> Metadata:
-        """Metadata that knows the stream, refreshing the cache once if needed.
+        """Metadata that knows the stream (see :meth:`_partition_info`).
 
         Raises:
-            NoSuchStreamError: the stream is unknown even after a refresh.
+            NoSuchStreamError: the stream is unknown even after refreshing.
         """
-        metadata = self._metadata.current
-        if metadata.get_stream(stream) is None:
-            metadata = self.fetch_metadata()
-            if metadata.get_stream(stream) is None:
-                raise NoSuchStreamError(f"no such stream: {stream!r}")
-        return metadata
+        self._partition_info(stream, 0)
+        return self._metadata.current
 
     def _random_isr_address(self, stream: str, partition: int) -> str:
         info = self._metadata.current.partition(stream, partition)
@@ -1023,10 +1051,44 @@ class Client:
         on_revoked: AssignmentCallback | None = None,
         min_pending: int | None = None,
         low_pending: int | None = None,
+        join_timeout: float = 60.0,
     ) -> Consumer:
-        """Creates a consumer-group member; see :class:`Consumer`.
+        """Creates a member of a consumer group; see :class:`Consumer` for the
+        rules (rebalances, at-least-once delivery, pinned groups, overflow).
 
-        Nothing happens on the network until ``consumer.subscribe(...)``.
+        Nothing happens on the network until ``consumer.subscribe(streams, handler)``.
+
+        Args:
+            group_id: the group; members with the same id share its partitions
+                and its offsets (cursor ``__group:<group_id>``).
+            consumer_id: this member's id, unique in the group; None for a
+                generated one that sorts by join time (needed by
+                :meth:`Consumer.release`). Reusing an id after a crash waits
+                until the server expires the old membership.
+            auto_checkpoint: seconds between automatic commits of handled
+                offsets; None to commit only on :meth:`Consumer.checkpoint`,
+                on revocation and on close.
+            auto_offset: where to start on a partition without a committed
+                offset: EARLIEST (default), LATEST, NEW_ONLY, or ERROR (the
+                handler gets :class:`NoCursorError`).
+            on_assigned: ``callback(partitions)`` after a rebalance, with the
+                :class:`StreamPartition` values gained, before they are read.
+            on_revoked: ``callback(partitions)`` in a rebalance, with those
+                lost, once they are no longer read and before their offsets
+                are committed. Both run on the ``liftbridge-group-<group_id>``
+                thread and must return well within the server's consumer
+                timeout; exceptions are logged.
+            min_pending: makes this an overflow member: it joins only while
+                the group's backlog is at least this many messages.
+            low_pending: an overflow member leaves once the backlog is at most
+                this (default ``min_pending // 2``).
+            join_timeout: seconds ``subscribe`` keeps retrying while the server
+                still lists ``consumer_id`` as a member (a restart after a
+                crash); keep it above the server's ``groups.consumer.timeout``.
+
+        Raises:
+            InvalidArgumentError, ArgumentTypeError: a bad option.
+            ClientClosedError: the client is closed.
         """
         self._check_open()
         return Consumer(
@@ -1039,4 +1101,5 @@ class Client:
             on_revoked=on_revoked,
             min_pending=min_pending,
             low_pending=low_pending,
+            join_timeout=join_timeout,
         )

@@ -225,6 +225,11 @@ def from_rpc_error(err: grpc.RpcError) -> LiftbridgeError:
     if code == grpc.StatusCode.PERMISSION_DENIED or "not authorized" in text:
         return PermissionDeniedError(message)
     if code == grpc.StatusCode.INTERNAL and (
+        "no responders" in text or "no known metadata leader" in text
+    ):
+        # The metadata leader is being elected: the request was not applied.
+        return UnavailableError(f"no metadata leader yet: {message}")
+    if code == grpc.StatusCode.INTERNAL and (
         "segment has been closed" in text or "log was closed" in text
     ):
         # A paused partition's log is closed; subscribing to it says so this way.

@@ -34,7 +34,9 @@ def generate(out_dir: Path) -> None:
             "liftbridge_api/api.proto",
         ]
         # protoc finds the mypy plugins (protoc-gen-mypy*) beside this interpreter.
-        env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+        env = dict(
+            os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+        )
         subprocess.run(cmd, check=True, env=env)
         out_dir.mkdir(parents=True, exist_ok=True)
         for name in GENERATED:

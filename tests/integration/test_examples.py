@@ -37,7 +37,9 @@ def test_demo_starts_its_own_server() -> None:
     assert out.rstrip().endswith("done.")
 
 
-def test_resume_from_cursor_continues_where_it_stopped(server: LocalServer, unique_name: str) -> None:
+def test_resume_from_cursor_continues_where_it_stopped(
+    server: LocalServer, unique_name: str
+) -> None:
     import liftbridge
 
     with liftbridge.Client(server.address) as client:

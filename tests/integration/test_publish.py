@@ -12,9 +12,14 @@ import liftbridge
 from liftbridge.testing import LocalServer
 
 
-def _read_all(client: liftbridge.Client, stream: str, partition: int = 0) -> list[liftbridge.Message]:
+def _read_all(
+    client: liftbridge.Client, stream: str, partition: int = 0
+) -> list[liftbridge.Message]:
     with client.subscribe(
-        stream, partition=partition, start=liftbridge.StartPosition.EARLIEST, stop=liftbridge.StopPosition.LATEST
+        stream,
+        partition=partition,
+        start=liftbridge.StartPosition.EARLIEST,
+        stop=liftbridge.StopPosition.LATEST,
     ) as sub:
         return list(sub)
 
@@ -60,7 +65,9 @@ def test_publish_async_future_and_handler(client: liftbridge.Client, stream: str
 
 def test_ack_policy_none(client: liftbridge.Client, stream: str) -> None:
     called: list[object] = []
-    future = client.publish_async(stream, b"fire", lambda a, e: called.append(a), ack_policy=liftbridge.AckPolicy.NONE)
+    future = client.publish_async(
+        stream, b"fire", lambda a, e: called.append(a), ack_policy=liftbridge.AckPolicy.NONE
+    )
     assert future.result(timeout=10) is None
     assert client.publish(stream, b"forget", ack_policy=liftbridge.AckPolicy.NONE) is None
     ack = client.publish(stream, b"sync", ack_policy=liftbridge.AckPolicy.ALL)
@@ -93,7 +100,9 @@ def test_bad_partitioner_choice_is_caught(client: liftbridge.Client, unique_name
     client.create_stream(unique_name, unique_name, partitions=2)
 
     class Broken:
-        def partition(self, stream: str, key: bytes | None, value: bytes, metadata: liftbridge.Metadata) -> int:
+        def partition(
+            self, stream: str, key: bytes | None, value: bytes, metadata: liftbridge.Metadata
+        ) -> int:
             return 9
 
     with pytest.raises(liftbridge.InvalidArgumentError, match="chose partition 9"):
@@ -199,10 +208,15 @@ def test_publish_to_subject(client: liftbridge.Client, unique_name: str) -> None
     (message,) = _read_all(client, unique_name, 1)
     assert message.value == b"direct" and message.key == b"k"
     assert message.headers["h"] == b"v"  # the Go client drops these
-    assert client.publish_to_subject(unique_name, b"none", ack_policy=liftbridge.AckPolicy.NONE) is None
+    assert (
+        client.publish_to_subject(unique_name, b"none", ack_policy=liftbridge.AckPolicy.NONE)
+        is None
+    )
 
 
-def test_publish_to_subject_without_streams_times_out(client: liftbridge.Client, unique_name: str) -> None:
+def test_publish_to_subject_without_streams_times_out(
+    client: liftbridge.Client, unique_name: str
+) -> None:
     with pytest.raises(liftbridge.AckTimeoutError):
         client.publish_to_subject(f"{unique_name}.nobody", b"lost", timeout=0.5)
     with pytest.raises(liftbridge.InvalidArgumentError, match="wildcards"):

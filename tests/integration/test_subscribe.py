@@ -65,7 +65,10 @@ def test_new_only_is_the_default(client: liftbridge.Client, stream: str) -> None
     ],
 )
 def test_start_positions(
-    client: liftbridge.Client, stream: str, start: liftbridge.StartPosition | int, expected: list[bytes]
+    client: liftbridge.Client,
+    stream: str,
+    start: liftbridge.StartPosition | int,
+    expected: list[bytes],
 ) -> None:
     _fill(client, stream, 4)
     with client.subscribe(stream, start=start, stop=StopPosition.LATEST) as sub:
@@ -91,7 +94,9 @@ def test_stop_at_offset_and_time(client: liftbridge.Client, stream: str) -> None
     _fill(client, stream, 5)
     with client.subscribe(stream, start=1, stop=3) as sub:
         assert [m.offset for m in sub] == [1, 2, 3]
-    with client.subscribe(stream, start=StartPosition.EARLIEST, stop=datetime.now(timezone.utc)) as sub:
+    with client.subscribe(
+        stream, start=StartPosition.EARLIEST, stop=datetime.now(timezone.utc)
+    ) as sub:
         assert [m.offset for m in sub] == [0, 1, 2, 3, 4]
     with pytest.raises(liftbridge.InvalidArgumentError, match="before start"):
         client.subscribe(stream, start=3, stop=1)
@@ -136,7 +141,9 @@ def test_subscribe_to_paused_partition_needs_resume(client: liftbridge.Client, s
     client.pause_stream(stream)
     with pytest.raises(liftbridge.PartitionPausedError, match="resume=True"):
         client.subscribe(stream, start=StartPosition.EARLIEST)
-    with client.subscribe(stream, start=StartPosition.EARLIEST, stop=StopPosition.LATEST, resume=True) as sub:
+    with client.subscribe(
+        stream, start=StartPosition.EARLIEST, stop=StopPosition.LATEST, resume=True
+    ) as sub:
         assert [m.value for m in sub] == [b"m0", b"m1"]
 
 
@@ -200,11 +207,15 @@ def test_close_from_inside_the_handler(client: liftbridge.Client, stream: str) -
 
 def test_read_isr_replica(client: liftbridge.Client, stream: str) -> None:
     _fill(client, stream, 2)
-    with client.subscribe(stream, start=StartPosition.EARLIEST, stop=StopPosition.LATEST, read_isr_replica=True) as sub:
+    with client.subscribe(
+        stream, start=StartPosition.EARLIEST, stop=StopPosition.LATEST, read_isr_replica=True
+    ) as sub:
         assert [m.value for m in sub] == [b"m0", b"m1"]
 
 
-def test_client_close_ends_subscriptions(server: liftbridge.testing.LocalServer, stream: str) -> None:
+def test_client_close_ends_subscriptions(
+    server: liftbridge.testing.LocalServer, stream: str
+) -> None:
     c = liftbridge.Client(server.address)
     sub = c.subscribe(stream, lambda m, e: None)
     c.close()
@@ -215,7 +226,9 @@ def test_client_close_ends_subscriptions(server: liftbridge.testing.LocalServer,
 def test_message_fields(client: liftbridge.Client, unique_name: str) -> None:
     client.create_stream(f"{unique_name}.in", unique_name, partitions=2)
     client.publish(unique_name, b"v", key=b"k", partition=1)
-    with client.subscribe(unique_name, partition=1, start=StartPosition.EARLIEST, stop=StopPosition.LATEST) as sub:
+    with client.subscribe(
+        unique_name, partition=1, start=StartPosition.EARLIEST, stop=StopPosition.LATEST
+    ) as sub:
         (message,) = list(sub)
     assert (message.stream, message.partition, message.offset) == (unique_name, 1, 0)
     assert message.subject == f"{unique_name}.in.1"

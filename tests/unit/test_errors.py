@@ -48,6 +48,9 @@ C = grpc.StatusCode
         (C.UNKNOWN, "incorrect expected offset", liftbridge.IncorrectOffsetError),
         (C.UNKNOWN, "The client is not authorized to call X", liftbridge.PermissionDeniedError),
         (C.INTERNAL, "boom", liftbridge.ServerError),
+        (C.INTERNAL, "nats: no responders available for request", liftbridge.UnavailableError),
+        (C.INTERNAL, "no known metadata leader", liftbridge.UnavailableError),
+        (C.INTERNAL, "segment has been closed", liftbridge.PartitionPausedError),
     ],
 )
 def test_status_mapping(code: grpc.StatusCode, details: str, expected: type[Exception]) -> None:

@@ -1,0 +1,95 @@
+"""Fixtures shared by the whole test suite: real servers, unique names, and a
+check that no SDK thread outlives its test."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from liftbridge.testing import LocalCluster, LocalServer
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SERVERS_BIN = REPO_ROOT / ".cache" / "servers" / "bin"
+
+THREAD_PREFIX = "liftbridge-"
+THREAD_GRACE = 2.0
+"""Seconds an SDK thread may take to finish after its test."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Points the harness at the servers `make server` builds when the environment
+    does not name them, so that a bare `pytest` works outside make."""
+    for variable, name in (
+        ("LIFTBRIDGE_SERVER_BIN", "liftbridge"),
+        ("NATS_SERVER_BIN", "nats-server"),
+    ):
+        candidate = SERVERS_BIN / name
+        if not os.environ.get(variable) and candidate.is_file():
+            os.environ[variable] = str(candidate)
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_liftbridge_threads() -> Iterator[None]:
+    """Fails a test that leaves a ``liftbridge-*`` thread running ``THREAD_GRACE``
+    seconds after it ends. Threads already running before it (started by wider
+    fixtures) are not its responsibility."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + THREAD_GRACE
+    leaked = []
+    for thread in threading.enumerate():
+        if thread in before or not thread.name.startswith(THREAD_PREFIX):
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            leaked.append(thread.name)
+    if leaked:
+        names = ", ".join(sorted(leaked))
+        pytest.fail(f"thread(s) outlived the test by {THREAD_GRACE}s: {names}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[LocalServer]:
+    """One Liftbridge server with embedded NATS for the whole session.
+
+    Tests share it: name streams with ``unique_name`` so they never collide.
+    """
+    with LocalServer() as local:
+        yield local
+
+
+@pytest.fixture(scope="session")
+def server_address(server: LocalServer) -> str:
+    """The session server's API address, ``"127.0.0.1:<port>"``."""
+    return server.address
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    """A three-node cluster for one test module; started only when a test asks.
+
+    Tests that kill or stop nodes should restart them before they end, so the
+    next test of the module finds every node running.
+    """
+    with LocalCluster(3) as local:
+        yield local
+
+
+_NOT_NAME = re.compile(r"[^A-Za-z0-9_-]+")
+
+
+@pytest.fixture
+def unique_name(request: pytest.FixtureRequest) -> str:
+    """A fresh stream name for this test, e.g. ``"test_publish-1a2b3c4d"``.
+
+    Only letters, digits, ``_`` and ``-``, so it is also a valid NATS subject.
+    """
+    base = _NOT_NAME.sub("-", request.node.name).strip("-")[:48] or "test"
+    return f"{base}-{uuid.uuid4().hex[:8]}"

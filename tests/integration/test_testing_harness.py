@@ -1,0 +1,309 @@
+"""liftbridge.testing against real servers: LocalServer, LocalCluster, the
+container, and the fixtures built on them."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import grpc
+import pytest
+import trustme
+
+from liftbridge import LiftbridgeError
+from liftbridge.testing import (
+    DockerUnavailableError,
+    LiftbridgeContainer,
+    LocalCluster,
+    LocalServer,
+    ServerBinaryNotFoundError,
+    ServerStartError,
+    docker_available,
+)
+from liftbridge_api import api_pb2, api_pb2_grpc
+
+RPC_TIMEOUT = 5.0
+
+
+def fetch_metadata(
+    address: str, credentials: grpc.ChannelCredentials | None = None
+) -> api_pb2.FetchMetadataResponse:
+    if credentials is None:
+        channel = grpc.insecure_channel(address)
+    else:
+        channel = grpc.secure_channel(address, credentials)
+    with channel:
+        return api_pb2_grpc.APIStub(channel).FetchMetadata(
+            api_pb2.FetchMetadataRequest(), timeout=RPC_TIMEOUT
+        )
+
+
+def fetch_metadata_during_outage(address: str) -> api_pb2.FetchMetadataResponse:
+    """With a node down, a server whose broker cache expired waits for that node
+    until the deadline and fails the call, but caches the answers it got: the
+    second call is served from that cache."""
+    try:
+        return fetch_metadata(address)
+    except grpc.RpcError as err:
+        if not isinstance(err, grpc.Call) or err.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+            raise
+        return fetch_metadata(address)
+
+
+def brokers(response: api_pb2.FetchMetadataResponse) -> dict[str, str]:
+    return {broker.id: f"{broker.host}:{broker.port}" for broker in response.brokers}
+
+
+def stream(response: api_pb2.FetchMetadataResponse, name: str) -> api_pb2.StreamMetadata:
+    for metadata in response.streamMetadata:
+        if metadata.name == name:
+            return metadata
+    raise AssertionError(f"no stream {name!r} in {[m.name for m in response.streamMetadata]}")
+
+
+def gone(pid: int | None) -> bool:
+    assert pid is not None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+# ------------------------------------------------------------ LocalServer --
+
+
+def test_session_server_lists_itself_and_internal_streams(
+    server: LocalServer, server_address: str
+) -> None:
+    assert server_address == server.address
+    assert re.fullmatch(r"127\.0\.0\.1:\d+", server_address)
+    assert server.addresses == [server_address]
+    assert server.nats_url.startswith("nats://127.0.0.1:")
+
+    response = fetch_metadata(server_address)
+
+    assert brokers(response) == {server.server_id: server_address}
+    cursors = stream(response, "__cursors")
+    assert sorted(cursors.partitions) == [0, 1]
+    assert {p.leader for p in cursors.partitions.values()} == {server.server_id}
+    activity = stream(response, "__activity")
+    assert {p.leader for p in activity.partitions.values()} == {server.server_id}
+
+
+def test_local_server_restart_kill_and_stop() -> None:
+    server = LocalServer(consumer_timeout=2.5)
+    with server:
+        first_pid = server.pid
+        address = server.address
+        directory = server.data_dir.parent
+        assert server.running
+        assert 'timeout: "2500ms"' in server.config_path.read_text()
+        assert "nats.embedded:" not in server.config_path.read_text()
+        assert "became metadata leader" in server.log_tail(100)
+
+        server.kill()
+        assert not server.running
+        assert gone(first_pid)
+
+        server.restart()
+        assert server.running
+        assert server.pid != first_pid
+        assert server.address == address
+        assert brokers(fetch_metadata(address)) == {"a": address}
+        last_pid = server.pid
+
+    assert gone(last_pid)
+    assert not directory.exists()
+    assert not server.running
+    server.stop()  # idempotent
+
+
+def test_server_that_fails_to_start_quotes_its_log() -> None:
+    server = LocalServer(config_overrides={"no.such.setting": 1})
+
+    with pytest.raises(ServerStartError) as caught:
+        server.start()
+
+    assert "Unknown configuration setting" in str(caught.value)
+    assert "no.such.setting" in caught.value.log_tail
+    assert not server.running
+    assert server.pid is None
+
+
+def test_missing_server_binary_says_how_to_get_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("LIFTBRIDGE_SERVER_BIN", raising=False)
+    monkeypatch.delenv("NATS_SERVER_BIN", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+
+    with pytest.raises(ServerBinaryNotFoundError) as caught:
+        LocalServer()
+    message = str(caught.value)
+    assert "LIFTBRIDGE_SERVER_BIN" in message
+    assert "make server" in message
+    assert isinstance(caught.value, LiftbridgeError)
+    assert isinstance(caught.value, FileNotFoundError)
+
+    with pytest.raises(ServerBinaryNotFoundError, match="binary="):
+        LocalServer(binary=tmp_path / "liftbridge")
+
+    monkeypatch.setenv("LIFTBRIDGE_SERVER_BIN", str(tmp_path / "nowhere"))
+    with pytest.raises(ServerBinaryNotFoundError, match="LIFTBRIDGE_SERVER_BIN="):
+        LocalServer()
+
+
+def test_missing_nats_binary_names_its_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("NATS_SERVER_BIN", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+
+    with pytest.raises(ServerBinaryNotFoundError, match="NATS_SERVER_BIN"):
+        LocalCluster(3)
+
+
+# -------------------------------------------------------------------- TLS --
+
+
+def issue(ca: trustme.CA, directory: Path, name: str, *identities: str) -> tuple[Path, Path]:
+    cert = ca.issue_cert(*identities)
+    cert_path, key_path = directory / f"{name}.pem", directory / f"{name}.key"
+    cert.cert_chain_pems[0].write_to_path(str(cert_path))
+    cert.private_key_pem.write_to_path(str(key_path))
+    return cert_path, key_path
+
+
+def test_tls_server_accepts_tls_and_rejects_plaintext(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    ca_path = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_path))
+    cert, key = issue(ca, tmp_path, "server", "127.0.0.1", "localhost")
+
+    with LocalServer(tls_cert=cert, tls_key=key, tls_ca=ca_path) as server:
+        assert 'cert: "' in server.config_path.read_text()
+        trusted = grpc.ssl_channel_credentials(root_certificates=ca_path.read_bytes())
+        assert brokers(fetch_metadata(server.address, trusted)) == {"a": server.address}
+
+        with pytest.raises(grpc.RpcError) as plaintext:
+            fetch_metadata(server.address)
+        assert isinstance(plaintext.value, grpc.Call)
+        assert plaintext.value.code() == grpc.StatusCode.UNAVAILABLE
+
+        stranger = trustme.CA().cert_pem.bytes()
+        with pytest.raises(grpc.RpcError):
+            fetch_metadata(server.address, grpc.ssl_channel_credentials(stranger))
+
+
+def test_mutual_tls_server_requires_a_client_certificate(tmp_path: Path) -> None:
+    ca, client_ca = trustme.CA(), trustme.CA()
+    ca_path, client_ca_path = tmp_path / "ca.pem", tmp_path / "client-ca.pem"
+    ca.cert_pem.write_to_path(str(ca_path))
+    client_ca.cert_pem.write_to_path(str(client_ca_path))
+    cert, key = issue(ca, tmp_path, "server", "127.0.0.1")
+    client_cert, client_key = issue(client_ca, tmp_path, "client", "test-client@example.org")
+
+    with LocalServer(
+        tls_cert=cert,
+        tls_key=key,
+        tls_ca=ca_path,
+        tls_client_ca=client_ca_path,
+        tls_client_cert=client_cert,
+        tls_client_key=client_key,
+    ) as server:
+        assert "enabled: true" in server.config_path.read_text()
+        identified = grpc.ssl_channel_credentials(
+            root_certificates=ca_path.read_bytes(),
+            private_key=client_key.read_bytes(),
+            certificate_chain=client_cert.read_bytes(),
+        )
+        assert brokers(fetch_metadata(server.address, identified)) == {"a": server.address}
+
+        anonymous = grpc.ssl_channel_credentials(root_certificates=ca_path.read_bytes())
+        with pytest.raises(grpc.RpcError):
+            fetch_metadata(server.address, anonymous)
+
+
+# ------------------------------------------------------------ LocalCluster --
+
+
+@pytest.mark.cluster
+def test_cluster_survives_a_kill_and_takes_the_node_back() -> None:
+    with LocalCluster(3) as cluster:
+        nodes = cluster.nodes
+        assert [node.server_id for node in nodes] == ["a", "b", "c"]
+        everyone = {node.server_id: node.address for node in nodes}
+        assert cluster.addresses == list(everyone.values())
+        for address in cluster.addresses:
+            response = fetch_metadata(address)
+            assert brokers(response) == everyone
+            assert stream(response, "__cursors").partitions
+            assert stream(response, "__activity").partitions
+
+        victim = cluster.node("b")
+        assert cluster.node_for_address(victim.address) is victim
+        victim_pid = victim.pid
+        cluster.kill(victim)
+        assert not victim.running
+        assert gone(victim_pid)
+        for survivor in (cluster.node("a"), cluster.node("c")):
+            listed = brokers(fetch_metadata_during_outage(survivor.address))
+            assert {"a", "c"} <= listed.keys()
+
+        cluster.wait_ready(timeout=30)  # internal streams led by running nodes again
+        cluster.restart("b")
+        assert victim.running
+        assert victim.pid != victim_pid
+        assert brokers(fetch_metadata(victim.address)) == everyone
+
+        cluster.stop("c")
+        assert not cluster.node("c").running
+        cluster.restart("c")
+
+        pids = [node.pid for node in cluster.nodes] + [cluster.nats_pid]
+        directory = victim.data_dir.parent.parent
+
+    assert all(gone(pid) for pid in pids)
+    assert not directory.exists()
+
+
+def test_cluster_arguments_are_checked() -> None:
+    with pytest.raises(LiftbridgeError, match="size"):
+        LocalCluster(0)
+    with pytest.raises(LiftbridgeError, match="size"):
+        LocalCluster(27)
+    with pytest.raises(LiftbridgeError, match="not started"):
+        _ = LocalCluster(3).nodes
+
+
+# ------------------------------------------------------------- container --
+
+
+def test_container_serves_metadata() -> None:
+    container = LiftbridgeContainer()
+    try:
+        container.start()
+    except DockerUnavailableError as err:  # it pings the engine before anything else
+        pytest.skip(f"needs a Docker engine: {err}")
+    try:
+        response = fetch_metadata(container.address)
+        assert brokers(response) == {container.server_id: container.address}
+        assert stream(response, "__cursors").partitions
+    finally:
+        container.stop()
+
+
+def test_container_without_docker_fails_clearly() -> None:
+    if docker_available():
+        pytest.skip("a Docker engine answers here")
+    with pytest.raises(DockerUnavailableError, match=r"Docker engine|testcontainers"):
+        LiftbridgeContainer().start()
+
+
+# --------------------------------------------------------------- fixtures --
+
+
+def test_unique_name_is_a_fresh_stream_name(unique_name: str) -> None:
+    assert re.fullmatch(r"test_unique_name_is_a_fresh_stream_name-[0-9a-f]{8}", unique_name)

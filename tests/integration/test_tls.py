@@ -1,0 +1,103 @@
+"""TLS and mutual TLS against a TLS-enabled LocalServer with certificates made here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trustme
+
+import liftbridge
+from liftbridge.testing import LocalServer
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1, and a client certificate."""
+    folder = tmp_path_factory.mktemp("pki")
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost")
+    client = ca.issue_cert("liftbridge-test-client")
+    paths = {
+        "ca": folder / "ca.pem",
+        "server_cert": folder / "server.pem",
+        "server_key": folder / "server.key",
+        "client_cert": folder / "client.pem",
+        "client_key": folder / "client.key",
+    }
+    ca.cert_pem.write_to_path(str(paths["ca"]))
+    server.cert_chain_pems[0].write_to_path(str(paths["server_cert"]))
+    server.private_key_pem.write_to_path(str(paths["server_key"]))
+    client.cert_chain_pems[0].write_to_path(str(paths["client_cert"]))
+    client.private_key_pem.write_to_path(str(paths["client_key"]))
+    other = trustme.CA()
+    paths["other_ca"] = folder / "other.pem"
+    other.cert_pem.write_to_path(str(paths["other_ca"]))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def tls_server(pki: dict[str, Path]) -> Iterator[LocalServer]:
+    with LocalServer(
+        tls_cert=pki["server_cert"], tls_key=pki["server_key"], tls_ca=pki["ca"]
+    ) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def mtls_server(pki: dict[str, Path]) -> Iterator[LocalServer]:
+    with LocalServer(
+        tls_cert=pki["server_cert"],
+        tls_key=pki["server_key"],
+        tls_ca=pki["ca"],
+        tls_client_ca=pki["ca"],
+        tls_client_cert=pki["client_cert"],
+        tls_client_key=pki["client_key"],
+    ) as server:
+        yield server
+
+
+def test_tls_round_trip(tls_server: LocalServer, pki: dict[str, Path], unique_name: str) -> None:
+    tls = liftbridge.TLSConfig(ca=pki["ca"])
+    with liftbridge.Client(tls_server.address, tls=tls) as client:
+        client.create_stream(unique_name, unique_name)
+        ack = client.publish(unique_name, b"secret")
+        assert ack is not None and ack.offset == 0
+        with client.subscribe(unique_name, start=0, stop=0) as sub:
+            assert [m.value for m in sub] == [b"secret"]
+
+
+def test_tls_ca_as_bytes(tls_server: LocalServer, pki: dict[str, Path]) -> None:
+    tls = liftbridge.TLSConfig(ca=pki["ca"].read_bytes())
+    with liftbridge.Client(tls_server.address, tls=tls) as client:
+        assert client.fetch_metadata().brokers
+
+
+def test_wrong_ca_is_refused(tls_server: LocalServer, pki: dict[str, Path]) -> None:
+    with pytest.raises(liftbridge.UnavailableError):
+        liftbridge.Client(
+            tls_server.address, tls=liftbridge.TLSConfig(ca=pki["other_ca"]), connect_timeout=2
+        )
+
+
+def test_plaintext_client_is_refused(tls_server: LocalServer) -> None:
+    with pytest.raises(liftbridge.UnavailableError):
+        liftbridge.Client(tls_server.address, connect_timeout=2)
+
+
+def test_mutual_tls(mtls_server: LocalServer, pki: dict[str, Path]) -> None:
+    tls = liftbridge.TLSConfig(ca=pki["ca"], cert=pki["client_cert"], key=pki["client_key"])
+    with liftbridge.Client(mtls_server.address, tls=tls) as client:
+        assert client.fetch_metadata().brokers
+    with pytest.raises(liftbridge.UnavailableError):
+        liftbridge.Client(
+            mtls_server.address, tls=liftbridge.TLSConfig(ca=pki["ca"]), connect_timeout=2
+        )
+
+
+def test_tls_config_errors(pki: dict[str, Path]) -> None:
+    with pytest.raises(liftbridge.InvalidArgumentError, match="together"):
+        liftbridge.TLSConfig(ca=pki["ca"], cert=pki["client_cert"]).credentials()
+    with pytest.raises(liftbridge.InvalidArgumentError, match="cannot read"):
+        liftbridge.TLSConfig(ca="/no/such/file.pem").credentials()
