@@ -70,9 +70,8 @@ def main() -> None:
             print(f"  partition {partition_id}: {len(values)} messages, first {values[:3]}")
 
         client.set_cursor("demo-reader", stream, 0, 5)
-        print(
-            f"\ncursor demo-reader on partition 0 is at {client.fetch_cursor('demo-reader', stream, 0)}"
-        )
+        cursor = client.fetch_cursor("demo-reader", stream, 0)
+        print(f"\ncursor demo-reader on partition 0 is at {cursor}")
         meta = client.fetch_partition_metadata(stream, 0)
         print(
             f"partition 0: high watermark {meta.high_watermark}, newest offset {meta.newest_offset}"
