@@ -52,8 +52,8 @@ def main() -> None:
             customer = f"customer-{i % 3}".encode()
             ack = client.publish(stream, b"order %d" % i, key=customer, partitioner=by_key)
             assert ack is not None
-            partition = by_key.partition(stream, customer, b"", metadata)
-            print(f"  order {i} ({customer.decode()}) -> partition {partition} offset {ack.offset}")
+            chosen = by_key.partition(stream, customer, b"", metadata)
+            print(f"  order {i} ({customer.decode()}) -> partition {chosen} offset {ack.offset}")
 
         futures = [client.publish_async(stream, b"bulk %d" % i, partition=0) for i in range(100)]
         print(f"  + {len(futures)} async publishes, last offset {futures[-1].result().offset}")  # type: ignore[union-attr]

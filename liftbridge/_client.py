@@ -45,6 +45,7 @@ from liftbridge._metadata import (
 from liftbridge._partitioner import Partitioner
 from liftbridge._publisher import AckHandler, Publisher
 from liftbridge._retry import RetryPolicy
+from liftbridge._validate import BytesLike
 from liftbridge._subscription import (
     Handler,
     Start,
@@ -667,9 +668,9 @@ class Client:
     def _publish_request(
         self,
         stream: str,
-        value: bytes,
-        key: bytes | None,
-        headers: Mapping[str, bytes] | None,
+        value: BytesLike,
+        key: BytesLike | None,
+        headers: Mapping[str, BytesLike] | None,
         partition: int | None,
         partitioner: Partitioner | None,
         ack_policy: AckPolicy,
@@ -730,11 +731,11 @@ class Client:
     def publish_async(
         self,
         stream: str,
-        value: bytes,
+        value: BytesLike,
         ack_handler: AckHandler | None = None,
         *,
-        key: bytes | None = None,
-        headers: Mapping[str, bytes] | None = None,
+        key: BytesLike | None = None,
+        headers: Mapping[str, BytesLike] | None = None,
         partition: int | None = None,
         partitioner: Partitioner | None = None,
         ack_policy: AckPolicy = AckPolicy.LEADER,
@@ -798,10 +799,10 @@ class Client:
     def publish(
         self,
         stream: str,
-        value: bytes,
+        value: BytesLike,
         *,
-        key: bytes | None = None,
-        headers: Mapping[str, bytes] | None = None,
+        key: BytesLike | None = None,
+        headers: Mapping[str, BytesLike] | None = None,
         partition: int | None = None,
         partitioner: Partitioner | None = None,
         ack_policy: AckPolicy = AckPolicy.LEADER,
@@ -837,10 +838,10 @@ class Client:
     def publish_to_subject(
         self,
         subject: str,
-        value: bytes,
+        value: BytesLike,
         *,
-        key: bytes | None = None,
-        headers: Mapping[str, bytes] | None = None,
+        key: BytesLike | None = None,
+        headers: Mapping[str, BytesLike] | None = None,
         ack_inbox: str | None = None,
         correlation_id: str | None = None,
         ack_policy: AckPolicy = AckPolicy.LEADER,

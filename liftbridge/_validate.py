@@ -10,6 +10,9 @@ from liftbridge._errors import ArgumentTypeError, InvalidArgumentError
 
 RESERVED_STREAMS = frozenset({"__cursors", "__activity"})
 
+BytesLike = bytes | bytearray | memoryview
+"""What the SDK accepts wherever it takes bytes (stored as ``bytes``)."""
+
 
 def _type_name(value: object) -> str:
     return type(value).__name__

@@ -185,7 +185,11 @@ def test_inflight_window_blocks_then_fails(server: LocalServer, stream: str) -> 
 def test_close_fails_pending_publishes(server: LocalServer, stream: str) -> None:
     c = liftbridge.Client(server.address)
     gate = threading.Event()
-    first = c.publish_async(stream, b"1", lambda a, e: gate.wait(5))
+
+    def hold(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
+        gate.wait(5)
+
+    first = c.publish_async(stream, b"1", hold)
     pending = [c.publish_async(stream, b"x") for _ in range(5)]
     c.close()
     gate.set()

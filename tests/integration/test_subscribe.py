@@ -10,6 +10,7 @@ import pytest
 
 import liftbridge
 from liftbridge import StartPosition, StopPosition
+from liftbridge.testing import LocalServer
 
 
 class Collector:

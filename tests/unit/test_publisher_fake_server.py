@@ -59,7 +59,7 @@ class ScriptedBroker(api_pb2_grpc.APIServicer):
 
 @pytest.fixture
 def broker() -> Iterator[ScriptedBroker]:
-    servicer = ScriptedBroker(swallow=3)
+    servicer = ScriptedBroker(swallow=3)  # type: ignore[abstract]  # only two RPCs needed
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     api_pb2_grpc.add_APIServicer_to_server(servicer, server)
     servicer.port = server.add_insecure_port("127.0.0.1:0")
