@@ -8,8 +8,8 @@ pools exist because its connections are not).
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 

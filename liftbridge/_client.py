@@ -45,7 +45,6 @@ from liftbridge._metadata import (
 from liftbridge._partitioner import Partitioner
 from liftbridge._publisher import AckHandler, Publisher
 from liftbridge._retry import RetryPolicy
-from liftbridge._validate import BytesLike
 from liftbridge._subscription import (
     Handler,
     Start,
@@ -55,6 +54,7 @@ from liftbridge._subscription import (
     _Request,
     subscribe_request,
 )
+from liftbridge._validate import BytesLike
 from liftbridge_api import api_pb2, api_pb2_grpc
 
 _log = logging.getLogger(__name__)

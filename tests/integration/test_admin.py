@@ -16,7 +16,7 @@ def test_connects_through_any_seed_that_answers(server: LocalServer) -> None:
 
 
 def test_no_seed_answering_is_unavailable() -> None:
-    with pytest.raises(liftbridge.UnavailableError, match="127.0.0.1:1"):
+    with pytest.raises(liftbridge.UnavailableError, match=r"127\.0\.0\.1:1"):
         liftbridge.Client(["127.0.0.1:1"], connect_timeout=0.5)
 
 

@@ -214,9 +214,7 @@ def test_read_isr_replica(client: liftbridge.Client, stream: str) -> None:
         assert [m.value for m in sub] == [b"m0", b"m1"]
 
 
-def test_client_close_ends_subscriptions(
-    server: liftbridge.testing.LocalServer, stream: str
-) -> None:
+def test_client_close_ends_subscriptions(server: LocalServer, stream: str) -> None:
     c = liftbridge.Client(server.address)
     sub = c.subscribe(stream, lambda m, e: None)
     c.close()
