@@ -19,6 +19,7 @@ from liftbridge._activity import (
 )
 from liftbridge._channels import TLSConfig
 from liftbridge._client import Client, ClientState
+from liftbridge._consumer import AssignmentCallback, AutoOffset, Consumer, StreamPartition
 from liftbridge._envelope import new_message, unmarshal_ack, unmarshal_message
 from liftbridge._errors import (
     AckTimeoutError,
@@ -75,11 +76,14 @@ __all__ = [
     "ActivityEvent",
     "ActivityOp",
     "ArgumentTypeError",
+    "AssignmentCallback",
+    "AutoOffset",
     "BrokerInfo",
     "Client",
     "ClientClosedError",
     "ClientState",
     "ConnectionLostError",
+    "Consumer",
     "ConsumerGroupError",
     "ConsumerGroupInfo",
     "DeadlineExceededError",
@@ -117,6 +121,7 @@ __all__ = [
     "StreamDeletedError",
     "StreamExistsError",
     "StreamInfo",
+    "StreamPartition",
     "Subscription",
     "TLSConfig",
     "UnavailableError",

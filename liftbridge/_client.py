@@ -167,9 +167,9 @@ class Client:
             max_inflight=check.positive_int(max_inflight, arg="max_inflight"),
             retry_policy=self._retry_policy,
         )
-        self._subscriptions: weakref.WeakSet[Subscription] = (
-            weakref.WeakSet()
-        )  # guarded by _state_lock
+        # Guarded by _state_lock; closed with the client.
+        self._subscriptions: weakref.WeakSet[Subscription] = weakref.WeakSet()
+        self._consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
         self._channels = Channels(tls)
         self._metadata = MetadataCache(seeds)
         self._state_lock = threading.Lock()  # guards _state and _broker_index
@@ -237,7 +237,16 @@ class Client:
             self._state = ClientState.CLOSED
 
     def _close_resources(self) -> None:
-        """Stops the publisher (failing unacked publishes) and every subscription."""
+        """Closes consumers first (they commit and leave their groups while the
+        connections still work), then the publisher (failing unacked
+        publishes) and every subscription."""
+        with self._state_lock:
+            consumers = list(self._consumers)
+        for consumer in consumers:
+            try:
+                consumer.close()
+            except LiftbridgeError as e:
+                _log.warning("closing consumer %s failed: %s", consumer, e)
         self._publisher.close()
         with self._state_lock:
             subscriptions = list(self._subscriptions)
@@ -269,17 +278,25 @@ class Client:
     # ------------------------------------------------------- RPC machinery --
 
     def _invoke(self, address: str, method: str, request: Any, timeout: float) -> Any:
-        """One unary RPC attempt on one broker, errors mapped to the SDK's."""
-        self._check_open()
+        """One unary RPC attempt on one broker, errors mapped to the SDK's.
+
+        Works while the client is CLOSING, so consumers can commit and leave
+        their groups during ``close()``; public operations check for OPEN.
+        """
+        self._check_not_closed()
         rpc = getattr(self._channels.stub(address), method)
         try:
             return rpc(request, timeout=timeout)
         except grpc.RpcError as e:
-            self._check_open()
+            self._check_not_closed()
             raise from_rpc_error(e) from e
         except ValueError:  # grpc raises it for a call on a channel closed meanwhile
-            self._check_open()
+            self._check_not_closed()
             raise
+
+    def _check_not_closed(self) -> None:
+        if self._state is ClientState.CLOSED:
+            raise ClientClosedError("the client is closed")
 
     def _broker_address(self) -> str:
         addresses = self._metadata.addresses()
@@ -407,8 +424,9 @@ class Client:
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`close` has started."""
-        return self._state is not ClientState.OPEN
+        """True once :meth:`close` has finished. While it runs (CLOSING) the
+        connections still work, so consumers can commit and leave."""
+        return self._state is ClientState.CLOSED
 
     # ----------------------------------------------------------- operations --
 
@@ -1092,7 +1110,7 @@ class Client:
             ClientClosedError: the client is closed.
         """
         self._check_open()
-        return Consumer(
+        consumer = Consumer(
             self,
             group_id,
             consumer_id=consumer_id,
@@ -1104,3 +1122,7 @@ class Client:
             low_pending=low_pending,
             join_timeout=join_timeout,
         )
+        with self._state_lock:
+            self._check_open()
+            self._consumers.add(consumer)
+        return consumer

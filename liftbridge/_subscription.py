@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 import grpc
 
@@ -459,8 +459,14 @@ class Subscription:
         """Delivers messages until the stream ends; returns the next stream
         after a successful resubscribe, or None when the subscription is over."""
         handler = self._handler
+        # After a resubscribe from last + 1, server v1.9.0 may replay `last`:
+        # a start offset past a new leader's (lagging) high watermark means
+        # "the next committed message" to it. Never deliver an offset twice.
+        floor = -1 if self._last_offset is None else self._last_offset
         try:
             for pb in stream:
+                if pb.offset <= floor:
+                    continue
                 message = message_from_proto(pb)
                 try:
                     handler(message, None)

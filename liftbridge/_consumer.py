@@ -1,0 +1,368 @@
+"""Consumer groups: members that share a group's partitions and never lose work.
+
+Built on Liftbridge's own group protocol (beta in the server): a member joins
+with the streams it reads, polls FetchConsumerGroupAssignments on the group
+coordinator (the poll is also its heartbeat), subscribes to the partitions it
+is assigned with the group fields set (so the server fences a member with an
+older epoch), and stores its offsets in cursors named ``__group:<group id>``,
+the Go client's format, resuming each partition at the committed offset + 1.
+
+This module is the public handle; the member's thread is in
+:mod:`liftbridge._group_member`. See :class:`Consumer` for the rules.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from liftbridge import _validate as check
+from liftbridge._errors import ArgumentTypeError, ClientClosedError, InvalidArgumentError
+from liftbridge._group import (
+    AutoOffset,
+    OverflowRule,
+    StreamPartition,
+    group_cursor_id,
+    new_consumer_id,
+)
+from liftbridge._group_member import AssignmentCallback, GroupMember, MemberOptions
+from liftbridge._subscription import Handler
+
+if TYPE_CHECKING:
+    from liftbridge._client import Client
+
+__all__ = ["AssignmentCallback", "AutoOffset", "Consumer", "StreamPartition"]
+
+_log = logging.getLogger(__name__)
+
+_WAIT = 30.0
+"""Seconds ``close()`` and ``release()`` wait for the group thread."""
+
+
+class _State(enum.Enum):
+    NEW = "new"
+    RUNNING = "running"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class Consumer:
+    """A member of a consumer group. Thread-safe.
+
+    Create it with :meth:`Client.create_consumer`, then call :meth:`subscribe`.
+    The group's partitions are spread over its members; each partition is read
+    by one member at a time and its offset is committed to the group's cursor
+    (``__group:<group id>``, as the Go client does).
+
+    **Delivery** is at least once and never skips. An offset is committed only
+    once the handler returned for that message and for every earlier one the
+    member read, so a member that takes a partition over resumes at the
+    committed offset + 1 and may see again what an expired or killed member
+    handled after its last commit. Commits happen every ``auto_checkpoint``
+    seconds, on :meth:`checkpoint`, when a partition is revoked, and on
+    :meth:`close`. A handler that raises is not skipped either: the partition
+    is read again from that message after a pause that grows while it keeps
+    failing (0.5 s, 1 s, ... 30 s).
+
+    **Threads**: one ``liftbridge-group-<group id>`` thread runs the protocol
+    (join, heartbeats, rebalances, commits, coordinator failover, joining again
+    after being expired); each held partition has a
+    ``liftbridge-sub-<stream>-<partition>`` thread calling the handler.
+
+    **Rebalances**: every membership change bumps the group epoch and the
+    server recomputes the assignment: each partition, in order, to the member
+    holding the fewest, ties to the smallest consumer id. Members learn it
+    within a third of the server's consumer timeout (their heartbeat period).
+    The group thread then stops reading the partitions lost, calls
+    ``on_revoked`` with them, commits them, calls ``on_assigned`` with the
+    ones gained and starts reading those. A member that stops heartbeating is
+    expired after the consumer timeout and its partitions move.
+
+    **Pinned groups** (one active member, hot standbys) are groups on a stream
+    with one partition. The partition goes to the member whose consumer id
+    sorts first, and generated ids (``consumer_id=None``) sort by join time:
+    the member that joined first is active, the others wait, connected and
+    heartbeating, and a member joining later never takes over. When the active
+    member closes (or dies and is expired), the next in join order takes the
+    partition over at the committed offset + 1. :meth:`release` hands over on
+    purpose: see there. Use generated ids for every member of a pinned group;
+    with chosen ids the smallest takes the partition whenever it joins.
+
+    **Overflow members** (``min_pending=N``, ``low_pending=L``, default
+    ``N // 2``) stay out of the group while its backlog is below N, join when
+    it is at least N, and leave again, after committing, when it is at most L.
+    The backlog is the sum, over every partition of the member's streams, of
+    the high watermark minus the group's committed offset (all of the
+    partition's messages when it has none), measured every second from the
+    committed offsets, so it lags the members' progress by up to their
+    ``auto_checkpoint``. An overflow member only helps with streams of
+    several partitions: a lone partition stays with the first member by id.
+
+    **User code**: ``on_assigned`` and ``on_revoked`` run on the group thread,
+    which is also the heartbeat: they must return well within a third of the
+    server's consumer timeout. The handler runs on the partition's thread,
+    concurrently with other partitions' handlers; a call in progress delays a
+    rebalance until it returns. Exceptions from callbacks are logged.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        group_id: str,
+        *,
+        consumer_id: str | None = None,
+        auto_checkpoint: float | None = 5.0,
+        auto_offset: AutoOffset = AutoOffset.EARLIEST,
+        on_assigned: AssignmentCallback | None = None,
+        on_revoked: AssignmentCallback | None = None,
+        min_pending: int | None = None,
+        low_pending: int | None = None,
+        join_timeout: float = 60.0,
+    ) -> None:
+        """Checks the options; nothing happens on the network until :meth:`subscribe`.
+
+        Args: see :meth:`Client.create_consumer`.
+
+        Raises:
+            InvalidArgumentError, ArgumentTypeError: a bad option.
+        """
+        check.stream_name(group_id, arg="group_id")
+        if consumer_id is not None:
+            check.stream_name(consumer_id, arg="consumer_id")
+        if auto_checkpoint is not None:
+            auto_checkpoint = check.seconds(auto_checkpoint, arg="auto_checkpoint")
+        if not isinstance(auto_offset, AutoOffset):
+            raise ArgumentTypeError(
+                f"auto_offset must be an AutoOffset, got {type(auto_offset).__name__}"
+            )
+        for name, callback in (("on_assigned", on_assigned), ("on_revoked", on_revoked)):
+            if callback is not None and not callable(callback):
+                raise ArgumentTypeError(f"{name} must be callable or None")
+        self._client = client
+        self._options = MemberOptions(
+            group_id=group_id,
+            auto_checkpoint=auto_checkpoint,
+            auto_offset=auto_offset,
+            on_assigned=on_assigned,
+            on_revoked=on_revoked,
+            overflow=OverflowRule.from_options(min_pending, low_pending),
+            join_timeout=check.seconds(join_timeout, arg="join_timeout"),
+        )
+        self._chosen_id = consumer_id is not None
+        self._consumer_id = consumer_id or new_consumer_id()
+        self._lock = threading.Lock()  # guards _state and _member
+        self._state = _State.NEW
+        self._member: GroupMember | None = None
+        self._closing = threading.Event()  # close() was called
+
+    # -------------------------------------------------------- properties --
+
+    @property
+    def group_id(self) -> str:
+        """The group."""
+        return self._options.group_id
+
+    @property
+    def consumer_id(self) -> str:
+        """This member's id; a new generated one after :meth:`release`."""
+        member = self._member
+        return member.consumer_id if member is not None else self._consumer_id
+
+    @property
+    def cursor_id(self) -> str:
+        """The cursor id of the group's offsets: ``__group:<group id>``."""
+        return group_cursor_id(self._options.group_id)
+
+    @property
+    def assignment(self) -> tuple[StreamPartition, ...]:
+        """The partitions this member holds now, sorted."""
+        member = self._member
+        return member.assignment if member is not None else ()
+
+    @property
+    def member(self) -> bool:
+        """True while this member is in the group (an overflow member may not be)."""
+        member = self._member
+        return member is not None and member.member
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has started (or :meth:`subscribe` failed)."""
+        return self._state in (_State.CLOSING, _State.CLOSED)
+
+    # ---------------------------------------------------------- operations --
+
+    def subscribe(self, streams: str | Sequence[str], handler: Handler) -> None:
+        """Joins the group for these streams and consumes in the background.
+
+        The first join happens on the caller's thread (an overflow member joins
+        later, under backlog). While the server still lists this consumer id
+        as a member (a restart after a crash with the same ``consumer_id``), it
+        retries until that membership expires, for at most ``join_timeout``.
+
+        Args:
+            streams: a stream name or a list of them.
+            handler: ``handler(message, error)``, as for :meth:`Client.subscribe`.
+                Called for each message, in offset order per partition, on the
+                partition's thread. Called with ``(None, error)`` (on the
+                partition's or the group thread) when a partition cannot be
+                read for a reason that needs attention (:class:`NoCursorError`,
+                a deleted stream, a paused partition), once per run of
+                failures; the member keeps retrying it. Transient failures and
+                rebalances are handled quietly.
+
+        Raises:
+            InvalidArgumentError, ArgumentTypeError: bad streams or handler, or
+                ``subscribe`` was already called.
+            NoSuchStreamError: a stream does not exist.
+            ConsumerGroupError: the join was refused (for instance the id is
+                still a member after ``join_timeout``).
+            ClientClosedError: the consumer or the client was closed.
+        """
+        names = _stream_list(streams)
+        if not callable(handler):
+            raise ArgumentTypeError("handler must be callable")
+        with self._lock:
+            if self._state is not _State.NEW:
+                raise InvalidArgumentError(
+                    "the consumer is closed"
+                    if self.closed
+                    else "subscribe() was already called; use another consumer for other streams"
+                )
+            self._state = _State.RUNNING
+        try:
+            for name in names:
+                self._client._stream_metadata(name)
+            member = GroupMember(self._client, self._options, self._consumer_id, names, handler)
+            if self._options.overflow is None:
+                member.join_first(self._closing)
+            with self._lock:
+                self._member = member
+                member.start()
+                closing = self._closing.is_set()
+            if closing:  # close() came while joining: leave again
+                member.stop(abandon=False, wait=_WAIT)
+                raise ClientClosedError("the consumer was closed while subscribing")
+        except BaseException:
+            with self._lock:
+                self._state = _State.CLOSED
+            raise
+
+    def checkpoint(self, *, timeout: float | None = None) -> None:
+        """Commits, for each partition held, the offset of the last message
+        whose handler returned. Safe from any thread, including the handler.
+
+        Args:
+            timeout: seconds per RPC attempt; None for the client's ``rpc_timeout``.
+
+        Raises:
+            ClientClosedError: the consumer is closed.
+            LiftbridgeError: a commit failed (others may have succeeded).
+        """
+        if self._state is _State.CLOSED:
+            raise ClientClosedError("the consumer is closed")
+        member = self._member
+        if member is not None:
+            member.checkpoint(timeout)
+
+    def backlog(self, *, timeout: float | None = None) -> int:
+        """The group's backlog over this member's streams: for every partition,
+        high watermark minus the group's committed offset (see overflow members).
+
+        Args:
+            timeout: seconds per RPC attempt; None for the client's ``rpc_timeout``.
+
+        Raises:
+            InvalidArgumentError: called before :meth:`subscribe`.
+            LiftbridgeError: a partition's metadata or cursor could not be read.
+        """
+        member = self._member
+        if member is None:
+            raise InvalidArgumentError("backlog() needs subscribe() first")
+        return member.backlog(timeout)
+
+    def release(self) -> None:
+        """Hands this member's partitions over: a pinned group's "unpin".
+
+        The member stops reading, calls ``on_revoked``, commits, leaves the
+        group, and joins again at once as a standby under a new generated
+        consumer id. The new id sorts after every other member's, so the
+        server gives the partition to the next member in join order, which
+        resumes at the committed offset + 1, and this member waits at the back
+        of the line. Alone in the group, it gets the partition straight back.
+        Blocks until it is back in the group (at most 30 s), unless called
+        from the handler or a callback.
+
+        Raises:
+            InvalidArgumentError: the member has a chosen ``consumer_id`` (its
+                place in the order cannot move), or :meth:`subscribe` was not
+                called.
+            ClientClosedError: the consumer is closed.
+        """
+        if self._chosen_id:
+            raise InvalidArgumentError(
+                "release() needs a generated consumer id (consumer_id=None): the server "
+                "gives the partition to the member whose id sorts first"
+            )
+        with self._lock:
+            if self._state is not _State.RUNNING or self._member is None:
+                if self.closed:
+                    raise ClientClosedError("the consumer is closed")
+                raise InvalidArgumentError("release() needs subscribe() first")
+            member = self._member
+        done = member.request_release()
+        if not member.on_own_thread() and not done.wait(_WAIT):
+            _log.warning("release of %s in group %s still running", self.consumer_id, self.group_id)
+
+    def close(self) -> None:
+        """Stops consuming, commits, and leaves the group. Idempotent; safe
+        from any thread. From the handler or a callback it returns at once and
+        the group thread finishes the work; elsewhere it waits (at most 30 s).
+        ``Client.close()`` closes the client's consumers first, so they
+        commit and leave while the connections still work.
+        """
+        self._stop(abandon=False)
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"<Consumer {self.consumer_id} of group {self.group_id} {self._state.value}"
+            f" holding {[str(tp) for tp in self.assignment]}>"
+        )
+
+    def _abandon(self) -> None:
+        """Stops as a crash would: no commit, no leave, no callbacks; the server
+        expires the member after its consumer timeout. For tests."""
+        self._stop(abandon=True)
+
+    def _stop(self, *, abandon: bool) -> None:
+        with self._lock:
+            self._closing.set()
+            if self._state is _State.RUNNING:
+                self._state = _State.CLOSING
+            elif self._state is _State.NEW:
+                self._state = _State.CLOSED
+            member = self._member
+        if member is None:
+            return
+        member.stop(abandon=abandon, wait=_WAIT)
+        if not member.alive:
+            with self._lock:
+                self._state = _State.CLOSED
+
+
+def _stream_list(streams: str | Sequence[str]) -> tuple[str, ...]:
+    if isinstance(streams, str):
+        streams = [streams]
+    if not isinstance(streams, Sequence) or not streams:
+        raise InvalidArgumentError("streams must be a stream name or a non-empty list of them")
+    names = [check.stream_name(s, arg=f"streams[{i}]") for i, s in enumerate(streams)]
+    return tuple(dict.fromkeys(names))

@@ -1,0 +1,602 @@
+"""Consumer groups against real servers: rebalancing, member loss, restarts,
+pinned hand-over, overflow members, and coordinator failover.
+
+Servers run with 3 s consumer and coordinator timeouts (the harness default),
+so members heartbeat every second and a lost member is expired after 3 s.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import liftbridge
+from liftbridge._consumer import AutoOffset, Consumer
+from liftbridge._group import StreamPartition
+from liftbridge.testing import LocalCluster, LocalServer
+from liftbridge_api import api_pb2
+
+CONSUMER_TIMEOUT = 3.0  # the harness's groups.consumer.timeout
+HEARTBEAT = CONSUMER_TIMEOUT / 3
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class Tally:
+    """Every message handled, by member; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # guards events and errors
+        self.events: list[tuple[str, int, int, float]] = []  # member, partition, offset, when
+        self.errors: list[tuple[str, BaseException]] = []
+
+    def handler(
+        self, member: str, before: Callable[[liftbridge.Message], None] | None = None
+    ) -> liftbridge.Handler:
+        def handle(message: liftbridge.Message | None, error: BaseException | None) -> None:
+            if message is None:
+                assert error is not None
+                with self._lock:
+                    self.errors.append((member, error))
+                return
+            if before is not None:
+                before(message)
+            with self._lock:
+                self.events.append((member, message.partition, message.offset, time.monotonic()))
+
+        return handle
+
+    def offsets(self, partition: int) -> set[int]:
+        with self._lock:
+            return {o for _, p, o, _ in self.events if p == partition}
+
+    def by(self, member: str, partition: int | None = None) -> list[int]:
+        with self._lock:
+            return [o for m, p, o, _ in self.events if m == member and partition in (None, p)]
+
+    def first_after(self, member: str, partition: int, since: float) -> tuple[int, float] | None:
+        with self._lock:
+            for m, p, o, t in self.events:
+                if m == member and p == partition and t >= since:
+                    return o, t
+        return None
+
+    def complete(self, counts: dict[int, int]) -> bool:
+        return all(self.offsets(p) >= set(range(n)) for p, n in counts.items())
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float:
+    """Polls until ``condition()``; returns the seconds it took."""
+    start = time.monotonic()
+    deadline = start + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout:g}s: {what}")
+        time.sleep(0.02)
+    return time.monotonic() - start
+
+
+def publish(client: liftbridge.Client, stream: str, partitions: int, per_partition: int) -> None:
+    futures = [
+        client.publish_async(stream, b"m", partition=p)
+        for _ in range(per_partition)
+        for p in range(partitions)
+    ]
+    for future in futures:
+        future.result()
+
+
+def holder(consumers: dict[str, Consumer], tp: StreamPartition) -> str | None:
+    owners = [name for name, c in consumers.items() if tp in c.assignment]
+    assert len(owners) <= 1, f"{tp} held by {owners}"
+    return owners[0] if owners else None
+
+
+@pytest.fixture
+def make_consumer(
+    client: liftbridge.Client,
+) -> Iterator[Callable[..., Consumer]]:
+    """Creates consumers and closes every one after the test."""
+    made: list[Consumer] = []
+
+    def make(group: str, client_: liftbridge.Client | None = None, **options: object) -> Consumer:
+        options.setdefault("auto_checkpoint", 0.5)
+        consumer = (client_ or client).create_consumer(group, **options)  # type: ignore[arg-type]
+        made.append(consumer)
+        return consumer
+
+    yield make
+    for consumer in made:
+        consumer.close()
+
+
+# ---------------------------------------------------------------- basics --
+
+
+def test_three_members_share_three_partitions_and_closing_hands_over(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    client.create_stream(unique_name, unique_name, partitions=3)
+    tally = Tally()
+    members = {}
+    for name in ("a", "b", "c"):
+        members[name] = make_consumer(unique_name)
+        members[name].subscribe(unique_name, tally.handler(name))
+    parts = [StreamPartition(unique_name, p) for p in range(3)]
+    wait_for(
+        lambda: all(len(m.assignment) == 1 for m in members.values()),
+        5 * HEARTBEAT,
+        "one partition each",
+    )
+    assert sorted(tp for m in members.values() for tp in m.assignment) == parts
+
+    publish(client, unique_name, 3, 20)
+    wait_for(lambda: tally.complete({0: 20, 1: 20, 2: 20}), 10, "first batch handled")
+
+    leaving = holder(members, parts[2])
+    assert leaving is not None
+    closed_at = time.monotonic()
+    members.pop(leaving).close()
+    committed = client.fetch_cursor(f"__group:{unique_name}", unique_name, 2)
+    assert committed == 19  # close() commits what its handler finished
+
+    publish(client, unique_name, 3, 20)
+    took = wait_for(lambda: holder(members, parts[2]) is not None, 3 * HEARTBEAT, "hand-over")
+    taker = holder(members, parts[2])
+    assert taker is not None
+    wait_for(lambda: tally.complete({0: 40, 1: 40, 2: 40}), 10, "second batch handled")
+    first = tally.first_after(taker, 2, closed_at)
+    assert first is not None
+    assert first[0] == committed + 1  # resumes at committed offset + 1: nothing again
+    print(f"hand-over after close: {took:.2f}s")
+    assert sorted(tally.offsets(2)) == list(range(40))
+
+
+def test_group_offsets_use_the_go_cursor_id(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    client.create_stream(unique_name, unique_name, partitions=2)
+    publish(client, unique_name, 2, 5)
+    tally = Tally()
+    consumer = make_consumer("grp-" + unique_name, auto_checkpoint=None)
+    assert consumer.cursor_id == f"__group:grp-{unique_name}"
+    consumer.subscribe([unique_name], tally.handler("a"))
+    wait_for(lambda: tally.complete({0: 5, 1: 5}), 10, "handled")
+    assert client.fetch_cursor(consumer.cursor_id, unique_name, 0) == -1  # no auto commit
+    consumer.checkpoint()
+    for partition in (0, 1):
+        assert client.fetch_cursor(f"__group:grp-{unique_name}", unique_name, partition) == 4
+    assert consumer.backlog() == 0
+
+
+def test_handler_errors_are_retried_never_skipped(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    client.create_stream(unique_name, unique_name)
+    publish(client, unique_name, 1, 6)
+    failures: list[int] = []
+
+    def flaky(message: liftbridge.Message) -> None:
+        if message.offset == 3 and len(failures) < 2:
+            failures.append(message.offset)
+            raise RuntimeError("not yet")
+
+    tally = Tally()
+    consumer = make_consumer(unique_name)
+    consumer.subscribe(unique_name, tally.handler("a", flaky))
+    wait_for(lambda: tally.complete({0: 6}), 10, "handled after retries")
+    assert failures == [3, 3]
+    assert tally.by("a") == [0, 1, 2, 3, 4, 5]
+    consumer.checkpoint()
+    assert client.fetch_cursor(consumer.cursor_id, unique_name, 0) == 5
+
+
+def test_auto_offset_policies(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    client.create_stream(unique_name, unique_name)
+    publish(client, unique_name, 1, 3)
+
+    errors = Tally()
+    strict = make_consumer("error-" + unique_name, auto_offset=AutoOffset.ERROR)
+    strict.subscribe(unique_name, errors.handler("strict"))
+    wait_for(lambda: bool(errors.errors), 5, "NoCursorError")
+    assert isinstance(errors.errors[0][1], liftbridge.NoCursorError)
+    assert errors.events == []
+    strict.close()
+
+    # NEW_ONLY pins the group's start: a member taking over continues there.
+    tally = Tally()
+    fresh = make_consumer("new-" + unique_name, auto_offset=AutoOffset.NEW_ONLY)
+    fresh.subscribe(unique_name, tally.handler("fresh"))
+    wait_for(lambda: fresh.assignment != (), 5, "assigned")
+    wait_for(lambda: client.fetch_cursor(fresh.cursor_id, unique_name, 0) == 2, 5, "pinned")
+    publish(client, unique_name, 1, 2)
+    wait_for(lambda: tally.offsets(0) == {3, 4}, 5, "new messages only")
+
+    latest = Tally()
+    last = make_consumer("latest-" + unique_name, auto_offset=AutoOffset.LATEST)
+    last.subscribe(unique_name, latest.handler("last"))
+    wait_for(lambda: latest.offsets(0) == {4}, 5, "the newest message, then new ones")
+
+
+# ----------------------------------------------------------- member loss --
+
+
+def test_lost_member_partitions_move_within_the_consumer_timeout(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    client.create_stream(unique_name, unique_name, partitions=2)
+    tally = Tally()
+    survivor = make_consumer(unique_name)
+    survivor.subscribe(unique_name, tally.handler("survivor"))
+    doomed = make_consumer(unique_name)
+    doomed.subscribe(unique_name, tally.handler("doomed"))
+    wait_for(
+        lambda: len(doomed.assignment) == len(survivor.assignment) == 1,
+        5 * HEARTBEAT,
+        "one partition each",
+    )
+    (lost,) = doomed.assignment
+    publish(client, unique_name, 2, 10)
+    wait_for(lambda: tally.complete({0: 10, 1: 10}), 10, "handled")
+
+    doomed._abandon()  # its thread stops heartbeating: no commit, no leave
+    lost_at = time.monotonic()
+    publish(client, unique_name, 2, 10)
+    took = wait_for(
+        lambda: tally.first_after("survivor", lost.partition, lost_at) is not None,
+        CONSUMER_TIMEOUT + 3 * HEARTBEAT,
+        "the survivor reads the lost partition",
+    )
+    print(f"takeover after member loss: {took:.2f}s")
+    assert took <= CONSUMER_TIMEOUT + 2 * HEARTBEAT
+    wait_for(lambda: tally.complete({0: 20, 1: 20}), 10, "everything handled")
+
+
+_MEMBER_SCRIPT = textwrap.dedent(
+    """
+    import sys, threading, liftbridge
+    address, group, stream, consumer_id = sys.argv[1:5]
+    client = liftbridge.Client(address)
+    def handle(message, error):
+        if message is not None:
+            print("offset", message.partition, message.offset, flush=True)
+    consumer = client.create_consumer(
+        group, consumer_id=consumer_id, auto_checkpoint=0.2,
+        on_assigned=lambda parts: print("assigned", len(parts), flush=True),
+    )
+    consumer.subscribe(stream, handle)
+    threading.Event().wait()
+    """
+)
+
+
+def test_killed_member_process_is_replaced(
+    client: liftbridge.Client,
+    server: LocalServer,
+    unique_name: str,
+    make_consumer: Callable[..., Consumer],
+) -> None:
+    client.create_stream(unique_name, unique_name, partitions=2)
+    tally = Tally()
+    local = make_consumer(unique_name)
+    local.subscribe(unique_name, tally.handler("local"))
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    child = subprocess.Popen(
+        [sys.executable, "-c", _MEMBER_SCRIPT, server.address, unique_name, unique_name, "child"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    remote: list[tuple[int, int]] = []
+    assigned = threading.Event()
+
+    def read() -> None:
+        assert child.stdout is not None
+        for line in child.stdout:
+            words = line.split()
+            if words[:1] == ["assigned"]:
+                assigned.set()
+            elif words[:1] == ["offset"]:
+                remote.append((int(words[1]), int(words[2])))
+
+    reader = threading.Thread(target=read, name="test-child-reader", daemon=True)
+    reader.start()
+    try:
+        assert assigned.wait(20), "the child never got a partition"
+        wait_for(lambda: len(local.assignment) == 1, 5 * HEARTBEAT, "local gave one up")
+        publish(client, unique_name, 2, 10)
+        wait_for(lambda: len(remote) >= 10, 10, "the child handled its share")
+        time.sleep(0.5)  # let its auto-checkpoint run
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+        reader.join(5)
+        assert child.stdout is not None
+        child.stdout.close()
+    took = wait_for(
+        lambda: len(local.assignment) == 2, CONSUMER_TIMEOUT + 3 * HEARTBEAT, "takeover"
+    )
+    print(f"takeover after SIGKILL: {took:.2f}s")
+    publish(client, unique_name, 2, 10)
+    handled = {(p, o) for p, o in remote}
+    wait_for(
+        lambda: all(
+            {(p, o) for o in tally.offsets(p)} | handled >= {(p, o) for o in range(20)}
+            for p in (0, 1)
+        ),
+        10,
+        "every message handled by one of them",
+    )
+
+
+def test_restart_with_the_same_id_waits_for_the_old_membership(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    client.create_stream(unique_name, unique_name)
+    tally = Tally()
+    first = make_consumer(unique_name, consumer_id="worker-1")
+    first.subscribe(unique_name, tally.handler("first"))
+    wait_for(lambda: first.assignment != (), 5, "assigned")
+    first._abandon()  # a crash: the server still lists worker-1
+
+    again = make_consumer(unique_name, consumer_id="worker-1", join_timeout=20.0)
+    started = time.monotonic()
+    again.subscribe(unique_name, tally.handler("again"))  # waits out the old membership
+    waited = time.monotonic() - started
+    print(f"re-join with the same id after: {waited:.2f}s")
+    assert waited > 0.5  # it did wait for the server to expire worker-1
+    publish(client, unique_name, 1, 3)
+    wait_for(lambda: tally.by("again") == [0, 1, 2], 10, "the restarted member reads")
+
+
+def test_restart_with_the_same_id_gives_up_after_join_timeout(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    client.create_stream(unique_name, unique_name)
+    first = make_consumer(unique_name, consumer_id="twin")
+    first.subscribe(unique_name, Tally().handler("first"))
+    twin = make_consumer(unique_name, consumer_id="twin", join_timeout=1.0)
+    with pytest.raises(liftbridge.ConsumerGroupError, match="already a member"):
+        twin.subscribe(unique_name, Tally().handler("twin"))
+    assert twin.closed
+
+
+def test_expired_member_joins_again(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    client.create_stream(unique_name, unique_name)
+    tally = Tally()
+    consumer = make_consumer(unique_name, consumer_id="expiring")
+    consumer.subscribe(unique_name, tally.handler("a"))
+    wait_for(lambda: consumer.assignment != (), 5, "assigned")
+    # What the coordinator does when a member times out: a LeaveConsumerGroup
+    # on the member's behalf (the Go client never comes back from this).
+    client._rpc_any(
+        "LeaveConsumerGroup",
+        api_pb2.LeaveConsumerGroupRequest(groupId=unique_name, consumerId="expiring"),
+        5.0,
+    )
+    wait_for(lambda: consumer.assignment == (), 3 * HEARTBEAT, "the member noticed")
+    wait_for(lambda: consumer.assignment != (), 3 * HEARTBEAT, "the member joined again")
+    publish(client, unique_name, 1, 3)
+    wait_for(lambda: tally.offsets(0) == {0, 1, 2}, 5, "reading again")
+
+
+# ------------------------------------------------------------------ pinned --
+
+
+def test_pinned_group_standby_takes_over_and_release_hands_over(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    client.create_stream(unique_name, unique_name)  # one partition: a pinned group
+    tp = StreamPartition(unique_name, 0)
+    tally = Tally()
+    members = {}
+    for name in ("first", "second", "third"):
+        members[name] = make_consumer(unique_name)
+        members[name].subscribe(unique_name, tally.handler(name))
+        time.sleep(0.01)  # distinct join times
+    wait_for(lambda: holder(members, tp) == "first", 3 * HEARTBEAT, "the first joiner holds it")
+    publish(client, unique_name, 1, 10)
+    wait_for(lambda: tally.complete({0: 10}), 5, "handled by the active member")
+    assert tally.by("second") == [] and tally.by("third") == []
+
+    # release(): the partition goes to the next in join order, not back.
+    released_at = time.monotonic()
+    members["first"].release()
+    assert members["first"].member
+    took = wait_for(lambda: holder(members, tp) == "second", 3 * HEARTBEAT, "second takes over")
+    print(f"pinned hand-over on release: {took:.2f}s")
+    publish(client, unique_name, 1, 10)
+    wait_for(lambda: tally.complete({0: 20}), 5, "handled by the new active member")
+    taken = tally.first_after("second", 0, released_at)
+    assert taken is not None and taken[0] == 10  # at the released member's commit + 1
+    time.sleep(HEARTBEAT)
+    assert holder(members, tp) == "second"  # the released member waits at the back
+
+    # The active member closes: the next in line (third) takes over at cursor + 1.
+    closed_at = time.monotonic()
+    members.pop("second").close()
+    took = wait_for(lambda: holder(members, tp) == "third", 3 * HEARTBEAT, "third takes over")
+    print(f"pinned takeover on close: {took:.2f}s")
+    publish(client, unique_name, 1, 10)
+    wait_for(lambda: tally.complete({0: 30}), 5, "handled after the takeover")
+    first = tally.first_after("third", 0, closed_at)
+    assert first is not None and first[0] == 20
+    assert sorted(tally.offsets(0)) == list(range(30))
+    assert [o for m, _, o, _ in tally.events].count(10) == 1  # nothing handled twice
+
+
+def test_pinned_new_standby_does_not_steal(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    client.create_stream(unique_name, unique_name)
+    tp = StreamPartition(unique_name, 0)
+    tally = Tally()
+    members = {"old": make_consumer(unique_name)}
+    members["old"].subscribe(unique_name, tally.handler("old"))
+    wait_for(lambda: holder(members, tp) == "old", 3 * HEARTBEAT, "held")
+    members["new"] = make_consumer(unique_name)
+    members["new"].subscribe(unique_name, tally.handler("new"))
+    publish(client, unique_name, 1, 5)
+    wait_for(lambda: tally.complete({0: 5}), 5, "handled")
+    time.sleep(2 * HEARTBEAT)
+    assert holder(members, tp) == "old"
+    assert tally.by("new") == []
+
+
+def test_release_needs_a_generated_id(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    client.create_stream(unique_name, unique_name)
+    chosen = make_consumer(unique_name, consumer_id="chosen")
+    chosen.subscribe(unique_name, Tally().handler("chosen"))
+    with pytest.raises(liftbridge.InvalidArgumentError, match="generated consumer id"):
+        chosen.release()
+
+
+# ---------------------------------------------------------------- overflow --
+
+
+def test_overflow_member_joins_under_backlog_and_leaves_when_drained(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    client.create_stream(unique_name, unique_name, partitions=2)
+    slow = threading.Event()
+
+    def pace(message: liftbridge.Message) -> None:
+        if slow.is_set():
+            time.sleep(0.05)
+
+    tally = Tally()
+    regular = make_consumer(unique_name, auto_checkpoint=0.2)
+    regular.subscribe(unique_name, tally.handler("regular", pace))
+    helper = make_consumer(unique_name, min_pending=40, low_pending=4, auto_checkpoint=0.2)
+    helper.subscribe(unique_name, tally.handler("helper"))
+    wait_for(lambda: len(regular.assignment) == 2, 5, "the regular member holds both")
+
+    publish(client, unique_name, 2, 10)  # backlog 20 < 40: the helper stays out
+    wait_for(lambda: tally.complete({0: 10, 1: 10}), 5, "handled")
+    time.sleep(1.5)
+    assert not helper.member and tally.by("helper") == []
+
+    slow.set()
+    published_at = time.monotonic()
+    publish(client, unique_name, 2, 60)  # backlog 120 >= 40: the helper joins
+    took = wait_for(lambda: helper.assignment != (), 5, "the helper joins")
+    print(f"overflow join after the burst: {took:.2f}s")
+    slow.clear()
+    wait_for(lambda: tally.complete({0: 70, 1: 70}), 20, "the burst handled")
+    took = wait_for(lambda: not helper.member, 5, "the helper leaves when drained")
+    print(f"overflow leave after draining: {took:.2f}s")
+    assert tally.by("helper"), "the helper did some of the work"
+    assert tally.first_after("helper", 0, published_at) or tally.first_after(
+        "helper", 1, published_at
+    )
+    wait_for(lambda: len(regular.assignment) == 2, 5, "the regular member holds both again")
+    assert helper.backlog() <= 4
+
+
+# ----------------------------------------------------------------- cluster --
+
+
+@pytest.mark.cluster
+def test_killing_the_coordinator_does_not_stop_consumption(
+    cluster: LocalCluster, unique_name: str
+) -> None:
+    with liftbridge.Client(cluster.addresses, ack_wait=10.0) as client:
+        client.create_stream(unique_name, unique_name, partitions=3, replication_factor=3)
+        tally = Tally()
+        members = []
+        coordinator = None
+        try:
+            for name in ("a", "b", "c"):
+                consumer = client.create_consumer(unique_name, auto_checkpoint=0.5)
+                consumer.subscribe(unique_name, tally.handler(name))
+                members.append(consumer)
+            wait_for(lambda: all(len(m.assignment) == 1 for m in members), 10, "balanced")
+            publish(client, unique_name, 3, 10)
+            wait_for(lambda: tally.complete({0: 10, 1: 10, 2: 10}), 10, "first batch")
+
+            info = client._rpc_any(
+                "FetchMetadata", api_pb2.FetchMetadataRequest(groups=[unique_name]), 5.0
+            ).groupMetadata[0]
+            coordinator = info.coordinator
+            cluster.kill(coordinator)
+            killed_at = time.monotonic()
+            counts = {p: 10 for p in range(3)}
+            for _ in range(10):
+                for p in range(3):
+                    _publish_retrying(client, unique_name, p)
+                    counts[p] += 1
+            wait_for(lambda: tally.complete(counts), 30, "consumption continued")
+            print(f"all handled {time.monotonic() - killed_at:.2f}s after the kill")
+
+            def new_coordinator() -> bool:
+                try:
+                    response = client._rpc_any(
+                        "FetchMetadata", api_pb2.FetchMetadataRequest(groups=[unique_name]), 2.0
+                    )
+                except liftbridge.LiftbridgeError:
+                    return False
+                return response.groupMetadata[0].coordinator not in ("", coordinator)
+
+            wait_for(new_coordinator, 20, "a new coordinator")
+            print(f"coordinator {coordinator} replaced within {time.monotonic() - killed_at:.2f}s")
+            assert all(m.member for m in members)
+            assert sorted(tp for m in members for tp in m.assignment) == [
+                StreamPartition(unique_name, p) for p in range(3)
+            ]
+        finally:
+            for consumer in members:
+                consumer.close()
+            if coordinator is not None:
+                cluster.restart(coordinator)
+
+
+def _publish_retrying(client: liftbridge.Client, stream: str, partition: int) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            client.publish(stream, b"m", partition=partition, timeout=2.0)
+            return
+        except liftbridge.LiftbridgeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def test_client_close_commits_and_leaves_for_its_consumers(
+    server: LocalServer, unique_name: str
+) -> None:
+    """Closing the client first still lets its consumers commit and leave."""
+    done = threading.Event()
+    handled: list[int] = []
+
+    def handler(message: liftbridge.Message | None, error: BaseException | None) -> None:
+        if message is not None:
+            handled.append(message.offset)
+            if len(handled) == 5:
+                done.set()
+
+    client = liftbridge.Client(server.address)
+    client.create_stream(unique_name, unique_name)
+    for i in range(5):
+        client.publish(unique_name, b"%d" % i)
+    consumer = client.create_consumer(f"{unique_name}-g", auto_checkpoint=None)
+    consumer.subscribe(unique_name, handler)
+    assert done.wait(30)
+    client.close()  # not consumer.close()
+    assert consumer.closed
+    with liftbridge.Client(server.address) as other:
+        assert other.fetch_cursor(consumer.cursor_id, unique_name, 0) == 4

@@ -1,0 +1,402 @@
+"""Consumer groups without a server: cursor ids and their routing, the backlog
+and overflow rules, member ids, refusal texts, start positions, commits."""
+
+from __future__ import annotations
+
+import threading
+from types import MappingProxyType
+from typing import Any, cast
+
+import pytest
+
+import liftbridge
+from liftbridge._client import Client
+from liftbridge._consumer import Consumer
+from liftbridge._group import (
+    AutoOffset,
+    OverflowRule,
+    Refusal,
+    StreamPartition,
+    assignment_from_proto,
+    classify,
+    cursor_key,
+    cursors_partition,
+    group_backlog,
+    group_cursor_id,
+    new_consumer_id,
+    partition_backlog,
+)
+from liftbridge._group_partitions import Assigned, StartPlan, backoff, plan_start, transient
+from liftbridge._metadata import Metadata, MetadataCache, PartitionInfo, StreamInfo
+from liftbridge._subscription import StartPosition, Subscription
+from liftbridge_api import api_pb2
+
+
+def crc32_ieee(data: bytes) -> int:
+    """Bitwise CRC-32 (IEEE 802.3, reflected, polynomial 0xEDB88320): an
+    implementation independent of zlib, as Go's hash/crc32.ChecksumIEEE."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0xEDB88320 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+# ---------------------------------------------------------------- cursors --
+
+
+def test_group_cursor_id_is_the_go_clients() -> None:
+    assert group_cursor_id("orders") == "__group:orders"
+    assert group_cursor_id("a:b") == "__group:a:b"
+
+
+def test_cursor_key_joins_id_stream_and_partition_with_commas() -> None:
+    assert cursor_key("__group:g", "orders", 3) == "__group:g,orders,3"
+
+
+def test_crc32_reference_value() -> None:
+    assert crc32_ieee(b"123456789") == 0xCBF43926  # the CRC-32 check value
+
+
+@pytest.mark.parametrize(
+    ("group", "stream", "partition", "partitions"),
+    [("g", "orders", 0, 2), ("g", "orders", 1, 2), ("billing", "events", 7, 5), ("x", "y", 0, 1)],
+)
+def test_cursors_partition_is_crc32_of_the_key_mod_partitions(
+    group: str, stream: str, partition: int, partitions: int
+) -> None:
+    key = f"__group:{group},{stream},{partition}".encode()
+    expected = crc32_ieee(key) % partitions
+    assert cursors_partition(group_cursor_id(group), stream, partition, partitions) == expected
+
+
+def test_cursors_partition_known_values() -> None:
+    # Fixed points of the routing, so a change of key format or hash shows.
+    assert crc32_ieee(b"__group:g,orders,0") == 0x1FBCBD2C
+    assert cursors_partition("__group:g", "orders", 0, 10) == 2
+    assert cursors_partition("__group:g", "orders", 0, 7) == 0x1FBCBD2C % 7
+
+
+def test_cursors_partition_needs_partitions() -> None:
+    with pytest.raises(liftbridge.InvalidArgumentError):
+        cursors_partition("__group:g", "s", 0, 0)
+
+
+def _client_with_cursor_partitions(count: int) -> Client:
+    """A Client that never connected, whose cache knows ``__cursors``."""
+    parts = {p: PartitionInfo("__cursors", p, "a", ("a",), ("a",)) for p in range(count)}
+    stream = StreamInfo("__cursors", "__cursors", MappingProxyType(parts))
+    cache = MetadataCache(("127.0.0.1:1",))
+    cache.replace(Metadata((), MappingProxyType({"__cursors": stream}), MappingProxyType({}), 0.0))
+    client = Client.__new__(Client)
+    client._metadata = cache
+    return client
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 10])
+def test_client_routes_group_cursors_like_the_server(count: int) -> None:
+    client = _client_with_cursor_partitions(count)
+    for group, stream, partition in [("g", "orders", 0), ("g", "orders", 5), ("h", "s", 2)]:
+        cursor_id = group_cursor_id(group)
+        expected = crc32_ieee(f"{cursor_id},{stream},{partition}".encode()) % count
+        assert client._cursor_partition(cursor_id, stream, partition) == expected
+        assert cursors_partition(cursor_id, stream, partition, count) == expected
+
+
+# ---------------------------------------------------------------- backlog --
+
+
+@pytest.mark.parametrize(
+    ("high_watermark", "committed", "backlog"),
+    [
+        (-1, -1, 0),  # empty partition, no cursor
+        (9, -1, 10),  # no cursor: every message counts
+        (9, 9, 0),  # all committed
+        (9, 4, 5),
+        (3, 7, 0),  # a cursor past the watermark (never negative)
+    ],
+)
+def test_partition_backlog(high_watermark: int, committed: int, backlog: int) -> None:
+    assert partition_backlog(high_watermark, committed) == backlog
+
+
+def test_group_backlog_sums_partitions() -> None:
+    assert group_backlog([(9, 4), (9, -1), (-1, -1)]) == 15
+    assert group_backlog([]) == 0
+
+
+def test_overflow_rule_defaults_low_mark_to_half() -> None:
+    assert OverflowRule.from_options(None, None) is None
+    assert OverflowRule.from_options(100, None) == OverflowRule(100, 50)
+    assert OverflowRule.from_options(1, None) == OverflowRule(1, 0)
+    assert OverflowRule.from_options(10, 3) == OverflowRule(10, 3)
+
+
+@pytest.mark.parametrize(
+    ("min_pending", "low_pending"), [(0, None), (-5, None), (10, 10), (10, 11), (10, -1)]
+)
+def test_overflow_rule_rejects_bad_marks(min_pending: int, low_pending: int | None) -> None:
+    with pytest.raises(liftbridge.InvalidArgumentError):
+        OverflowRule.from_options(min_pending, low_pending)
+
+
+def test_overflow_rule_needs_min_pending_for_low_pending() -> None:
+    with pytest.raises(liftbridge.InvalidArgumentError, match="min_pending"):
+        OverflowRule.from_options(None, 5)
+
+
+def test_overflow_rule_has_hysteresis() -> None:
+    rule = OverflowRule(min_pending=100, low_pending=20)
+    # Outside: join at >= 100 only.
+    assert not rule.wants_membership(False, 0)
+    assert not rule.wants_membership(False, 99)
+    assert rule.wants_membership(False, 100)
+    assert rule.wants_membership(False, 5000)
+    # Inside: stay above 20, leave at <= 20.
+    assert rule.wants_membership(True, 99)
+    assert rule.wants_membership(True, 21)
+    assert not rule.wants_membership(True, 20)
+    assert not rule.wants_membership(True, 0)
+
+
+def test_overflow_rule_with_zero_low_mark_leaves_when_drained() -> None:
+    rule = OverflowRule(1, 0)
+    assert rule.wants_membership(False, 1)
+    assert rule.wants_membership(True, 1)
+    assert not rule.wants_membership(True, 0)
+
+
+# ------------------------------------------------------------ member ids --
+
+
+def test_generated_consumer_ids_sort_by_creation_time() -> None:
+    earlier = new_consumer_id(1_700_000_000_000_000_000)
+    later = new_consumer_id(1_700_000_000_000_000_001)
+    much_later = new_consumer_id(17_000_000_000_000_000_000)
+    assert earlier < later < much_later
+    assert earlier.startswith("01700000000000000000-") and len(earlier) == 29
+    assert new_consumer_id() != new_consumer_id()
+    assert new_consumer_id() > earlier
+
+
+# -------------------------------------------------------------- refusals --
+
+
+@pytest.mark.parametrize(
+    ("text", "refusal"),
+    [
+        (
+            "client-provided group epoch differs from broker group epoch",
+            Refusal.STALE_EPOCH,
+        ),
+        ("broker is not the consumer group coordinator", Refusal.NOT_COORDINATOR),
+        ("consumer is already a member of the consumer group", Refusal.ALREADY_MEMBER),
+        ("consumer is not a member of the consumer group", Refusal.NOT_MEMBER),
+        ("Consumer c is not a member of consumer group g", Refusal.NOT_MEMBER),
+        ("consumer group does not exist (gRPC NOT_FOUND)", Refusal.NO_GROUP),
+        ("No such consumer group g", Refusal.NO_GROUP),
+        ("consumer group already exists", Refusal.GROUP_EXISTS),
+        ("stream does not exist (gRPC FAILED_PRECONDITION)", Refusal.NO_STREAM),
+        ("Consumer is not currently assigned this partition", Refusal.FENCED),
+        (
+            "Coordinator generation mismatch, current coordinator: b epoch: 29, got coordinator: "
+            "a epoch: 21",
+            Refusal.COORDINATOR_CHANGED,
+        ),
+        ("Server not partition leader", None),
+    ],
+)
+def test_classify_tells_the_servers_group_refusals_apart(
+    text: str, refusal: Refusal | None
+) -> None:
+    assert classify(liftbridge.ConsumerGroupError(text)) is refusal
+
+
+def test_transient_failures() -> None:
+    assert transient(None)
+    assert transient(liftbridge.UnavailableError("x"))
+    assert transient(liftbridge.NotLeaderError("x"))
+    assert transient(liftbridge.ConsumerGroupError("fenced"))
+    assert transient(liftbridge.ServerError("log closed", "INTERNAL"))
+    assert transient(liftbridge.ClientClosedError("x"))
+    assert not transient(liftbridge.NoCursorError("x"))
+    assert not transient(liftbridge.StreamDeletedError("x"))
+    assert not transient(liftbridge.PartitionPausedError("x"))
+    assert not transient(liftbridge.ServerError("x", "UNKNOWN"))
+
+
+# ------------------------------------------------------------ partitions --
+
+
+def test_stream_partition_is_an_ordered_frozen_value() -> None:
+    a0, a1, b0 = StreamPartition("a", 0), StreamPartition("a", 1), StreamPartition("b", 0)
+    assert sorted([b0, a1, a0]) == [a0, a1, b0]
+    assert {a0, StreamPartition("a", 0)} == {a0}
+    assert str(a1) == "a/1"
+    with pytest.raises(AttributeError):
+        a0.partition = 2  # type: ignore[misc]
+
+
+def test_assignment_from_proto() -> None:
+    response = api_pb2.FetchConsumerGroupAssignmentsResponse(
+        epoch=7,
+        assignments=[
+            api_pb2.PartitionAssignment(stream="a", partitions=[0, 2]),
+            api_pb2.PartitionAssignment(stream="b", partitions=[1]),
+        ],
+    )
+    assert assignment_from_proto(response.assignments) == {
+        StreamPartition("a", 0),
+        StreamPartition("a", 2),
+        StreamPartition("b", 1),
+    }
+
+
+def _never() -> int:
+    raise AssertionError("the newest offset is not needed")
+
+
+@pytest.mark.parametrize("policy", list(AutoOffset))
+def test_plan_start_resumes_after_the_committed_offset(policy: AutoOffset) -> None:
+    assert plan_start(41, None, policy, _never, "s/0") == StartPlan(42)
+    assert plan_start(41, 39, policy, _never, "s/0") == StartPlan(42)
+    # This member's own progress, when later than the cursor, wins.
+    assert plan_start(41, 50, policy, _never, "s/0") == StartPlan(51)
+    assert plan_start(-1, 0, policy, _never, "s/0") == StartPlan(1)
+
+
+def test_plan_start_without_a_cursor() -> None:
+    assert plan_start(-1, None, AutoOffset.EARLIEST, _never, "s/0") == StartPlan(
+        StartPosition.EARLIEST
+    )
+    with pytest.raises(liftbridge.NoCursorError, match="s/0"):
+        plan_start(-1, None, AutoOffset.ERROR, _never, "s/0")
+    # NEW_ONLY and LATEST resolve to an offset and pin it as the group's start.
+    assert plan_start(-1, None, AutoOffset.NEW_ONLY, lambda: 9, "s/0") == StartPlan(10, pin=9)
+    assert plan_start(-1, None, AutoOffset.LATEST, lambda: 9, "s/0") == StartPlan(9, pin=8)
+    # An empty partition (or only one message, for LATEST) cannot be pinned.
+    assert plan_start(-1, None, AutoOffset.NEW_ONLY, lambda: -1, "s/0") == StartPlan(0)
+    assert plan_start(-1, None, AutoOffset.LATEST, lambda: 0, "s/0") == StartPlan(0)
+
+
+class _FakeSubscription:
+    def __init__(self, last_offset: int | None, error: BaseException | None = None) -> None:
+        self.last_offset = last_offset
+        self.error = error
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _sub(last_offset: int | None, error: BaseException | None = None) -> Subscription:
+    return cast(Subscription, _FakeSubscription(last_offset, error))
+
+
+def test_commits_cover_only_handled_messages() -> None:
+    stored: list[tuple[StreamPartition, int]] = []
+    entry = Assigned(StreamPartition("s", 0), committed=4)
+    entry.commit(lambda tp, offset: stored.append((tp, offset)))
+    assert stored == []  # nothing handled yet
+    entry.started(_sub(None))
+    entry.commit(lambda tp, offset: stored.append((tp, offset)))
+    assert stored == []
+    entry.started(_sub(7))
+    entry.commit(lambda tp, offset: stored.append((tp, offset)))
+    entry.commit(lambda tp, offset: stored.append((tp, offset)))  # no change: no RPC
+    assert stored == [(StreamPartition("s", 0), 7)]
+    assert entry.committed == 7
+
+
+def test_commit_failure_keeps_the_old_cursor() -> None:
+    entry = Assigned(StreamPartition("s", 0), committed=4)
+    entry.started(_sub(9))
+
+    def fail(tp: StreamPartition, offset: int) -> None:
+        raise liftbridge.UnavailableError("down")
+
+    with pytest.raises(liftbridge.UnavailableError):
+        entry.commit(fail)
+    assert entry.committed == 4
+
+
+def test_commit_skips_when_another_commit_runs() -> None:
+    entry = Assigned(StreamPartition("s", 0))
+    entry.started(_sub(3))
+    with entry.commit_lock:
+        assert entry.commit(lambda tp, offset: None, wait=0.01) is False
+
+
+def test_retired_readings_keep_their_progress_and_back_off_without_it() -> None:
+    entry = Assigned(StreamPartition("s", 0))
+    entry.started(_sub(5))
+    delay, error = entry.retire()
+    assert (delay, error, entry.carried, entry.progress()) == (0.0, None, 5, 5)
+    # A reading that ends without progress (a handler raising on offset 6).
+    failure = liftbridge.HandlerError(6, RuntimeError("boom"))
+    delays = []
+    for _ in range(4):
+        entry.started(_sub(None, failure))
+        delay, error = entry.retire()
+        delays.append(delay)
+        assert error is failure and entry.progress() == 5
+    assert delays == [0.5, 1.0, 2.0, 4.0]
+    entry.started(_sub(8))
+    assert entry.retire()[0] == 0.0  # progress resets the pause
+
+
+def test_backoff_is_capped() -> None:
+    assert [backoff(n) for n in (0, 1, 2, 3)] == [0.0, 0.5, 1.0, 2.0]
+    assert backoff(50) == 30.0
+
+
+# -------------------------------------------------------------- options --
+
+
+def _offline_client() -> Client:
+    return cast(Client, object())
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [
+        ({"auto_checkpoint": 0}, liftbridge.InvalidArgumentError),
+        ({"auto_checkpoint": "5"}, liftbridge.ArgumentTypeError),
+        ({"auto_offset": "earliest"}, liftbridge.ArgumentTypeError),
+        ({"on_assigned": 3}, liftbridge.ArgumentTypeError),
+        ({"consumer_id": ""}, liftbridge.InvalidArgumentError),
+        ({"min_pending": 0}, liftbridge.InvalidArgumentError),
+        ({"low_pending": 2}, liftbridge.InvalidArgumentError),
+        ({"join_timeout": -1}, liftbridge.InvalidArgumentError),
+    ],
+)
+def test_consumer_options_fail_fast(options: dict[str, Any], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        Consumer(_offline_client(), "group", **options)
+
+
+def test_consumer_before_subscribe() -> None:
+    consumer = Consumer(_offline_client(), "orders")
+    assert consumer.cursor_id == "__group:orders"
+    assert consumer.group_id == "orders"
+    assert consumer.assignment == ()
+    assert not consumer.member and not consumer.closed
+    consumer.checkpoint()  # nothing held, nothing to do
+    with pytest.raises(liftbridge.InvalidArgumentError, match="subscribe"):
+        consumer.release()
+    with pytest.raises(liftbridge.InvalidArgumentError, match="subscribe"):
+        consumer.backlog()
+    consumer.close()
+    consumer.close()
+    assert consumer.closed
+    with pytest.raises(liftbridge.InvalidArgumentError, match="closed"):
+        consumer.subscribe("s", lambda m, e: None)
+    assert not [t for t in threading.enumerate() if t.name.startswith("liftbridge-group")]
+
+
+def test_chosen_ids_are_kept_and_cannot_release() -> None:
+    consumer = Consumer(_offline_client(), "g", consumer_id="worker-1")
+    assert consumer.consumer_id == "worker-1"
+    with pytest.raises(liftbridge.InvalidArgumentError, match="generated consumer id"):
+        consumer.release()
