@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import pytest
 
@@ -13,6 +14,8 @@ import liftbridge
 from liftbridge.testing import LocalCluster
 
 pytestmark = pytest.mark.cluster
+
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -110,28 +113,35 @@ def test_subscription_is_gapless_across_leader_kill(healed: LocalCluster, unique
         assert set(received) == set(range(total))
 
 
+def _eventually(what: str, attempt: Callable[[], T], timeout: float = 60) -> T:
+    """Calls ``attempt`` until it returns; any SDK error during failover means
+    "not yet". Fails the test after ``timeout`` seconds, naming the last error."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return attempt()
+        except liftbridge.LiftbridgeError as e:
+            if time.monotonic() > deadline:
+                pytest.fail(f"{what} did not recover within {timeout:g}s; last error: {e!r}")
+            time.sleep(0.2)
+
+
 def test_publish_async_stream_recovers_after_its_broker_dies(
     healed: LocalCluster, unique_name: str
 ) -> None:
     first = healed.nodes[0]
     with liftbridge.Client([first.address], ack_wait=20, rpc_timeout=3) as client:
-        # Replicated on the two nodes that stay, led by one of them.
         client.create_stream(unique_name, unique_name, replication_factor=3)
         assert client.publish(unique_name, b"before") is not None
         healed.kill(first)  # the PublishAsync stream was opened on it
-        deadline = time.monotonic() + 60
-        outcome: liftbridge.Ack | None = None
-        while outcome is None:
-            assert time.monotonic() < deadline, "publish_async never recovered"
-            try:
-                outcome = client.publish_async(unique_name, b"after", timeout=5).result()
-            except (
-                liftbridge.ConnectionLostError,
-                liftbridge.DeadlineExceededError,
-                liftbridge.NoSuchPartitionError,
-                liftbridge.UnavailableError,
-            ):
-                time.sleep(0.2)
-        with client.subscribe(unique_name, start=0, stop=liftbridge.StopPosition.LATEST) as sub:
-            values = [m.value for m in sub]
+        ack = _eventually(
+            "publish_async", lambda: client.publish_async(unique_name, b"after", timeout=5).result()
+        )
+        assert ack is not None
+
+        def read_back() -> list[bytes]:
+            with client.subscribe(unique_name, start=0, stop=liftbridge.StopPosition.LATEST) as sub:
+                return [m.value for m in sub]
+
+        values = _eventually("subscribe", read_back)
         assert values[0] == b"before" and values[-1] == b"after"
