@@ -268,6 +268,10 @@ class Client:
     def __enter__(self) -> Client:
         return self
 
+    def __repr__(self) -> str:
+        brokers = ", ".join(f"{b.id}@{b.address}" for b in self._metadata.current.brokers)
+        return f"<liftbridge.Client {self._state.value} brokers=[{brokers}]>"
+
     def __exit__(self, *exc: object) -> None:
         self.close()
 

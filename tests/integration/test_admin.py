@@ -186,3 +186,10 @@ def test_close_is_idempotent_and_final(server: LocalServer) -> None:
         client.fetch_metadata()
     with pytest.raises(liftbridge.ClientClosedError):
         client.publish_async("x", b"y")
+
+
+def test_repr_names_state_and_brokers(server: LocalServer) -> None:
+    client = liftbridge.Client(server.address)
+    assert repr(client) == f"<liftbridge.Client open brokers=[{server.server_id}@{server.address}]>"
+    client.close()
+    assert repr(client).startswith("<liftbridge.Client closed")
