@@ -172,7 +172,7 @@ class Client:
         self._consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
         self._channels = Channels(tls)
         self._metadata = MetadataCache(seeds)
-        self._state_lock = threading.Lock()  # guards _state and _broker_index
+        self._state_lock = threading.Lock()  # guards _state, _broker_index, _subscriptions, _consumers
         self._state = ClientState.OPEN
         self._broker_index = 0
         try:
