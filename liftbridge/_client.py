@@ -172,7 +172,8 @@ class Client:
         self._consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
         self._channels = Channels(tls)
         self._metadata = MetadataCache(seeds)
-        self._state_lock = threading.Lock()  # guards _state, _broker_index, _subscriptions, _consumers
+        # guards _state, _broker_index, _subscriptions and _consumers
+        self._state_lock = threading.Lock()
         self._state = ClientState.OPEN
         self._broker_index = 0
         try:
