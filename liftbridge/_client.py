@@ -740,16 +740,20 @@ class Client:
                 )
         else:
             partition = 0
-        return api_pb2.PublishRequest(
+        request = api_pb2.PublishRequest(
             stream=stream,
             partition=partition,
-            key=key or b"",
             value=value,
-            headers=header_map,
             correlationId=correlation_id,
             ackPolicy=ack_policy.value,
             expectedOffset=-1 if expected_offset is None else expected_offset,
         )
+        # Set only when present: filling an empty map field is surprisingly slow.
+        if key:
+            request.key = key
+        if header_map:
+            request.headers.update(header_map)
+        return request
 
     def publish_async(
         self,

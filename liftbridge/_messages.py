@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from types import MappingProxyType
 
@@ -65,19 +65,60 @@ class Message:
         return _datetime(self.timestamp_ns)
 
 
+# Fast construction of the value objects built once per message.
+#
+# A frozen dataclass's __init__ sets each field through object.__setattr__ by
+# name; with slots, calling each field's slot descriptor directly does the same
+# job in about a third of the time, which matters on the subscription and ack
+# hot paths. The objects are exactly what __init__ builds (no __post_init__
+# exists to skip), and stay frozen: only these builders write the slots. The
+# descriptor tuples are taken in field order, and message_from_proto /
+# ack_from_proto unpack them by position: the assertions below fail at import
+# if a field is added, removed or reordered without updating them.
+_new = object.__new__
+_MESSAGE_SLOTS = tuple(getattr(Message, f.name).__set__ for f in fields(Message))
+assert [f.name for f in fields(Message)] == [
+    "offset",
+    "value",
+    "key",
+    "timestamp_ns",
+    "stream",
+    "partition",
+    "subject",
+    "reply_subject",
+    "headers",
+], "update message_from_proto for Message's fields"
+
+
 def message_from_proto(pb: api_pb2.Message) -> Message:
     """Converts a wire Message; the only way a Message is built from a protobuf."""
-    return Message(
-        offset=pb.offset,
-        value=pb.value,
-        key=pb.key or None,
-        timestamp_ns=pb.timestamp,
-        stream=pb.stream,
-        partition=pb.partition,
-        subject=pb.subject,
-        reply_subject=pb.replySubject,
-        headers=MappingProxyType(dict(pb.headers)) if pb.headers else _EMPTY_HEADERS,
+    (
+        set_offset,
+        set_value,
+        set_key,
+        set_timestamp,
+        set_stream,
+        set_partition,
+        set_subject,
+        set_reply_subject,
+        set_headers,
+    ) = _MESSAGE_SLOTS
+    message = _new(Message)
+    set_offset(message, pb.offset)
+    set_value(message, pb.value)
+    set_key(message, pb.key or None)
+    set_timestamp(message, pb.timestamp)
+    set_stream(message, pb.stream)
+    set_partition(message, pb.partition)
+    set_subject(message, pb.subject)
+    set_reply_subject(message, pb.replySubject)
+    headers = pb.headers
+    # A comprehension copies the protobuf map about twice as fast as dict().
+    set_headers(
+        message,
+        MappingProxyType({name: headers[name] for name in headers}) if headers else _EMPTY_HEADERS,
     )
+    return message
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,20 +152,52 @@ class Ack:
     error: LiftbridgeError | None = None
 
 
+_ACK_SLOTS = tuple(getattr(Ack, f.name).__set__ for f in fields(Ack))
+assert [f.name for f in fields(Ack)] == [
+    "stream",
+    "partition_subject",
+    "message_subject",
+    "offset",
+    "ack_inbox",
+    "correlation_id",
+    "ack_policy",
+    "reception_timestamp_ns",
+    "commit_timestamp_ns",
+    "error",
+], "update ack_from_proto for Ack's fields"
+_ACK_POLICIES = {policy.value: policy for policy in AckPolicy}
+_ACK_OK = api_pb2.Ack.OK
+
+
 def ack_from_proto(pb: api_pb2.Ack) -> Ack:
     """Converts a wire Ack, carrying its ack error as a typed exception."""
     error = None
-    if pb.ackError != api_pb2.Ack.OK:
+    if pb.ackError != _ACK_OK:
         error = from_async_error(api_pb2.Ack.Error.Name(pb.ackError), "")
-    return Ack(
-        stream=pb.stream,
-        partition_subject=pb.partitionSubject,
-        message_subject=pb.msgSubject,
-        offset=pb.offset,
-        ack_inbox=pb.ackInbox,
-        correlation_id=pb.correlationId,
-        ack_policy=AckPolicy(pb.ackPolicy),
-        reception_timestamp_ns=pb.receptionTimestamp,
-        commit_timestamp_ns=pb.commitTimestamp,
-        error=error,
-    )
+    policy = _ACK_POLICIES.get(pb.ackPolicy)
+    if policy is None:
+        policy = AckPolicy(pb.ackPolicy)  # raises ValueError naming the unknown value
+    (
+        set_stream,
+        set_partition_subject,
+        set_message_subject,
+        set_offset,
+        set_ack_inbox,
+        set_correlation_id,
+        set_ack_policy,
+        set_reception,
+        set_commit,
+        set_error,
+    ) = _ACK_SLOTS
+    ack = _new(Ack)
+    set_stream(ack, pb.stream)
+    set_partition_subject(ack, pb.partitionSubject)
+    set_message_subject(ack, pb.msgSubject)
+    set_offset(ack, pb.offset)
+    set_ack_inbox(ack, pb.ackInbox)
+    set_correlation_id(ack, pb.correlationId)
+    set_ack_policy(ack, policy)
+    set_reception(ack, pb.receptionTimestamp)
+    set_commit(ack, pb.commitTimestamp)
+    set_error(ack, error)
+    return ack

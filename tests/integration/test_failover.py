@@ -63,7 +63,7 @@ def test_subscription_is_gapless_across_leader_kill(healed: LocalCluster, unique
         healed.addresses, resubscribe_wait=60, ack_wait=30, rpc_timeout=3
     ) as client:
         client.create_stream(unique_name, unique_name, replication_factor=3)
-        leader = client.fetch_metadata().partition(unique_name, 0).leader  # type: ignore[union-attr]
+        leader = client.fetch_partition_metadata(unique_name).leader  # waits for the metadata
         received: list[int] = []  # values
         offsets: list[int] = []
         errors: list[BaseException] = []

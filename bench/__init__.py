@@ -1,0 +1,11 @@
+"""Benchmarks of the liftbridge SDK, each measured against the bare gRPC floor.
+
+``make bench`` (or ``python -m bench``) starts a :class:`~liftbridge.testing.LocalServer`,
+runs the workloads, prints a table and writes ``bench/results/<time>.json``.
+``python -m bench --help`` lists the options (``--quick``, ``--cluster``, ``--no-rss``).
+
+Modules: :mod:`bench.sdk` drives the public SDK, :mod:`bench.floor` the same
+RPC patterns on the bare generated stub, :mod:`bench.over_nats` the NATS
+publisher, :mod:`bench.rss` peak memory in a subprocess, :mod:`bench.suite`
+puts them together, :mod:`bench.report` prints and stores the figures.
+"""

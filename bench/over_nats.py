@@ -1,0 +1,82 @@
+"""Workload 5: envelopes published straight to NATS with ``liftbridge.NatsPublisher``,
+acks coming back on the publisher's inbox (needs the ``nats`` extra)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_all
+
+import liftbridge
+from bench.stats import Run, Stopwatch
+
+_WAIT = 60.0
+
+
+class NatsBenchError(RuntimeError):
+    """A publish over NATS failed during a run."""
+
+
+class NatsPublish:
+    """``NatsPublisher.publish``, one at a time, each waiting for its ack."""
+
+    def __init__(self, publisher: liftbridge.NatsPublisher, subject: str, value: bytes) -> None:
+        self._publisher = publisher
+        self._subject = subject
+        self._value = value
+
+    def run(self, count: int) -> Run:
+        publish, subject, value = self._publisher.publish, self._subject, self._value
+        latencies = []
+        clock = time.perf_counter
+        watch = Stopwatch()
+        for _ in range(count):
+            sent = clock()
+            publish(subject, value)
+            latencies.append(clock() - sent)
+        seconds, cpu = watch.stop()
+        return Run(count, seconds, count * len(value), cpu, tuple(latencies))
+
+    def close(self) -> None:
+        pass
+
+
+class NatsPipelined:
+    """``NatsPublisher.publish_async`` kept ``window`` publishes ahead of
+    their acks (the publisher has no window of its own, so the bench adds one)."""
+
+    def __init__(
+        self, publisher: liftbridge.NatsPublisher, subject: str, value: bytes, window: int
+    ) -> None:
+        self._publisher = publisher
+        self._subject = subject
+        self._value = value
+        self._window = window
+
+    def run(self, count: int) -> Run:
+        window = threading.BoundedSemaphore(self._window)
+
+        def release(_: Future[liftbridge.Ack | None]) -> None:
+            window.release()
+
+        publish_async, subject, value = self._publisher.publish_async, self._subject, self._value
+        futures: list[Future[liftbridge.Ack | None]] = []
+        watch = Stopwatch()
+        for _ in range(count):
+            if not window.acquire(timeout=_WAIT):
+                raise NatsBenchError(f"no ack over NATS within {_WAIT:g}s")
+            future = publish_async(subject, value)
+            future.add_done_callback(release)
+            futures.append(future)
+        _, not_done = wait_all(futures, timeout=_WAIT)
+        seconds, cpu = watch.stop()
+        if not_done:
+            raise NatsBenchError(f"{len(not_done)} acks over NATS still missing")
+        failed = [f.exception() for f in futures if f.exception() is not None]
+        if failed:
+            raise NatsBenchError(f"{len(failed)} publish(es) failed, first: {failed[0]!r}")
+        return Run(count, seconds, count * len(value), cpu)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,155 @@
+"""Results: the table printed at the end of a run and the JSON file written for it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.stats import Spread
+
+SDK = "sdk"
+BARE = "bare"
+
+THROUGHPUT = ("msgs_per_s", "mb_per_s")
+"""Metrics where more is better; the table gives them an SDK/bare ratio."""
+
+COMPARED = (*THROUGHPUT, "cpu_us_per_msg")
+"""Metrics the JSON file compares; for CPU per message, less is better."""
+
+_LABELS = {
+    "msgs_per_s": "msgs/s",
+    "mb_per_s": "MB/s",
+    "cpu_us_per_msg": "CPU us/msg",
+    "p50_ms": "p50 ms",
+    "p99_ms": "p99 ms",
+}
+
+
+@dataclass(frozen=True)
+class Result:
+    """One driver's figures for one workload, size and setting.
+
+    Attributes:
+        workload: e.g. ``"publish"``, ``"publish_async"``.
+        setting: what else distinguishes it, e.g. ``"window=1024"``.
+        value_size: bytes per value.
+        variant: ``"sdk"`` or ``"bare"`` (the floor).
+        count: messages per repetition.
+        metrics: metric name to its spread over the repetitions.
+        shown: the metrics the table prints, in order.
+    """
+
+    workload: str
+    setting: str
+    value_size: int
+    variant: str
+    count: int
+    metrics: dict[str, Spread]
+    shown: tuple[str, ...]
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.workload, self.setting, self.value_size)
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "workload": self.workload,
+            "setting": self.setting,
+            "value_size": self.value_size,
+            "variant": self.variant,
+            "count": self.count,
+            "reps": len(next(iter(self.metrics.values())).values) if self.metrics else 0,
+            "metrics": {name: spread.as_json() for name, spread in self.metrics.items()},
+        }
+
+
+def comparisons(results: Sequence[Result]) -> list[dict[str, object]]:
+    """SDK/bare ratios of the compared metrics, one per workload, setting and size."""
+    by_key: dict[tuple[str, str, int], dict[str, Result]] = {}
+    for result in results:
+        by_key.setdefault(result.key, {})[result.variant] = result
+    rows: list[dict[str, object]] = []
+    for (workload, setting, size), variants in by_key.items():
+        sdk, bare = variants.get(SDK), variants.get(BARE)
+        if sdk is None or bare is None:
+            continue
+        for metric in COMPARED:
+            if metric in sdk.shown and metric in sdk.metrics and metric in bare.metrics:
+                floor = bare.metrics[metric].median
+                rows.append(
+                    {
+                        "workload": workload,
+                        "setting": setting,
+                        "value_size": size,
+                        "metric": metric,
+                        "sdk": sdk.metrics[metric].median,
+                        "bare": floor,
+                        "ratio": sdk.metrics[metric].median / floor if floor else None,
+                        "higher_is_better": metric in THROUGHPUT,
+                    }
+                )
+    return rows
+
+
+def _figure(spread: Spread | None) -> str:
+    if spread is None:
+        return "-"
+    value = spread.median
+    text = f"{value:,.0f}" if value >= 100 else f"{value:,.2f}"
+    return f"{text} ±{spread.relative * 100:.0f}%"
+
+
+def _size(size: int) -> str:
+    return f"{size // 1024} KiB" if size >= 1024 and size % 1024 == 0 else f"{size} B"
+
+
+def table(results: Sequence[Result]) -> str:
+    """The results as a fixed-width text table: median ±half-range over the
+    repetitions, SDK next to its floor, and their ratio for throughput."""
+    header = ("workload", "setting", "size", "metric", "SDK", "bare", "SDK/bare")
+    rows: list[tuple[str, ...]] = [header]
+    groups: dict[tuple[str, str, int], dict[str, Result]] = {}
+    for result in results:
+        groups.setdefault(result.key, {})[result.variant] = result
+    for (workload, setting, size), variants in groups.items():
+        sdk, bare = variants.get(SDK), variants.get(BARE)
+        shown = (sdk or bare or next(iter(variants.values()))).shown
+        first = True
+        for metric in shown:
+            left = sdk.metrics.get(metric) if sdk else None
+            right = bare.metrics.get(metric) if bare else None
+            ratio = "-"
+            if metric in THROUGHPUT and left is not None and right is not None and right.median:
+                ratio = f"{left.median / right.median:.2f}"
+            rows.append(
+                (
+                    workload if first else "",
+                    setting if first else "",
+                    _size(size) if first else "",
+                    _LABELS.get(metric, metric),
+                    _figure(left),
+                    _figure(right),
+                    ratio,
+                )
+            )
+            first = False
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = []
+    for n, row in enumerate(rows):
+        cells = [
+            cell.ljust(width) if i < 4 else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def write_json(path: Path, document: dict[str, object]) -> Path:
+    """Writes the run's document as indented JSON, creating the directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    return path

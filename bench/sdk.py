@@ -1,0 +1,193 @@
+"""The SDK side of each workload, through the public ``liftbridge`` API only.
+
+Each driver mirrors one in :mod:`bench.floor`: same stream, same values,
+same ack policy, same in-flight window.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import liftbridge
+from bench.e2e import latency_of, stamped_value, wait_for
+from bench.stats import Run, Stopwatch
+
+_WAIT = 60.0
+"""Seconds any single step may block before the run is declared stuck."""
+
+
+class SdkError(RuntimeError):
+    """A publish or subscription failed during an SDK run."""
+
+
+class SdkPublish:
+    """Workload 1: ``Client.publish``, one at a time."""
+
+    def __init__(
+        self,
+        client: liftbridge.Client,
+        stream: str,
+        value: bytes,
+        ack_policy: liftbridge.AckPolicy,
+    ) -> None:
+        self._client = client
+        self._stream = stream
+        self._value = value
+        self._ack_policy = ack_policy
+
+    def run(self, count: int) -> Run:
+        publish, stream, value, policy = (
+            self._client.publish,
+            self._stream,
+            self._value,
+            self._ack_policy,
+        )
+        latencies = []
+        clock = time.perf_counter
+        watch = Stopwatch()
+        for _ in range(count):
+            sent = clock()
+            publish(stream, value, ack_policy=policy)
+            latencies.append(clock() - sent)
+        seconds, cpu = watch.stop()
+        return Run(count, seconds, count * len(value), cpu, tuple(latencies))
+
+    def close(self) -> None:
+        pass
+
+
+class SdkPipelined:
+    """Workload 2: ``Client.publish_async`` back to back; the client's
+    ``max_inflight`` window paces it; done when the last ack is in."""
+
+    def __init__(
+        self,
+        client: liftbridge.Client,
+        stream: str,
+        value: bytes,
+        ack_policy: liftbridge.AckPolicy,
+    ) -> None:
+        self._client = client
+        self._stream = stream
+        self._value = value
+        self._ack_policy = ack_policy
+
+    def run(self, count: int) -> Run:
+        """Publishes ``count`` messages and checks the partition grew by as many.
+
+        The futures are dropped as they come, as a producer that relies on
+        ``flush`` would: holding them all would time the garbage collector
+        walking them rather than the SDK.
+        """
+        publish_async, stream, value, policy = (
+            self._client.publish_async,
+            self._stream,
+            self._value,
+            self._ack_policy,
+        )
+        before = self._stored()
+        watch = Stopwatch()
+        for _ in range(count):
+            publish_async(stream, value, ack_policy=policy)
+        if not self._client.flush(_WAIT):
+            raise SdkError(f"acks still missing after {_WAIT:g}s")
+        seconds, cpu = watch.stop()
+        stored = self._stored() - before
+        if stored != count:
+            raise SdkError(f"{count} publishes stored {stored} messages")
+        return Run(count, seconds, count * len(value), cpu)
+
+    def _stored(self) -> int:
+        return self._client.fetch_partition_metadata(self._stream).newest_offset + 1
+
+    def close(self) -> None:
+        pass
+
+
+class SdkSubscribe:
+    """Workload 3: ``Client.subscribe`` from the earliest offset to
+    ``last_offset``, with a handler that reads each message's offset."""
+
+    def __init__(
+        self, client: liftbridge.Client, stream: str, last_offset: int, value_size: int
+    ) -> None:
+        self._client = client
+        self._stream = stream
+        self._last_offset = last_offset
+        self._value_size = value_size
+
+    def run(self, count: int) -> Run:
+        """Reads the whole partition; ``count`` is how many messages it holds."""
+        received = 0
+        last = -1
+
+        def handler(message: liftbridge.Message | None, error: BaseException | None) -> None:
+            nonlocal received, last
+            if message is not None:
+                received += 1
+                last = message.offset
+
+        watch = Stopwatch()
+        subscription = self._client.subscribe(
+            self._stream,
+            handler,
+            start=liftbridge.StartPosition.EARLIEST,
+            stop=self._last_offset,
+        )
+        finished = subscription.wait(_WAIT * 10)
+        seconds, cpu = watch.stop()
+        subscription.close()
+        if not finished or subscription.error is not None:
+            raise SdkError(f"subscription did not end cleanly: {subscription.error!r}")
+        if received != count or last != self._last_offset:
+            raise SdkError(f"read {received} messages up to offset {last}, expected {count}")
+        return Run(received, seconds, received * self._value_size, cpu)
+
+    def close(self) -> None:
+        pass
+
+
+class SdkEndToEnd:
+    """Workload 4: ``publish_async`` at a fixed rate, ``subscribe`` handler
+    at the other end; latency from a timestamp in the value."""
+
+    def __init__(
+        self, client: liftbridge.Client, stream: str, value_size: int, rate: float
+    ) -> None:
+        self._client = client
+        self._stream = stream
+        self._value_size = value_size
+        self._rate = rate
+
+    def run(self, count: int) -> Run:
+        latencies: list[float] = []
+        all_in = threading.Event()
+
+        def handler(message: liftbridge.Message | None, error: BaseException | None) -> None:
+            if message is None:
+                all_in.set()
+                return
+            latencies.append(latency_of(message.value))
+            if len(latencies) == count:
+                all_in.set()
+
+        subscription = self._client.subscribe(self._stream, handler)  # new messages only
+        try:
+            watch = Stopwatch()
+            start = time.perf_counter()
+            for i in range(count):
+                wait_for(start + i / self._rate)
+                self._client.publish_async(self._stream, stamped_value(self._value_size))
+            all_in.wait(_WAIT)
+            seconds, cpu = watch.stop()
+        finally:
+            subscription.close()
+        if len(latencies) != count:
+            raise SdkError(
+                f"received {len(latencies)} of {count} messages ({subscription.error!r})"
+            )
+        return Run(count, seconds, count * self._value_size, cpu, tuple(latencies))
+
+    def close(self) -> None:
+        pass

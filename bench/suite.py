@@ -1,0 +1,450 @@
+"""The benchmark suite: which workloads run, against which servers, how often.
+
+Every workload pairs SDK drivers (:mod:`bench.sdk`) with their floor
+(:mod:`bench.floor`) where one exists, warms both up, then alternates their
+repetitions (SDK first on even repetitions, floor first on odd ones) so that
+a machine getting busier or quieter during the run affects both alike.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+import liftbridge
+from bench import floor, over_nats, rss, sdk
+from bench.report import BARE, SDK, Result
+from bench.stats import Run, summarise
+from liftbridge.testing import LocalCluster, LocalServer
+from liftbridge_api import api_pb2_grpc
+
+WORKLOADS = ("publish", "publish_async", "subscribe", "e2e", "nats", "rss", "cluster")
+"""Names for ``--only``; ``cluster`` is workload 6 (3 nodes, RF=3, AckPolicy.ALL)."""
+
+
+class Driver(Protocol):
+    """Moves ``count`` messages one way and says how long it took."""
+
+    def run(self, count: int) -> Run: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much each workload does. ``FULL`` is ``make bench``; ``QUICK`` a smoke run."""
+
+    sizes: tuple[int, ...] = (100, 1024)
+    reps: int = 5
+    publish_count: int = 1_000
+    windows: tuple[int, ...] = (32, 256, 1024)
+    pipelined_count: int = 6_000
+    pipelined_reps: int = 3
+    subscribe_messages: int = 200_000
+    subscribe_reps: int = 3
+    subscribe_warmup_messages: int = 10_000
+    e2e_count: int = 1_000
+    e2e_rate: float = 500.0
+    nats_count: int = 500
+    nats_pipelined_count: int = 5_000
+    nats_window: int = 1024
+    cluster_publish_count: int = 500
+    cluster_pipelined_count: int = 5_000
+    cluster_windows: tuple[int, ...] = (1024,)
+    rss_messages: int = 1_000_000
+    rss_size: int = 100
+    rss_window: int = 1024
+
+    def warmup(self, count: int) -> int:
+        """Messages in a warm-up run before the repetitions of ``count``."""
+        return max(1, count // 5)
+
+
+FULL = Plan()
+QUICK = Plan(
+    reps=2,
+    publish_count=50,
+    windows=(64, 1024),
+    pipelined_count=500,
+    pipelined_reps=2,
+    subscribe_messages=2_000,
+    subscribe_reps=2,
+    subscribe_warmup_messages=200,
+    e2e_count=50,
+    e2e_rate=500.0,
+    nats_count=50,
+    nats_pipelined_count=500,
+    cluster_publish_count=50,
+    cluster_pipelined_count=500,
+    rss_messages=5_000,
+)
+
+
+def plan_with(plan: Plan, *, reps: int | None) -> Plan:
+    """The plan with every repetition count replaced, when ``reps`` is given."""
+    if reps is None:
+        return plan
+    return replace(plan, reps=reps, pipelined_reps=reps, subscribe_reps=reps)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    workload: str
+    setting: str
+    value_size: int
+    variant: str
+    driver: Driver
+    shown: tuple[str, ...]
+
+
+_PUBLISH_SHOWN = ("msgs_per_s", "p50_ms", "p99_ms", "cpu_us_per_msg")
+_PIPELINED_SHOWN = ("msgs_per_s", "mb_per_s", "cpu_us_per_msg")
+_LATENCY_SHOWN = ("p50_ms", "p99_ms")
+
+
+def _name(kind: str, variant: str, size: int) -> str:
+    return f"bench-{kind}-{variant}-{size}-{uuid.uuid4().hex[:6]}"
+
+
+class Suite:
+    """Runs the chosen workloads and collects their results.
+
+    Not thread-safe; one run per instance. A workload that fails is logged
+    and recorded in :attr:`errors`; the others still run.
+    """
+
+    def __init__(self, plan: Plan, workloads: Sequence[str], log: Callable[[str], None]) -> None:
+        self.plan = plan
+        self.workloads = tuple(w for w in WORKLOADS if w in workloads)
+        self.results: list[Result] = []
+        self.errors: list[dict[str, str]] = []
+        self.rss: dict[str, float] | None = None
+        self._log = log
+
+    def run(self) -> None:
+        single = [w for w in self.workloads if w != "cluster"]
+        if single:
+            self._log("starting a LocalServer")
+            with LocalServer(log_level="warn") as server:
+                for workload in single:
+                    self._guard(workload, functools.partial(self._single, workload, server))
+        if "cluster" in self.workloads:
+            self._log("starting a 3-node LocalCluster")
+            with LocalCluster(3, log_level="warn") as cluster:
+                self._guard("cluster", lambda: self._cluster(cluster))
+
+    # ------------------------------------------------------------- helpers --
+
+    def _guard(self, workload: str, body: Callable[[], None]) -> None:
+        started = time.monotonic()
+        try:
+            body()
+        except Exception as e:  # one failed workload must not hide the others' figures
+            self._log(f"!! {workload} failed: {e!r}")
+            self.errors.append({"workload": workload, "error": repr(e)})
+        self._log(f"   {workload}: {time.monotonic() - started:.0f}s")
+
+    def _measure(self, entries: Sequence[_Entry], count: int, reps: int, warmup: int) -> None:
+        """Warms each driver up, runs the repetitions alternating the order
+        of the drivers, and records one result per driver."""
+        try:
+            for entry in entries:
+                if warmup:
+                    entry.driver.run(warmup)
+            runs: list[list[Run]] = [[] for _ in entries]
+            order = list(range(len(entries)))
+            for rep in range(reps):
+                for i in order if rep % 2 == 0 else reversed(order):
+                    runs[i].append(entries[i].driver.run(count))
+        finally:
+            for entry in entries:
+                entry.driver.close()
+        for entry, driver_runs in zip(entries, runs, strict=True):
+            result = Result(
+                workload=entry.workload,
+                setting=entry.setting,
+                value_size=entry.value_size,
+                variant=entry.variant,
+                count=count,
+                metrics=summarise(driver_runs),
+                shown=entry.shown,
+            )
+            self.results.append(result)
+            figures = ", ".join(
+                f"{name} {result.metrics[name].median:,.2f}"
+                for name in entry.shown
+                if name in result.metrics
+            )
+            where = f"{entry.workload} {entry.setting} {entry.value_size}B {entry.variant}"
+            self._log(f"   {where}: {figures}")
+
+    @contextmanager
+    def _client(
+        self, addresses: list[str], max_inflight: int = 1024
+    ) -> Iterator[liftbridge.Client]:
+        with liftbridge.Client(addresses, ack_wait=60.0, max_inflight=max_inflight) as client:
+            yield client
+
+    # ----------------------------------------------------- single server --
+
+    def _single(self, workload: str, server: LocalServer) -> None:
+        self._log(f"-- {workload}")
+        channel, stub = floor.open_stub(server.address)
+        try:
+            with self._client(server.addresses) as client:
+                if workload == "publish":
+                    self._publish(client, stub, "publish", liftbridge.AckPolicy.LEADER)
+                elif workload == "publish_async":
+                    self._pipelined(
+                        server.addresses, stub, "publish_async", liftbridge.AckPolicy.LEADER
+                    )
+                elif workload == "subscribe":
+                    self._subscribe(client, stub)
+                elif workload == "e2e":
+                    self._end_to_end(client, stub)
+                elif workload == "nats":
+                    self._nats(client, server.nats_url)
+                elif workload == "rss":
+                    self._rss(server.address)
+        finally:
+            channel.close()
+
+    def _publish(
+        self,
+        client: liftbridge.Client,
+        stub: api_pb2_grpc.APIStub,
+        workload: str,
+        policy: liftbridge.AckPolicy,
+        replication_factor: int = 1,
+        count: int | None = None,
+    ) -> None:
+        count = count or self.plan.publish_count
+        setting = policy.name
+        for size in self.plan.sizes:
+            value = b"p" * size
+            names = [self._stream(client, workload, v, size, replication_factor) for v in "sbu"]
+            entries = [
+                _Entry(
+                    workload,
+                    setting,
+                    size,
+                    SDK,
+                    sdk.SdkPublish(client, names[0], value, policy),
+                    _PUBLISH_SHOWN,
+                ),
+                _Entry(
+                    workload,
+                    setting,
+                    size,
+                    BARE,
+                    floor.BarePublish(stub, names[1], value, policy.value),
+                    _PUBLISH_SHOWN,
+                ),
+                # A reference, not a floor: what the unary Publish RPC costs.
+                _Entry(
+                    f"{workload} (unary RPC)",
+                    setting,
+                    size,
+                    BARE,
+                    floor.BareUnaryPublish(stub, names[2], value, policy.value),
+                    _PUBLISH_SHOWN,
+                ),
+            ]
+            self._measure(entries, count, self.plan.reps, self.plan.warmup(count))
+
+    def _pipelined(
+        self,
+        addresses: list[str],
+        stub: api_pb2_grpc.APIStub,
+        workload: str,
+        policy: liftbridge.AckPolicy,
+        replication_factor: int = 1,
+        windows: tuple[int, ...] | None = None,
+        count: int | None = None,
+    ) -> None:
+        count = count or self.plan.pipelined_count
+        for window in windows or self.plan.windows:
+            with self._client(addresses, max_inflight=window) as client:
+                for size in self.plan.sizes:
+                    value = b"a" * size
+                    names = [
+                        self._stream(client, workload, v, size, replication_factor) for v in "sb"
+                    ]
+                    setting = f"{policy.name} window={window}"
+                    entries = [
+                        _Entry(
+                            workload,
+                            setting,
+                            size,
+                            SDK,
+                            sdk.SdkPipelined(client, names[0], value, policy),
+                            _PIPELINED_SHOWN,
+                        ),
+                        _Entry(
+                            workload,
+                            setting,
+                            size,
+                            BARE,
+                            floor.BarePipelined(stub, names[1], value, policy.value, window),
+                            _PIPELINED_SHOWN,
+                        ),
+                    ]
+                    self._measure(entries, count, self.plan.pipelined_reps, self.plan.warmup(count))
+
+    def _subscribe(self, client: liftbridge.Client, stub: api_pb2_grpc.APIStub) -> None:
+        total, warm = self.plan.subscribe_messages, self.plan.subscribe_warmup_messages
+        for size in self.plan.sizes:
+            value = b"s" * size
+            stream = self._stream(client, "subscribe", "all", size)
+            warm_stream = self._stream(client, "subscribe-warmup", "all", size)
+            started = time.monotonic()
+            floor.fill_partition(stub, stream, value, total)
+            floor.fill_partition(stub, warm_stream, value, warm)
+            self._log(f"   filled {total:,} x {size} B in {time.monotonic() - started:.0f}s")
+            for driver in (
+                sdk.SdkSubscribe(client, warm_stream, warm - 1, size),
+                floor.BareSubscribe(stub, warm_stream, warm - 1, size),
+            ):
+                driver.run(warm)
+            setting = "earliest"
+            entries = [
+                _Entry(
+                    "subscribe",
+                    setting,
+                    size,
+                    SDK,
+                    sdk.SdkSubscribe(client, stream, total - 1, size),
+                    _PIPELINED_SHOWN,
+                ),
+                _Entry(
+                    "subscribe",
+                    setting,
+                    size,
+                    BARE,
+                    floor.BareSubscribe(stub, stream, total - 1, size),
+                    _PIPELINED_SHOWN,
+                ),
+            ]
+            self._measure(entries, total, self.plan.subscribe_reps, 0)
+            client.delete_stream(stream)
+            client.delete_stream(warm_stream)
+
+    def _end_to_end(self, client: liftbridge.Client, stub: api_pb2_grpc.APIStub) -> None:
+        count, rate = self.plan.e2e_count, self.plan.e2e_rate
+        setting = f"{rate:g} msgs/s"
+        for size in self.plan.sizes:
+            names = [self._stream(client, "e2e", v, size) for v in "sb"]
+            entries = [
+                _Entry(
+                    "e2e latency",
+                    setting,
+                    size,
+                    SDK,
+                    sdk.SdkEndToEnd(client, names[0], size, rate),
+                    _LATENCY_SHOWN,
+                ),
+                _Entry(
+                    "e2e latency",
+                    setting,
+                    size,
+                    BARE,
+                    floor.BareEndToEnd(stub, names[1], size, rate),
+                    _LATENCY_SHOWN,
+                ),
+            ]
+            self._measure(entries, count, self.plan.reps, self.plan.warmup(count))
+
+    def _nats(self, client: liftbridge.Client, nats_url: str) -> None:
+        with liftbridge.NatsPublisher(nats_url, ack_timeout=60.0) as publisher:
+            for size in self.plan.sizes:
+                value = b"n" * size
+                subject = self._stream(client, "nats", "sdk", size)
+                self._measure(
+                    [
+                        _Entry(
+                            "nats publish",
+                            "LEADER",
+                            size,
+                            SDK,
+                            over_nats.NatsPublish(publisher, subject, value),
+                            _PUBLISH_SHOWN,
+                        )
+                    ],
+                    self.plan.nats_count,
+                    self.plan.reps,
+                    self.plan.warmup(self.plan.nats_count),
+                )
+                window = self.plan.nats_window
+                count = self.plan.nats_pipelined_count
+                self._measure(
+                    [
+                        _Entry(
+                            "nats publish_async",
+                            f"LEADER window={window}",
+                            size,
+                            SDK,
+                            over_nats.NatsPipelined(publisher, subject, value, window),
+                            _PIPELINED_SHOWN,
+                        )
+                    ],
+                    count,
+                    self.plan.pipelined_reps,
+                    self.plan.warmup(count),
+                )
+
+    def _rss(self, address: str) -> None:
+        plan = self.plan
+        stream = _name("rss", "sdk", plan.rss_size)
+        self._log(f"   publishing {plan.rss_messages:,} messages in a subprocess")
+        self.rss = rss.measure(
+            address, stream, plan.rss_messages, plan.rss_size, plan.rss_window, timeout=3600
+        )
+        self._log(
+            f"   peak RSS {self.rss['peak_rss_mb']:.0f} MB "
+            f"({self.rss['msgs_per_s']:,.0f} msgs/s, {self.rss['seconds']:.0f}s)"
+        )
+
+    def _stream(
+        self,
+        client: liftbridge.Client,
+        kind: str,
+        variant: str,
+        size: int,
+        replication_factor: int = 1,
+    ) -> str:
+        name = _name(kind.replace(" ", "-"), variant, size)
+        client.create_stream(name, name, replication_factor=replication_factor)
+        return name
+
+    # ------------------------------------------------------------ cluster --
+
+    def _cluster(self, cluster: LocalCluster) -> None:
+        self._log("-- cluster (3 nodes, RF=3, AckPolicy.ALL)")
+        with self._client(cluster.addresses) as client:
+            address = client.metadata.addresses[0]  # the broker the SDK publishes through
+            channel, stub = floor.open_stub(address)
+            try:
+                self._publish(
+                    client,
+                    stub,
+                    "publish RF=3",
+                    liftbridge.AckPolicy.ALL,
+                    replication_factor=3,
+                    count=self.plan.cluster_publish_count,
+                )
+                self._pipelined(
+                    cluster.addresses,
+                    stub,
+                    "publish_async RF=3",
+                    liftbridge.AckPolicy.ALL,
+                    replication_factor=3,
+                    windows=self.plan.cluster_windows,
+                    count=self.plan.cluster_pipelined_count,
+                )
+            finally:
+                channel.close()

@@ -1,0 +1,59 @@
+"""The benchmark suite's quick mode runs end to end, so the bench code cannot rot.
+
+Nothing here judges speed: the machine running the tests decides that, not
+the code. The test only checks that every workload produced figures.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+QUICK_WORKLOADS = ("publish", "publish_async", "subscribe", "e2e", "nats", "rss")
+
+
+def test_quick_bench_writes_figures_for_every_workload(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--quick",
+            "--only",
+            *QUICK_WORKLOADS,
+            "--output",
+            str(tmp_path),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert done.returncode == 0, f"bench failed:\n{done.stdout}\n{done.stderr}"
+    assert "SDK/bare" in done.stdout  # the table was printed
+
+    (path,) = tmp_path.glob("*-quick.json")
+    document = json.loads(path.read_text(encoding="utf-8"))
+    assert document["errors"] == []
+    assert document["machine"]["cpu_count"] >= 1
+    assert {"python", "grpcio", "protobuf", "platform"} <= document["machine"].keys()
+
+    workloads = {(r["workload"], r["variant"]) for r in document["results"]}
+    for workload in ("publish", "publish_async", "subscribe", "e2e latency"):
+        assert (workload, "sdk") in workloads
+        assert (workload, "bare") in workloads
+    assert ("nats publish_async", "sdk") in workloads
+    for result in document["results"]:
+        for spread in result["metrics"].values():
+            assert spread["low"] <= spread["median"] <= spread["high"]
+
+    compared = {(c["workload"], c["value_size"]) for c in document["comparisons"]}
+    assert {("publish", 100), ("publish_async", 100), ("subscribe", 100)} <= compared
+    assert all(c["ratio"] is not None and c["ratio"] > 0 for c in document["comparisons"])
+    assert document["rss"]["messages"] == 5_000
+    assert document["rss"]["peak_rss_mb"] > 0
