@@ -996,6 +996,20 @@ class Client:
             if not isinstance(flag, bool):
                 raise ArgumentTypeError(f"{name} must be a bool")
         request = subscribe_request(stream, partition, start, stop, read_isr_replica, resume)
+        if start in (StartPosition.NEW_ONLY, StartPosition.LATEST):
+            # Pin "new only" / "latest" to an offset now, so that a resubscribe
+            # after a failover before the first message resumes exactly there
+            # instead of at the new leader's "new only", which would skip what
+            # was published meanwhile.
+            newest = self.fetch_partition_metadata(stream, partition).newest_offset
+            offset = newest + 1 if start is StartPosition.NEW_ONLY else max(newest, 0)
+            if request.stopPosition == api_pb2.STOP_OFFSET and request.stopOffset < offset:
+                raise InvalidArgumentError(
+                    f"stop offset {request.stopOffset} is before the start position "
+                    f"(offset {offset} now)"
+                )
+            request.startPosition = api_pb2.OFFSET
+            request.startOffset = offset
         if consumer is not None:
             request.consumer.CopyFrom(consumer)
         subscription = Subscription(

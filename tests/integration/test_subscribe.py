@@ -11,6 +11,7 @@ import pytest
 import liftbridge
 from liftbridge import StartPosition, StopPosition
 from liftbridge.testing import LocalServer
+from liftbridge_api import api_pb2
 
 
 class Collector:
@@ -234,3 +235,16 @@ def test_message_fields(client: liftbridge.Client, unique_name: str) -> None:
     assert abs(message.timestamp - datetime.now(timezone.utc)) < timedelta(minutes=1)
     with pytest.raises(AttributeError):
         message.value = b"changed"  # type: ignore[misc]
+
+
+def test_new_only_and_latest_are_pinned_to_offsets(client: liftbridge.Client, stream: str) -> None:
+    """A resubscribe must not re-evaluate "new only" on a new leader (it would
+    skip what was published meanwhile), so the subscription keeps the offset
+    the position meant when it started."""
+    _fill(client, stream, 3)
+    with client.subscribe(stream) as sub:
+        base = sub._request.base
+        assert (base.startPosition, base.startOffset) == (api_pb2.OFFSET, 3)
+    with client.subscribe(stream, start=StartPosition.LATEST) as sub:
+        base = sub._request.base
+        assert (base.startPosition, base.startOffset) == (api_pb2.OFFSET, 2)
