@@ -459,10 +459,16 @@ class Subscription:
         """Delivers messages until the stream ends; returns the next stream
         after a successful resubscribe, or None when the subscription is over."""
         handler = self._handler
-        # After a resubscribe from last + 1, server v1.9.0 may replay `last`:
-        # a start offset past a new leader's (lagging) high watermark means
-        # "the next committed message" to it. Never deliver an offset twice.
-        floor = -1 if self._last_offset is None else self._last_offset
+        # Server v1.9.0 serves a start offset past the partition's high
+        # watermark from "the next committed message", which can be older than
+        # asked for (a new leader's watermark lags). So nothing below the
+        # requested start offset, and no offset twice, is ever delivered.
+        if self._last_offset is not None:
+            floor = self._last_offset
+        elif self._request.base.startPosition == api_pb2.OFFSET:
+            floor = self._request.base.startOffset - 1
+        else:
+            floor = -1
         try:
             for pb in stream:
                 if pb.offset <= floor:
