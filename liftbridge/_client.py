@@ -545,12 +545,7 @@ class Client:
             NoSuchStreamError: the stream does not exist.
         """
         check.stream_name(name, arg="name")
-        try:
-            self._rpc_any("DeleteStream", api_pb2.DeleteStreamRequest(name=name), timeout)
-        except NoSuchPartitionError as e:
-            if isinstance(e, NoSuchStreamError):
-                raise
-            raise NoSuchStreamError(str(e)) from e
+        self._rpc_any("DeleteStream", api_pb2.DeleteStreamRequest(name=name), timeout)
 
     def pause_stream(
         self,

@@ -242,14 +242,10 @@ class MetadataCache:
         return self._current
 
     def replace(self, metadata: Metadata) -> Metadata:
-        """Stores a newer snapshot, keeping group info the new one did not ask for."""
+        """Stores a newer snapshot and returns it."""
         with self._lock:
-            if not metadata.groups and self._current.groups:
-                metadata = Metadata(
-                    metadata.brokers, metadata.streams, self._current.groups, metadata.last_updated
-                )
             self._current = metadata
-            return metadata
+        return metadata
 
     def addresses(self) -> list[str]:
         """Known broker addresses, then any seed not among them (for failover)."""
