@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import FrozenInstanceError, dataclass, fields
 from datetime import datetime, timezone
 from types import MappingProxyType
 
@@ -32,9 +32,11 @@ def _datetime(ns: int) -> datetime:
     return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
 
 
-@dataclass(frozen=True, slots=True)
 class Message:
     """A message read from a stream partition. Immutable; safe to share across threads.
+
+    Messages compare equal when all their fields do, pickle, and hash by
+    stream, partition, offset and value.
 
     Attributes:
         offset: position in the partition, monotonic.
@@ -49,75 +51,146 @@ class Message:
             server-added ``subject`` and ``reply`` headers).
     """
 
-    offset: int
-    value: bytes
-    key: bytes | None = None
-    timestamp_ns: int = 0
-    stream: str = ""
-    partition: int = 0
-    subject: str = ""
-    reply_subject: str = ""
-    headers: Mapping[str, bytes] = field(default_factory=lambda: _EMPTY_HEADERS)
+    # A Message keeps the protobuf it was read as and answers each field from
+    # it: converting every field up front cost more than the gRPC read itself
+    # on the subscription path. The protobuf is private to its Message
+    # (message_from_proto takes it over; __init__ builds its own), so nothing
+    # can change it. The headers are copied into a read-only mapping the
+    # first time they are read, because reading a missing key of a protobuf
+    # map would insert it.
+    __slots__ = ("_headers", "_pb")
+
+    _pb: api_pb2.Message
+    _headers: Mapping[str, bytes] | None
+
+    def __init__(
+        self,
+        offset: int,
+        value: bytes,
+        key: bytes | None = None,
+        timestamp_ns: int = 0,
+        stream: str = "",
+        partition: int = 0,
+        subject: str = "",
+        reply_subject: str = "",
+        headers: Mapping[str, bytes] | None = None,
+    ) -> None:
+        pb = api_pb2.Message(
+            offset=offset,
+            value=value,
+            key=key or b"",
+            timestamp=timestamp_ns,
+            stream=stream,
+            partition=partition,
+            subject=subject,
+            replySubject=reply_subject,
+            headers=headers or {},
+        )
+        _set_pb(self, pb)
+        _set_headers(self, None)
+
+    @property
+    def offset(self) -> int:
+        return self._pb.offset
+
+    @property
+    def value(self) -> bytes:
+        return self._pb.value
+
+    @property
+    def key(self) -> bytes | None:
+        return self._pb.key or None
+
+    @property
+    def timestamp_ns(self) -> int:
+        return self._pb.timestamp
+
+    @property
+    def stream(self) -> str:
+        return self._pb.stream
+
+    @property
+    def partition(self) -> int:
+        return self._pb.partition
+
+    @property
+    def subject(self) -> str:
+        return self._pb.subject
+
+    @property
+    def reply_subject(self) -> str:
+        return self._pb.replySubject
+
+    @property
+    def headers(self) -> Mapping[str, bytes]:
+        headers = self._headers
+        if headers is None:
+            # Threads racing here each build an equal mapping; any one is kept.
+            pb_headers = self._pb.headers
+            headers = (
+                MappingProxyType({name: pb_headers[name] for name in pb_headers})
+                if pb_headers
+                else _EMPTY_HEADERS
+            )
+            _set_headers(self, headers)
+        return headers
 
     @property
     def timestamp(self) -> datetime:
         """``timestamp_ns`` as an aware UTC datetime (microsecond precision)."""
-        return _datetime(self.timestamp_ns)
+        return _datetime(self._pb.timestamp)
+
+    def _fields(self) -> dict[str, object]:
+        """Every field by name, in constructor order."""
+        return {
+            "offset": self.offset,
+            "value": self.value,
+            "key": self.key,
+            "timestamp_ns": self.timestamp_ns,
+            "stream": self.stream,
+            "partition": self.partition,
+            "subject": self.subject,
+            "reply_subject": self.reply_subject,
+            "headers": dict(self.headers),
+        }
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return bool(self._pb == other._pb)
+
+    def __hash__(self) -> int:
+        pb = self._pb
+        return hash((pb.stream, pb.partition, pb.offset, pb.value))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in self._fields().items())
+        return f"Message({fields})"
+
+    def __reduce__(self) -> tuple[type[Message], tuple[object, ...]]:
+        return Message, tuple(self._fields().values())
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}: a Message is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}: a Message is immutable")
 
 
-# Fast construction of the value objects built once per message.
-#
-# A frozen dataclass's __init__ sets each field through object.__setattr__ by
-# name; with slots, calling each field's slot descriptor directly does the same
-# job in about a third of the time, which matters on the subscription and ack
-# hot paths. The objects are exactly what __init__ builds (no __post_init__
-# exists to skip), and stay frozen: only these builders write the slots. The
-# descriptor tuples are taken in field order, and message_from_proto /
-# ack_from_proto unpack them by position: the assertions below fail at import
-# if a field is added, removed or reordered without updating them.
+# The slots' own setters: the only writers, used once per Message.
+_set_pb = vars(Message)["_pb"].__set__
+_set_headers = vars(Message)["_headers"].__set__
 _new = object.__new__
-_MESSAGE_SLOTS = tuple(getattr(Message, f.name).__set__ for f in fields(Message))
-assert [f.name for f in fields(Message)] == [
-    "offset",
-    "value",
-    "key",
-    "timestamp_ns",
-    "stream",
-    "partition",
-    "subject",
-    "reply_subject",
-    "headers",
-], "update message_from_proto for Message's fields"
 
 
 def message_from_proto(pb: api_pb2.Message) -> Message:
-    """Converts a wire Message; the only way a Message is built from a protobuf."""
-    (
-        set_offset,
-        set_value,
-        set_key,
-        set_timestamp,
-        set_stream,
-        set_partition,
-        set_subject,
-        set_reply_subject,
-        set_headers,
-    ) = _MESSAGE_SLOTS
+    """Wraps a wire Message, the only way one is built from a protobuf.
+
+    The Message takes ``pb`` over: the caller must not keep or change it.
+    """
     message = _new(Message)
-    set_offset(message, pb.offset)
-    set_value(message, pb.value)
-    set_key(message, pb.key or None)
-    set_timestamp(message, pb.timestamp)
-    set_stream(message, pb.stream)
-    set_partition(message, pb.partition)
-    set_subject(message, pb.subject)
-    set_reply_subject(message, pb.replySubject)
-    headers = pb.headers
-    # A comprehension copies the protobuf map about twice as fast as dict().
-    set_headers(
-        message,
-        MappingProxyType({name: headers[name] for name in headers}) if headers else _EMPTY_HEADERS,
-    )
+    _set_pb(message, pb)
+    _set_headers(message, None)
     return message
 
 
@@ -152,6 +225,13 @@ class Ack:
     error: LiftbridgeError | None = None
 
 
+# Fast construction of the Ack built once per publish. A frozen dataclass's
+# __init__ sets each field through object.__setattr__ by name; with slots,
+# calling each field's slot descriptor directly does the same job in about a
+# third of the time. The object is exactly what __init__ builds (there is no
+# __post_init__ to skip) and stays frozen: only ack_from_proto writes the
+# slots. It unpacks the descriptors by position, so the assertion below fails
+# at import if a field is added, removed or reordered without updating it.
 _ACK_SLOTS = tuple(getattr(Ack, f.name).__set__ for f in fields(Ack))
 assert [f.name for f in fields(Ack)] == [
     "stream",

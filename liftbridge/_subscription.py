@@ -469,24 +469,25 @@ class Subscription:
             floor = self._request.base.startOffset - 1
         else:
             floor = -1
+        closed = self._closed.is_set
         try:
             for pb in stream:
-                if pb.offset <= floor:
+                offset = pb.offset
+                if offset <= floor:
                     continue
-                message = message_from_proto(pb)
                 try:
-                    handler(message, None)
+                    handler(message_from_proto(pb), None)
                 except Exception as e:
                     _log.exception(
                         "handler raised on %s/%s offset %d; the subscription stops",
                         self._request.stream,
                         self._request.partition,
-                        message.offset,
+                        offset,
                     )
-                    self._fail(HandlerError(message.offset, e), notify=False)
+                    self._fail(HandlerError(offset, e), notify=False)
                     return None
-                self._last_offset = message.offset
-                if self._closed.is_set():
+                self._last_offset = offset
+                if closed():
                     return None
             error: LiftbridgeError = ConnectionLostError("the server ended the subscription stream")
         except grpc.RpcError as e:

@@ -1,0 +1,114 @@
+"""The Message value object: a protobuf wrapped, behaving like a frozen value."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import pickle
+import threading
+
+import pytest
+
+import liftbridge
+from liftbridge._messages import message_from_proto
+from liftbridge_api import api_pb2
+
+
+def _wire(**fields: object) -> api_pb2.Message:
+    base: dict[str, object] = {
+        "offset": 7,
+        "value": b"payload",
+        "key": b"k",
+        "timestamp": 1_700_000_000_123_456_789,
+        "stream": "orders",
+        "partition": 2,
+        "subject": "orders.2",
+        "replySubject": "_INBOX.x",
+        "headers": {"subject": b"orders.2", "reply": b"", "trace": b"abc"},
+    }
+    base.update(fields)
+    return api_pb2.Message(**base)  # type: ignore[arg-type]
+
+
+def test_fields_come_from_the_wire_message() -> None:
+    message = message_from_proto(_wire())
+    assert message.offset == 7
+    assert message.value == b"payload"
+    assert message.key == b"k"
+    assert message.timestamp_ns == 1_700_000_000_123_456_789
+    assert message.stream == "orders"
+    assert message.partition == 2
+    assert message.subject == "orders.2"
+    assert message.reply_subject == "_INBOX.x"
+    assert dict(message.headers) == {"subject": b"orders.2", "reply": b"", "trace": b"abc"}
+    assert message.timestamp.year == 2023
+
+
+def test_an_empty_key_reads_as_none() -> None:
+    assert message_from_proto(_wire(key=b"")).key is None
+    assert liftbridge.Message(offset=0, value=b"").key is None
+
+
+def test_headers_are_read_only_and_a_missing_one_raises_key_error() -> None:
+    message = message_from_proto(_wire())
+    with pytest.raises(TypeError):
+        message.headers["new"] = b"x"  # type: ignore[index]
+    with pytest.raises(KeyError):
+        message.headers["absent"]
+    assert "absent" not in message.headers  # reading it did not add it
+    assert message.headers is message.headers
+
+
+def test_no_headers_is_an_empty_mapping() -> None:
+    assert dict(message_from_proto(_wire(headers={})).headers) == {}
+
+
+def test_a_message_cannot_be_changed() -> None:
+    message = message_from_proto(_wire())
+    with pytest.raises(dataclasses.FrozenInstanceError, match="offset"):
+        message.offset = 8  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del message.value
+    with pytest.raises(AttributeError):
+        message.extra = 1
+
+
+def test_equality_hash_copy_and_pickle_are_by_value() -> None:
+    wired = message_from_proto(_wire())
+    built = liftbridge.Message(
+        offset=7,
+        value=b"payload",
+        key=b"k",
+        timestamp_ns=1_700_000_000_123_456_789,
+        stream="orders",
+        partition=2,
+        subject="orders.2",
+        reply_subject="_INBOX.x",
+        headers={"subject": b"orders.2", "reply": b"", "trace": b"abc"},
+    )
+    assert wired == built and hash(wired) == hash(built)
+    assert wired != message_from_proto(_wire(headers={}))
+    assert wired != message_from_proto(_wire(offset=8))
+    assert wired != "not a message"
+    assert pickle.loads(pickle.dumps(wired)) == wired
+    assert copy.deepcopy(wired) == wired and copy.copy(wired) == wired
+    assert len({wired, built}) == 1
+
+
+def test_repr_names_every_field() -> None:
+    text = repr(message_from_proto(_wire()))
+    assert text.startswith("Message(offset=7, value=b'payload', key=b'k', ")
+    assert "reply_subject='_INBOX.x'" in text and "'trace': b'abc'" in text
+
+
+def test_threads_reading_headers_at_once_see_equal_mappings() -> None:
+    message = message_from_proto(_wire())
+    seen: list[dict[str, bytes]] = []
+    threads = [
+        threading.Thread(target=lambda: seen.append(dict(message.headers))) for _ in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(seen) == 8 and all(s == seen[0] for s in seen)
