@@ -50,6 +50,8 @@ class StreamCall(Protocol[T_co]):
 
     def cancel(self) -> bool: ...
 
+    def done(self) -> bool: ...
+
 
 def _read(value: bytes | str | Path | None, what: str) -> bytes | None:
     if value is None or isinstance(value, bytes):

@@ -91,6 +91,25 @@ class _Pending:
     done: bool = False  # claimed for completion (under Publisher._lock)
 
 
+def response_outcome(
+    response: api_pb2.PublishResponse,
+) -> tuple[str, Ack | None, LiftbridgeError | None]:
+    """A PublishAsync response as (correlation id, ack, error): exactly one
+    of ack and error is None."""
+    if not response.HasField("asyncError"):
+        ack_pb = response.ack
+        ack = ack_from_proto(ack_pb)
+        correlation_id = response.correlationId or ack_pb.correlationId
+        if ack.error is not None:
+            return correlation_id, None, ack.error
+        return correlation_id, ack, None
+    if response.HasField("ack") and response.ack.ackError != api_pb2.Ack.OK:
+        name = api_pb2.Ack.Error.Name(response.ack.ackError)
+    else:
+        name = api_pb2.PublishAsyncError.Code.Name(response.asyncError.code)
+    return response.correlationId, None, from_async_error(name, response.asyncError.message)
+
+
 class _Outbox:
     """The request iterator gRPC's sender consumes, one per stream generation.
 
@@ -330,39 +349,13 @@ class Publisher:
                 )
 
     def _resolve(self, response: api_pb2.PublishResponse) -> None:
-        if response.HasField("asyncError"):
-            self._resolve_async_error(response)
-            return
-        ack_pb = response.ack
-        correlation_id = response.correlationId or ack_pb.correlationId
+        correlation_id, ack, error = response_outcome(response)
         # Read without _lock: a dict lookup is atomic, and _claim decides under it.
         pending = self._pending.get(correlation_id)
         if pending is None:
-            _log.debug("response for unknown or timed-out publish %r", correlation_id)
+            _log.debug("outcome for unknown or timed-out publish %r: %s", correlation_id, error)
             return
-        ack = ack_from_proto(ack_pb)
-        if ack.error is not None:
-            self._finish(pending, None, ack.error)
-        else:
-            self._finish(pending, ack, None)
-
-    def _resolve_async_error(self, response: api_pb2.PublishResponse) -> None:
-        correlation_id = response.correlationId
-        ack_pb = response.ack if response.HasField("ack") else None
-        if ack_pb is not None and ack_pb.ackError != api_pb2.Ack.OK:
-            error = from_async_error(
-                api_pb2.Ack.Error.Name(ack_pb.ackError), response.asyncError.message
-            )
-        else:
-            error = from_async_error(
-                api_pb2.PublishAsyncError.Code.Name(response.asyncError.code),
-                response.asyncError.message,
-            )
-        pending = self._pending.get(correlation_id)
-        if pending is None:
-            _log.debug("error for unknown or timed-out publish %r: %s", correlation_id, error)
-            return
-        self._finish(pending, None, error)
+        self._finish(pending, ack, error)
 
     # ------------------------------------------------------ ack dispatcher --
 

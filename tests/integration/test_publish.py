@@ -34,6 +34,34 @@ def test_publish_returns_the_ack(client: liftbridge.Client, stream: str) -> None
     assert second is not None and second.offset == 1
 
 
+def test_sync_publishes_from_many_threads(client: liftbridge.Client, stream: str) -> None:
+    """Each thread publishes on a stream of its own (a lane); every ack is
+    its own message's, and the partition holds each message once."""
+    threads, each = 6, 40
+    acks: dict[bytes, liftbridge.Ack] = {}
+    failures: list[BaseException] = []
+
+    def publish(worker: int) -> None:
+        try:
+            for i in range(each):
+                value = b"%d-%d" % (worker, i)
+                ack = client.publish(stream, value, correlation_id=value.decode())
+                assert ack is not None and ack.correlation_id == value.decode()
+                acks[value] = ack
+        except BaseException as e:
+            failures.append(e)
+
+    workers = [threading.Thread(target=publish, args=(w,)) for w in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    assert failures == []
+    assert sorted(a.offset for a in acks.values()) == list(range(threads * each))
+    stored = {m.offset: m.value for m in _read_all(client, stream)}
+    assert all(stored[ack.offset] == value for value, ack in acks.items())
+
+
 def test_keys_and_headers_round_trip(client: liftbridge.Client, stream: str) -> None:
     client.publish(stream, b"v1", key=b"key-1", headers={"a": b"1", "b": b"\x00\xff"})
     client.publish(stream, bytearray(b"v2"))
