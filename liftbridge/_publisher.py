@@ -173,6 +173,13 @@ class Publisher:
         # They were never sent, and go first on the next stream.
         self._send_lock = threading.Lock()
         self._carry: collections.deque[_Pending] = collections.deque()
+        # _handover_lock makes a sender's "not resolved, same stream: mark it
+        # sent" one step against the stream breaking, an ack timeout deciding
+        # sent-or-not, and close. It is not _lock, which producers and the
+        # acks thread take for every message: the sender would wait on them.
+        # _generation and _closed are written holding both. Lock order:
+        # _handover_lock before _lock.
+        self._handover_lock = threading.Lock()
 
         # Deadlines. Publishes with the default timeout (nearly all) sit in
         # _fifo, guarded by _lock, whose deadlines never decrease: the timer
@@ -298,7 +305,7 @@ class Publisher:
                 pending = self._carry.popleft() if self._carry else self._outbox.get()
                 if pending is None:  # a wake-up call
                     continue
-                with self._lock:
+                with self._handover_lock:
                     if self._generation != generation or self._closed:
                         # Pulled too late for this stream: first in line for the next.
                         self._carry.appendleft(pending)
@@ -404,7 +411,7 @@ class Publisher:
             self._stop.wait(self._retry_policy.backoff(failures))
 
     def _stream_broke(self, generation: int, cause: LiftbridgeError) -> None:
-        with self._lock:
+        with self._handover_lock, self._lock:
             self._generation = generation + 1
             self._call = None
             lost = [p for p in self._pending.values() if p.generation == generation]
@@ -456,10 +463,10 @@ class Publisher:
                 self._expire(pending)
 
     def _expire(self, pending: _Pending) -> None:
-        with self._lock:
+        with self._handover_lock:  # the sender cannot hand it over meanwhile
             sent = pending.generation >= 0
-        if not self._claim(pending):
-            return
+            if not self._claim(pending):
+                return
         where = f"{pending.request.stream!r} partition {pending.request.partition}"
         if sent:
             error: LiftbridgeError = AckTimeoutError(
@@ -478,7 +485,7 @@ class Publisher:
     def close(self) -> None:
         """Stops both threads and fails every unresolved publish with
         :class:`ClientClosedError`. Idempotent; never joins the calling thread."""
-        with self._lock:
+        with self._handover_lock, self._lock:
             if self._closed:
                 return
             self._closed = True
