@@ -43,8 +43,8 @@ class Plan:
     reps: int = 5
     publish_count: int = 1_000
     windows: tuple[int, ...] = (32, 256, 1024)
-    pipelined_count: int = 6_000
-    pipelined_reps: int = 3
+    pipelined_count: int = 20_000
+    pipelined_reps: int = 5
     subscribe_messages: int = 200_000
     subscribe_reps: int = 3
     subscribe_warmup_messages: int = 10_000
