@@ -700,7 +700,12 @@ class Client:
         ack_policy: AckPolicy,
         expected_offset: int | None,
         correlation_id: str | None,
+        timeout: float | None,
     ) -> api_pb2.PublishRequest:
+        """The request for publish and publish_async, every argument checked."""
+        self._check_open()
+        if timeout is not None:
+            check.seconds(timeout, arg="timeout")
         check.stream_name(stream)
         value = check.data(value)
         key = check.optional_bytes(key, arg="key")
@@ -806,11 +811,8 @@ class Client:
             PublishWindowFullError: the in-flight window stayed full.
             ClientClosedError: the client is closed.
         """
-        self._check_open()
         if ack_handler is not None and not callable(ack_handler):
             raise ArgumentTypeError("ack_handler must be callable or None")
-        if timeout is not None:
-            check.seconds(timeout, arg="timeout")
         request = self._publish_request(
             stream,
             value,
@@ -821,6 +823,7 @@ class Client:
             ack_policy,
             expected_offset,
             correlation_id,
+            timeout,
         )
         return self._publisher.submit(request, ack_handler, timeout)
 
@@ -858,9 +861,6 @@ class Client:
             InvalidArgumentError, ArgumentTypeError: bad input (nothing sent).
             ClientClosedError: the client is closed.
         """
-        self._check_open()
-        if timeout is not None:
-            check.seconds(timeout, arg="timeout")
         request = self._publish_request(
             stream,
             value,
@@ -871,6 +871,7 @@ class Client:
             ack_policy,
             expected_offset,
             correlation_id,
+            timeout,
         )
         if ack_policy is not AckPolicy.NONE:
             ack = self._lanes.publish(request, timeout)

@@ -16,34 +16,26 @@ import gc
 import threading
 import time
 from collections.abc import Iterator
-from concurrent import futures
 
 import grpc
 import pytest
 
 import liftbridge
 from liftbridge import _client
-from liftbridge_api import api_pb2, api_pb2_grpc
+from liftbridge_api import api_pb2
+from tests.unit.fake_broker import FakeBroker, serving
 
 
-class ScriptedBroker(api_pb2_grpc.APIServicer):
+class ScriptedBroker(FakeBroker):
     """Acks every request, except by value: ``silent`` gets no answer,
     ``break`` aborts the stream, ``end`` is acked and then ends the stream,
     ``refuse`` gets an async NOT_FOUND error."""
 
     def __init__(self) -> None:
-        self.port = 0
         self.lock = threading.Lock()
         self.streams = 0  # PublishAsync streams opened so far
         self.open = 0  # of which still open
         self.values: list[bytes] = []
-
-    def FetchMetadata(
-        self, request: api_pb2.FetchMetadataRequest, context: grpc.ServicerContext
-    ) -> api_pb2.FetchMetadataResponse:
-        return api_pb2.FetchMetadataResponse(
-            brokers=[api_pb2.Broker(id="fake", host="127.0.0.1", port=self.port)]
-        )
 
     def PublishAsync(
         self, request_iterator: Iterator[api_pb2.PublishRequest], context: grpc.ServicerContext
@@ -87,12 +79,8 @@ class ScriptedBroker(api_pb2_grpc.APIServicer):
 @pytest.fixture
 def broker() -> Iterator[ScriptedBroker]:
     servicer = ScriptedBroker()  # type: ignore[abstract]  # only two RPCs needed
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
-    api_pb2_grpc.add_APIServicer_to_server(servicer, server)
-    servicer.port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield servicer
-    server.stop(grace=None)
+    with serving(servicer) as served:
+        yield served
 
 
 def _until(condition: object, timeout: float = 10.0) -> bool:

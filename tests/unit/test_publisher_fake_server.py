@@ -10,31 +10,23 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from concurrent import futures
 
 import grpc
 import pytest
 
 import liftbridge
-from liftbridge_api import api_pb2, api_pb2_grpc
+from liftbridge_api import api_pb2
+from tests.unit.fake_broker import FakeBroker, serving
 
 
-class ScriptedBroker(api_pb2_grpc.APIServicer):
+class ScriptedBroker(FakeBroker):
     """Answers metadata; the first PublishAsync stream takes `swallow` requests
     without acking them, then aborts with UNAVAILABLE. Later streams ack all."""
 
     def __init__(self, swallow: int) -> None:
-        self.port = 0
         self.swallow = swallow
         self.streams = 0
         self.lock = threading.Lock()
-
-    def FetchMetadata(
-        self, request: api_pb2.FetchMetadataRequest, context: grpc.ServicerContext
-    ) -> api_pb2.FetchMetadataResponse:
-        return api_pb2.FetchMetadataResponse(
-            brokers=[api_pb2.Broker(id="fake", host="127.0.0.1", port=self.port)]
-        )
 
     def PublishAsync(
         self, request_iterator: Iterator[api_pb2.PublishRequest], context: grpc.ServicerContext
@@ -60,12 +52,8 @@ class ScriptedBroker(api_pb2_grpc.APIServicer):
 @pytest.fixture
 def broker() -> Iterator[ScriptedBroker]:
     servicer = ScriptedBroker(swallow=3)  # type: ignore[abstract]  # only two RPCs needed
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    api_pb2_grpc.add_APIServicer_to_server(servicer, server)
-    servicer.port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield servicer
-    server.stop(grace=None)
+    with serving(servicer) as served:
+        yield served
 
 
 def test_sent_publishes_fail_promptly_when_the_stream_breaks(broker: ScriptedBroker) -> None:
