@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import FrozenInstanceError, dataclass, fields
+from dataclasses import FrozenInstanceError
 from datetime import datetime, timezone
 from types import MappingProxyType
 
@@ -194,9 +194,11 @@ def message_from_proto(pb: api_pb2.Message) -> Message:
     return message
 
 
-@dataclass(frozen=True, slots=True)
 class Ack:
     """The server's acknowledgement that a message was committed to a partition.
+
+    Immutable; safe to share across threads. Acks compare equal when all
+    their fields do, pickle, and hash by stream, offset and correlation id.
 
     Attributes:
         stream: stream name.
@@ -213,71 +215,146 @@ class Ack:
             publish methods raise it instead of returning such an ack.
     """
 
-    stream: str
-    partition_subject: str
-    message_subject: str
-    offset: int
-    ack_inbox: str
-    correlation_id: str
-    ack_policy: AckPolicy
-    reception_timestamp_ns: int
-    commit_timestamp_ns: int
-    error: LiftbridgeError | None = None
+    # Like Message, an Ack keeps the protobuf it was read as (one per publish,
+    # built on the thread that resolves every publish's future) and answers
+    # each field from it. The protobuf is private to its Ack. The policy and
+    # the error are decoded up front, so an unknown value fails at the boundary.
+    __slots__ = ("_error", "_pb", "_policy")
+
+    _pb: api_pb2.Ack
+    _policy: AckPolicy
+    _error: LiftbridgeError | None
+
+    def __init__(
+        self,
+        stream: str,
+        partition_subject: str,
+        message_subject: str,
+        offset: int,
+        ack_inbox: str,
+        correlation_id: str,
+        ack_policy: AckPolicy,
+        reception_timestamp_ns: int,
+        commit_timestamp_ns: int,
+        error: LiftbridgeError | None = None,
+    ) -> None:
+        policy = AckPolicy(ack_policy)
+        pb = api_pb2.Ack(
+            stream=stream,
+            partitionSubject=partition_subject,
+            msgSubject=message_subject,
+            offset=offset,
+            ackInbox=ack_inbox,
+            correlationId=correlation_id,
+            ackPolicy=policy.value,
+            receptionTimestamp=reception_timestamp_ns,
+            commitTimestamp=commit_timestamp_ns,
+        )
+        _set_ack_pb(self, pb)
+        _set_ack_policy(self, policy)
+        _set_ack_error(self, error)
+
+    @property
+    def stream(self) -> str:
+        return self._pb.stream
+
+    @property
+    def partition_subject(self) -> str:
+        return self._pb.partitionSubject
+
+    @property
+    def message_subject(self) -> str:
+        return self._pb.msgSubject
+
+    @property
+    def offset(self) -> int:
+        return self._pb.offset
+
+    @property
+    def ack_inbox(self) -> str:
+        return self._pb.ackInbox
+
+    @property
+    def correlation_id(self) -> str:
+        return self._pb.correlationId
+
+    @property
+    def ack_policy(self) -> AckPolicy:
+        return self._policy
+
+    @property
+    def reception_timestamp_ns(self) -> int:
+        return self._pb.receptionTimestamp
+
+    @property
+    def commit_timestamp_ns(self) -> int:
+        return self._pb.commitTimestamp
+
+    @property
+    def error(self) -> LiftbridgeError | None:
+        return self._error
+
+    def _fields(self) -> dict[str, object]:
+        """Every field by name, in constructor order."""
+        return {
+            "stream": self.stream,
+            "partition_subject": self.partition_subject,
+            "message_subject": self.message_subject,
+            "offset": self.offset,
+            "ack_inbox": self.ack_inbox,
+            "correlation_id": self.correlation_id,
+            "ack_policy": self.ack_policy,
+            "reception_timestamp_ns": self.reception_timestamp_ns,
+            "commit_timestamp_ns": self.commit_timestamp_ns,
+            "error": self.error,
+        }
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Ack):
+            return NotImplemented
+        return bool(self._fields() == other._fields())
+
+    def __hash__(self) -> int:
+        pb = self._pb
+        return hash((pb.stream, pb.offset, pb.correlationId))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in self._fields().items())
+        return f"Ack({fields})"
+
+    def __reduce__(self) -> tuple[type[Ack], tuple[object, ...]]:
+        return Ack, tuple(self._fields().values())
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}: an Ack is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}: an Ack is immutable")
 
 
-# Fast construction of the Ack built once per publish. A frozen dataclass's
-# __init__ sets each field through object.__setattr__ by name; with slots,
-# calling each field's slot descriptor directly does the same job in about a
-# third of the time. The object is exactly what __init__ builds (there is no
-# __post_init__ to skip) and stays frozen: only ack_from_proto writes the
-# slots. It unpacks the descriptors by position, so the assertion below fails
-# at import if a field is added, removed or reordered without updating it.
-_ACK_SLOTS = tuple(getattr(Ack, f.name).__set__ for f in fields(Ack))
-assert [f.name for f in fields(Ack)] == [
-    "stream",
-    "partition_subject",
-    "message_subject",
-    "offset",
-    "ack_inbox",
-    "correlation_id",
-    "ack_policy",
-    "reception_timestamp_ns",
-    "commit_timestamp_ns",
-    "error",
-], "update ack_from_proto for Ack's fields"
+_set_ack_pb = vars(Ack)["_pb"].__set__
+_set_ack_policy = vars(Ack)["_policy"].__set__
+_set_ack_error = vars(Ack)["_error"].__set__
 _ACK_POLICIES = {policy.value: policy for policy in AckPolicy}
 _ACK_OK = api_pb2.Ack.OK
 
 
 def ack_from_proto(pb: api_pb2.Ack) -> Ack:
-    """Converts a wire Ack, carrying its ack error as a typed exception."""
+    """Wraps a wire Ack, carrying its ack error as a typed exception.
+
+    The Ack takes ``pb`` over: the caller must not change it.
+
+    Raises:
+        ValueError: the ack policy is not one this SDK knows.
+    """
     error = None
     if pb.ackError != _ACK_OK:
         error = from_async_error(api_pb2.Ack.Error.Name(pb.ackError), "")
     policy = _ACK_POLICIES.get(pb.ackPolicy)
     if policy is None:
         policy = AckPolicy(pb.ackPolicy)  # raises ValueError naming the unknown value
-    (
-        set_stream,
-        set_partition_subject,
-        set_message_subject,
-        set_offset,
-        set_ack_inbox,
-        set_correlation_id,
-        set_ack_policy,
-        set_reception,
-        set_commit,
-        set_error,
-    ) = _ACK_SLOTS
     ack = _new(Ack)
-    set_stream(ack, pb.stream)
-    set_partition_subject(ack, pb.partitionSubject)
-    set_message_subject(ack, pb.msgSubject)
-    set_offset(ack, pb.offset)
-    set_ack_inbox(ack, pb.ackInbox)
-    set_correlation_id(ack, pb.correlationId)
-    set_ack_policy(ack, policy)
-    set_reception(ack, pb.receptionTimestamp)
-    set_commit(ack, pb.commitTimestamp)
-    set_error(ack, error)
+    _set_ack_pb(ack, pb)
+    _set_ack_policy(ack, policy)
+    _set_ack_error(ack, error)
     return ack

@@ -24,7 +24,7 @@ def stream_name(value: Any, *, arg: str = "stream", allow_reserved: bool = True)
         raise ArgumentTypeError(f"{arg} must be a str, got {_type_name(value)}")
     if not value:
         raise InvalidArgumentError(f"{arg} must not be empty")
-    if any(c.isspace() for c in value):
+    if value.split() != [value]:  # splits at exactly the characters str.isspace() matches
         raise InvalidArgumentError(f"{arg} must not contain whitespace, got {value!r}")
     if not allow_reserved and value in RESERVED_STREAMS:
         raise InvalidArgumentError(

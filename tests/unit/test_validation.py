@@ -51,6 +51,17 @@ def test_bytes_like_values_are_accepted() -> None:
     assert check.data(memoryview(b"ab")) == b"ab"
 
 
+@pytest.mark.parametrize("name", ["a b", " a", "a\t", "a\nb", "a\u00a0b", "a\u2028", "a\x1c"])
+def test_stream_names_with_any_whitespace_are_refused(name: str) -> None:
+    with pytest.raises(liftbridge.InvalidArgumentError, match="must not contain whitespace"):
+        check.stream_name(name)
+
+
+@pytest.mark.parametrize("name", ["orders", "a.b-c_d", "ñandú", "\u200b"])
+def test_stream_names_without_whitespace_pass(name: str) -> None:
+    assert check.stream_name(name) == name
+
+
 def test_reserved_names() -> None:
     with pytest.raises(liftbridge.InvalidArgumentError, match="reserved"):
         check.stream_name("__cursors", allow_reserved=False)
