@@ -144,8 +144,9 @@ class Client:
                 :data:`DEFAULT_RETRY_POLICY`.
             ack_wait: default seconds a publish waits for its ack.
             max_inflight: most publishes awaiting acks at once. A publish
-                beyond it blocks until one completes (at most its timeout,
-                then :class:`PublishWindowFullError`), which bounds memory.
+                beyond it blocks until an eighth of the window has completed
+                (at its timeout it takes any free slot, else raises
+                :class:`PublishWindowFullError`), which bounds memory.
             resubscribe_wait: seconds a subscription keeps trying to
                 re-establish itself after its broker fails.
 
@@ -779,8 +780,9 @@ class Client:
         """Publishes a message on the client's PublishAsync stream without waiting.
 
         The partition is ``partition`` when given, else the ``partitioner``'s
-        choice, else 0. Blocks only while ``max_inflight`` publishes await
-        acks. The SDK never re-sends a publish: on :class:`AckTimeoutError` or
+        choice, else 0. Blocks only when ``max_inflight`` publishes await
+        acks, until an eighth of that window has freed up (or, at
+        ``timeout``, any slot has). The SDK never re-sends a publish: on :class:`AckTimeoutError` or
         :class:`ConnectionLostError` the message may or may not be stored, so
         retry only if duplicates are acceptable (or use ``expected_offset``).
 

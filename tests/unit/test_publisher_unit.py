@@ -78,18 +78,25 @@ class FakeCall:
                 return
             self.received.append(request)
             self.server.log.append(request.correlationId)
-            if request.ackPolicy != api_pb2.NONE and self.server.ack:
-                self._responses.put(
-                    api_pb2.PublishResponse(
-                        correlationId=request.correlationId,
-                        ack=api_pb2.Ack(
-                            stream=request.stream,
-                            correlationId=request.correlationId,
-                            offset=len(self.server.log) - 1,
-                            ackPolicy=request.ackPolicy,
-                        ),
-                    )
-                )
+            if request.ackPolicy == api_pb2.NONE:
+                continue
+            if self.server.ack:
+                self.ack(request)
+            elif self.server.hold:
+                self.server.held.put((self, request))
+
+    def ack(self, request: api_pb2.PublishRequest) -> None:
+        self._responses.put(
+            api_pb2.PublishResponse(
+                correlationId=request.correlationId,
+                ack=api_pb2.Ack(
+                    stream=request.stream,
+                    correlationId=request.correlationId,
+                    offset=self.server.log.index(request.correlationId),
+                    ackPolicy=request.ackPolicy,
+                ),
+            )
+        )
 
     def break_(self) -> None:
         self._broken = True
@@ -127,6 +134,8 @@ class FakeStub:
 class FakeServer:
     def __init__(self) -> None:
         self.ack = True
+        self.hold = False  # with ack False: keep requests in `held` for release()
+        self.held: queue.SimpleQueue[tuple[FakeCall, api_pb2.PublishRequest]] = queue.SimpleQueue()
         self.up = True
         self.calls: list[FakeCall] = []
         self.log: list[str] = []
@@ -138,6 +147,12 @@ class FakeServer:
 
     def next_broker(self, error: BaseException) -> None:
         pass
+
+    def release(self, count: int) -> None:
+        """Acks the next ``count`` held requests, waiting for them to arrive."""
+        for _ in range(count):
+            call, request = self.held.get(timeout=5)
+            call.ack(request)
 
 
 def request(i: int, policy: api_pb2.AckPolicy.ValueType = api_pb2.LEADER) -> api_pb2.PublishRequest:
@@ -275,6 +290,55 @@ def test_window_blocks_then_fails_and_frees() -> None:
     assert a.done() or b.done()
     p.close()
     assert isinstance(c.exception(timeout=5), liftbridge.ClientClosedError)
+
+
+def _blocked_submit(p: Publisher, i: int, timeout: float) -> tuple[threading.Thread, list[object]]:
+    """Submits request i on a thread of its own; the list gets its future or error."""
+    outcome: list[object] = []
+
+    def submit() -> None:
+        try:
+            outcome.append(p.submit(request(i), None, timeout))
+        except BaseException as e:
+            outcome.append(e)
+
+    thread = threading.Thread(target=submit)
+    thread.start()
+    return thread, outcome
+
+
+def test_a_full_window_lets_a_producer_go_once_an_eighth_of_it_is_free() -> None:
+    server = FakeServer()
+    server.ack, server.hold = False, True
+    p = make(server, max_inflight=16)  # an eighth: 2 slots
+    for i in range(16):
+        p.submit(request(i), None, 30.0)
+    thread, outcome = _blocked_submit(p, 16, 30.0)
+    server.release(1)
+    thread.join(0.3)
+    assert thread.is_alive() and not outcome  # one free slot does not wake it
+    server.release(1)
+    thread.join(5)
+    assert isinstance(outcome[0], Future)
+    server.release(15)
+    assert p.flush(5)
+    p.close()
+
+
+def test_a_producer_takes_a_free_slot_at_its_timeout_instead_of_failing() -> None:
+    server = FakeServer()
+    server.ack, server.hold = False, True
+    p = make(server, max_inflight=16)
+    for i in range(16):
+        p.submit(request(i), None, 30.0)
+    thread, outcome = _blocked_submit(p, 16, 0.5)
+    server.release(1)  # fewer than an eighth: no wake-up, but a slot is free
+    thread.join(5)
+    assert isinstance(outcome[0], Future)
+    thread, outcome = _blocked_submit(p, 17, 0.3)  # the window is full again
+    thread.join(5)
+    assert isinstance(outcome[0], liftbridge.PublishWindowFullError)
+    p.close()
 
 
 def test_close_wakes_a_producer_waiting_for_a_slot() -> None:
