@@ -56,12 +56,12 @@ class Message:
     # on the subscription path. The protobuf is private to its Message
     # (message_from_proto takes it over; __init__ builds its own), so nothing
     # can change it. The headers are copied into a read-only mapping the
-    # first time they are read, because reading a missing key of a protobuf
-    # map would insert it.
+    # first time they are read (until then the _headers slot is unset),
+    # because reading a missing key of a protobuf map would insert it.
     __slots__ = ("_headers", "_pb")
 
     _pb: api_pb2.Message
-    _headers: Mapping[str, bytes] | None
+    _headers: Mapping[str, bytes]
 
     def __init__(
         self,
@@ -87,7 +87,6 @@ class Message:
             headers=headers or {},
         )
         _set_pb(self, pb)
-        _set_headers(self, None)
 
     @property
     def offset(self) -> int:
@@ -123,16 +122,18 @@ class Message:
 
     @property
     def headers(self) -> Mapping[str, bytes]:
-        headers = self._headers
-        if headers is None:
-            # Threads racing here each build an equal mapping; any one is kept.
-            pb_headers = self._pb.headers
-            headers = (
-                MappingProxyType({name: pb_headers[name] for name in pb_headers})
-                if pb_headers
-                else _EMPTY_HEADERS
-            )
-            _set_headers(self, headers)
+        try:
+            return self._headers
+        except AttributeError:  # first read
+            pass
+        # Threads racing here each build an equal mapping; any one is kept.
+        pb_headers = self._pb.headers
+        headers = (
+            MappingProxyType({name: pb_headers[name] for name in pb_headers})
+            if pb_headers
+            else _EMPTY_HEADERS
+        )
+        _set_headers(self, headers)
         return headers
 
     @property
@@ -177,7 +178,7 @@ class Message:
         raise FrozenInstanceError(f"cannot delete field {name!r}: a Message is immutable")
 
 
-# The slots' own setters: the only writers, used once per Message.
+# The slots' own setters: the only writers, used once per Message (headers: once at most).
 _set_pb = vars(Message)["_pb"].__set__
 _set_headers = vars(Message)["_headers"].__set__
 _new = object.__new__
@@ -190,7 +191,6 @@ def message_from_proto(pb: api_pb2.Message) -> Message:
     """
     message = _new(Message)
     _set_pb(message, pb)
-    _set_headers(message, None)
     return message
 
 
