@@ -32,9 +32,9 @@ proto: venv
 	$(PY) scripts/gen_proto.py
 
 lint: venv
-	$(VENV)/bin/ruff check liftbridge tests examples scripts
-	$(VENV)/bin/ruff format --check liftbridge tests examples scripts
-	$(VENV)/bin/mypy liftbridge tests examples
+	$(VENV)/bin/ruff check liftbridge tests examples scripts bench
+	$(VENV)/bin/ruff format --check liftbridge tests examples scripts bench
+	$(VENV)/bin/mypy liftbridge tests examples bench
 
 test: venv server
 	$(PY) -m pytest -q -p no:cacheprovider

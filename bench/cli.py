@@ -2,7 +2,7 @@
 
 Environment switches for ``make bench``, which passes no arguments:
 ``BENCH_QUICK=1`` (same as ``--quick``), ``BENCH_CLUSTER=1`` (``--cluster``),
-``BENCH_NO_RSS=1`` (``--no-rss``).
+``BENCH_NO_RSS=1`` (``--no-rss``), ``BENCH_BASELINE=<json>`` (``--baseline``).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import json
 import logging
 import os
 import sys
@@ -68,9 +69,21 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--reps", type=int, help="repetitions of every workload")
     parser.add_argument("--output", type=Path, default=RESULTS, help="directory for the JSON file")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=os.environ.get("BENCH_BASELINE") or None,
+        metavar="JSON",
+        help="an earlier run's JSON file: also print how each SDK/bare ratio moved since",
+    )
     args = parser.parse_args(argv)
     if args.reps is not None and args.reps < 1:
         parser.error("--reps must be at least 1")
+    if args.baseline is not None:
+        try:
+            args.baseline_document = json.loads(Path(args.baseline).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            parser.error(f"--baseline {args.baseline}: {e}")
     return args
 
 
@@ -118,6 +131,7 @@ def run(argv: list[str] | None = None) -> tuple[int, Path]:
     for error in suite.errors:
         print(f"FAILED {error['workload']}: {error['error']}")
 
+    comparisons = report.comparisons(suite.results)
     stamp = started.strftime("%Y%m%d-%H%M%S")
     path = args.output / f"{stamp}{'-quick' if args.quick else ''}.json"
     report.write_json(
@@ -131,11 +145,14 @@ def run(argv: list[str] | None = None) -> tuple[int, Path]:
             "plan": dataclasses.asdict(plan),
             "machine": description,
             "results": [result.as_json() for result in suite.results],
-            "comparisons": report.comparisons(suite.results),
+            "comparisons": comparisons,
             "rss": suite.rss,
             "errors": suite.errors,
         },
     )
+    if args.baseline is not None:
+        print(f"\nSDK/bare msgs/s against {args.baseline}:")
+        print(report.ratio_changes(args.baseline_document, {"comparisons": comparisons}))
     print(f"\n{len(suite.results)} results in {duration:.0f}s, written to {path}")
     return (1 if suite.errors else 0), path
 

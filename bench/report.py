@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,6 +105,22 @@ def _size(size: int) -> str:
     return f"{size // 1024} KiB" if size >= 1024 and size % 1024 == 0 else f"{size} B"
 
 
+def _layout(rows: Sequence[tuple[str, ...]], *, left: int) -> str:
+    """Fixed-width columns under a ruled header row; the first ``left``
+    columns are left-aligned, the rest right-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for n, row in enumerate(rows):
+        cells = [
+            cell.ljust(width) if i < left else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
 def table(results: Sequence[Result]) -> str:
     """The results as a fixed-width text table: median ±half-range over the
     repetitions, SDK next to its floor, and their ratio for throughput."""
@@ -135,17 +151,45 @@ def table(results: Sequence[Result]) -> str:
                 )
             )
             first = False
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = []
-    for n, row in enumerate(rows):
-        cells = [
-            cell.ljust(width) if i < 4 else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
-        ]
-        lines.append("  ".join(cells).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * width for width in widths))
-    return "\n".join(lines)
+    return _layout(rows, left=4)
+
+
+def _ratios(document: Mapping[str, object]) -> dict[tuple[str, str, int], float]:
+    """The SDK/bare msgs/s ratios of a run's JSON document, by workload, setting and size."""
+    rows = document.get("comparisons")
+    ratios: dict[tuple[str, str, int], float] = {}
+    for row in rows if isinstance(rows, list) else []:
+        if row.get("metric") == "msgs_per_s" and isinstance(row.get("ratio"), int | float):
+            ratios[(str(row["workload"]), str(row["setting"]), int(row["value_size"]))] = float(
+                row["ratio"]
+            )
+    return ratios
+
+
+def ratio_changes(before: Mapping[str, object], after: Mapping[str, object]) -> str:
+    """How the SDK/bare msgs/s ratios moved from one run's JSON document to another's.
+
+    One line per workload, setting and size found in either run; ``-`` where
+    a run did not measure it.
+    """
+    old, new = _ratios(before), _ratios(after)
+    header = ("workload", "setting", "size", "before", "after", "change")
+    rows: list[tuple[str, ...]] = [header]
+    for key in [*old, *(k for k in new if k not in old)]:
+        workload, setting, size = key
+        was, now = old.get(key), new.get(key)
+        change = "-" if was is None or now is None else f"{now - was:+.2f}"
+        rows.append(
+            (
+                workload,
+                setting,
+                _size(size),
+                "-" if was is None else f"{was:.2f}",
+                "-" if now is None else f"{now:.2f}",
+                change,
+            )
+        )
+    return _layout(rows, left=3)
 
 
 def write_json(path: Path, document: dict[str, object]) -> Path:

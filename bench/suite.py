@@ -41,7 +41,7 @@ class Plan:
 
     sizes: tuple[int, ...] = (100, 1024)
     reps: int = 5
-    publish_count: int = 1_000
+    publish_count: int = 2_000
     windows: tuple[int, ...] = (32, 256, 1024)
     pipelined_count: int = 20_000
     pipelined_reps: int = 5
@@ -54,7 +54,7 @@ class Plan:
     nats_pipelined_count: int = 5_000
     nats_window: int = 1024
     cluster_publish_count: int = 500
-    cluster_pipelined_count: int = 5_000
+    cluster_pipelined_count: int = 20_000
     cluster_windows: tuple[int, ...] = (1024,)
     rss_messages: int = 1_000_000
     rss_size: int = 100

@@ -17,6 +17,24 @@ QUICK_WORKLOADS = ("publish", "publish_async", "subscribe", "e2e", "nats", "rss"
 
 
 def test_quick_bench_writes_figures_for_every_workload(tmp_path: Path) -> None:
+    baseline = tmp_path / "baseline" / "earlier.json"
+    baseline.parent.mkdir()
+    baseline.write_text(
+        json.dumps(
+            {
+                "comparisons": [
+                    {
+                        "workload": "subscribe",
+                        "setting": "earliest",
+                        "value_size": 100,
+                        "metric": "msgs_per_s",
+                        "ratio": 0.5,
+                    }
+                ]
+            }
+        ),
+        encoding="utf-8",
+    )
     done = subprocess.run(
         [
             sys.executable,
@@ -27,6 +45,8 @@ def test_quick_bench_writes_figures_for_every_workload(tmp_path: Path) -> None:
             *QUICK_WORKLOADS,
             "--output",
             str(tmp_path),
+            "--baseline",
+            str(baseline),
         ],
         cwd=REPO_ROOT,
         capture_output=True,
@@ -36,6 +56,14 @@ def test_quick_bench_writes_figures_for_every_workload(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, f"bench failed:\n{done.stdout}\n{done.stderr}"
     assert "SDK/bare" in done.stdout  # the table was printed
+    # ... and how the ratios moved since the baseline run
+    _, changes = done.stdout.split(f"SDK/bare msgs/s against {baseline}:")
+    (moved,) = [
+        line.split()
+        for line in changes.splitlines()
+        if line.startswith("subscribe ") and " 100 B " in line
+    ]
+    assert moved[4] == "0.50" and moved[6][0] in "+-"
 
     (path,) = tmp_path.glob("*-quick.json")
     document = json.loads(path.read_text(encoding="utf-8"))
