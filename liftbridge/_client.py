@@ -793,7 +793,9 @@ class Client:
                 (not for AckPolicy.NONE). It runs on the ``liftbridge-acks``
                 thread (``liftbridge-ack-timer`` for timeouts, the closing
                 thread on close) and must not block; exceptions it raises are
-                logged.
+                logged. It may publish: ``publish`` works there, and
+                ``publish_async`` raises :class:`PublishWindowFullError` at
+                once rather than wait on a full window.
             key: message key (partitioning, compaction).
             headers: header name to bytes.
             partition: explicit partition; wins over ``partitioner``.

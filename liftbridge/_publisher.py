@@ -288,9 +288,18 @@ class Publisher:
         down to ``_resume_at``, or takes any free slot at the deadline.
 
         Raises:
-            PublishWindowFullError: no slot freed up within ``wait`` seconds.
+            PublishWindowFullError: no slot freed up within ``wait`` seconds,
+                or the caller is the acks thread (an ack handler), which
+                cannot wait for the slots only it frees.
             ClientClosedError: the publisher closed meanwhile.
         """
+        if threading.current_thread() is self._dispatcher:
+            # Only this thread frees slots: waiting here would stall every ack.
+            raise PublishWindowFullError(
+                f"publish_async called from an ack handler (on liftbridge-acks) while all "
+                f"{self._max_inflight} slots of the window await acks: waiting there would "
+                "stall the acks that free them; publish from another thread or raise max_inflight"
+            )
         deadline = time.monotonic() + wait
         self._slot_waiters += 1
         try:

@@ -210,6 +210,54 @@ def test_inflight_window_blocks_then_fails(server: LocalServer, stream: str) -> 
         assert c.publish(stream, b"5") is not None
 
 
+def test_an_ack_handler_can_publish_synchronously(client: liftbridge.Client, stream: str) -> None:
+    """The handler runs on liftbridge-acks; its publish() goes out on a stream
+    of that thread's own, so it never waits on the thread that must resolve it."""
+    follow_ups: list[object] = []
+    done = threading.Event()
+
+    def on_ack(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
+        try:
+            follow_ups.append(client.publish(stream, b"follow-up", timeout=10))
+        except BaseException as e:
+            follow_ups.append(e)
+        done.set()
+
+    client.publish_async(stream, b"first", on_ack)
+    assert done.wait(20)
+    (follow_up,) = follow_ups
+    assert isinstance(follow_up, liftbridge.Ack) and follow_up.offset == 1
+
+
+def test_publish_async_in_an_ack_handler_refuses_a_full_window_at_once(
+    server: LocalServer, stream: str
+) -> None:
+    """Waiting for a slot on liftbridge-acks would stall the acks that free
+    slots, so a handler's publish_async on a full window fails straight away."""
+    with liftbridge.Client(server.address, max_inflight=2) as c:
+        entered, gate, done = threading.Event(), threading.Event(), threading.Event()
+        outcome: list[BaseException] = []
+
+        def on_ack(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
+            entered.set()
+            gate.wait(10)
+            try:
+                c.publish_async(stream, b"from the handler", timeout=60)
+            except BaseException as e:
+                outcome.append(e)
+            done.set()
+
+        c.publish_async(stream, b"1", on_ack)
+        assert entered.wait(10)
+        later = [c.publish_async(stream, b"%d" % i) for i in (2, 3)]  # the window is full
+        gate.set()
+        assert done.wait(20)  # well before the publish's own 60 s timeout
+        (error,) = outcome
+        assert isinstance(error, liftbridge.PublishWindowFullError)
+        assert "ack handler" in str(error)
+        assert all(f.result(timeout=10) is not None for f in later)
+
+
 def test_close_fails_pending_publishes(server: LocalServer, stream: str) -> None:
     c = liftbridge.Client(server.address)
     gate = threading.Event()
