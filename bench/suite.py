@@ -41,7 +41,8 @@ class Plan:
 
     sizes: tuple[int, ...] = (100, 1024)
     reps: int = 5
-    publish_count: int = 2_000
+    publish_count: int = 1_000
+    publish_reps: int = 15
     windows: tuple[int, ...] = (32, 256, 1024)
     pipelined_count: int = 20_000
     pipelined_reps: int = 5
@@ -69,6 +70,7 @@ FULL = Plan()
 QUICK = Plan(
     reps=2,
     publish_count=50,
+    publish_reps=2,
     windows=(64, 1024),
     pipelined_count=500,
     pipelined_reps=2,
@@ -89,7 +91,7 @@ def plan_with(plan: Plan, *, reps: int | None) -> Plan:
     """The plan with every repetition count replaced, when ``reps`` is given."""
     if reps is None:
         return plan
-    return replace(plan, reps=reps, pipelined_reps=reps, subscribe_reps=reps)
+    return replace(plan, reps=reps, publish_reps=reps, pipelined_reps=reps, subscribe_reps=reps)
 
 
 @dataclass(frozen=True)
@@ -255,7 +257,7 @@ class Suite:
                     _PUBLISH_SHOWN,
                 ),
             ]
-            self._measure(entries, count, self.plan.reps, self.plan.warmup(count))
+            self._measure(entries, count, self.plan.publish_reps, self.plan.warmup(count))
 
     def _pipelined(
         self,
