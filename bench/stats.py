@@ -47,6 +47,17 @@ class Run:
     cpu_seconds: float
     latencies: tuple[float, ...] = field(default=(), repr=False)
 
+    @classmethod
+    def combined(cls, runs: Sequence[Run]) -> Run:
+        """One run made of several consecutive slices of the same driver."""
+        return cls(
+            count=sum(r.count for r in runs),
+            seconds=sum(r.seconds for r in runs),
+            payload_bytes=sum(r.payload_bytes for r in runs),
+            cpu_seconds=sum(r.cpu_seconds for r in runs),
+            latencies=tuple(latency for r in runs for latency in r.latencies),
+        )
+
     def metrics(self) -> dict[str, float]:
         """The figures this run contributes: msgs/s, MB/s, client CPU
         microseconds per message and, when timed per message, p50/p99
