@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import FrozenInstanceError
 from datetime import datetime, timezone
 from types import MappingProxyType
+from typing import Self
 
 from liftbridge._errors import LiftbridgeError, from_async_error
 from liftbridge_api import api_pb2
@@ -32,7 +33,35 @@ def _datetime(ns: int) -> datetime:
     return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
 
 
-class Message:
+class _WireValue:
+    """What Message and Ack share: a protobuf-backed value that behaves like a
+    frozen dataclass. Subclasses list their fields in ``_fields``, in
+    constructor order; repr and pickling follow from it."""
+
+    __slots__ = ()
+
+    def _fields(self) -> dict[str, object]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in self._fields().items())
+        return f"{type(self).__name__}({fields})"
+
+    def __reduce__(self) -> tuple[type[Self], tuple[object, ...]]:
+        return type(self), tuple(self._fields().values())
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(
+            f"cannot assign to field {name!r}: {type(self).__name__} objects are immutable"
+        )
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(
+            f"cannot delete field {name!r}: {type(self).__name__} objects are immutable"
+        )
+
+
+class Message(_WireValue):
     """A message read from a stream partition. Immutable; safe to share across threads.
 
     Messages compare equal when all their fields do, pickle, and hash by
@@ -164,19 +193,6 @@ class Message:
         pb = self._pb
         return hash((pb.stream, pb.partition, pb.offset, pb.value))
 
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={value!r}" for name, value in self._fields().items())
-        return f"Message({fields})"
-
-    def __reduce__(self) -> tuple[type[Message], tuple[object, ...]]:
-        return Message, tuple(self._fields().values())
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}: a Message is immutable")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}: a Message is immutable")
-
 
 # The slots' own setters: the only writers, used once per Message (headers: once at most).
 _set_pb = vars(Message)["_pb"].__set__
@@ -194,7 +210,7 @@ def message_from_proto(pb: api_pb2.Message) -> Message:
     return message
 
 
-class Ack:
+class Ack(_WireValue):
     """The server's acknowledgement that a message was committed to a partition.
 
     Immutable; safe to share across threads. Acks compare equal when all
@@ -317,19 +333,6 @@ class Ack:
     def __hash__(self) -> int:
         pb = self._pb
         return hash((pb.stream, pb.offset, pb.correlationId))
-
-    def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={value!r}" for name, value in self._fields().items())
-        return f"Ack({fields})"
-
-    def __reduce__(self) -> tuple[type[Ack], tuple[object, ...]]:
-        return Ack, tuple(self._fields().values())
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise FrozenInstanceError(f"cannot assign to field {name!r}: an Ack is immutable")
-
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}: an Ack is immutable")
 
 
 _set_ack_pb = vars(Ack)["_pb"].__set__

@@ -28,6 +28,7 @@ from liftbridge._errors import (
 )
 from liftbridge._messages import AckPolicy
 from liftbridge_api import api_pb2
+from tests.unit.wire import wire_ack
 
 # ------------------------------------------------------------------ CRC-32C --
 
@@ -164,25 +165,9 @@ def test_go_client_envelope_without_offset_decodes() -> None:
     assert (message.value, message.key, message.offset) == (b"go", b"k", 0)
 
 
-def _ack_pb(**fields: Any) -> api_pb2.Ack:
-    defaults: dict[str, Any] = {
-        "stream": "orders",
-        "partitionSubject": "orders.1",
-        "msgSubject": "orders.1",
-        "offset": 42,
-        "ackInbox": "acks",
-        "correlationId": "c-7",
-        "ackPolicy": api_pb2.ALL,
-        "receptionTimestamp": 1_000,
-        "commitTimestamp": 2_000,
-    }
-    defaults.update(fields)
-    return api_pb2.Ack(**defaults)
-
-
 @pytest.mark.parametrize("crc", [False, True])
 def test_ack_round_trip(crc: bool) -> None:
-    envelope = encode_envelope(EnvelopeType.ACK, _ack_pb().SerializeToString(), crc=crc)
+    envelope = encode_envelope(EnvelopeType.ACK, wire_ack().SerializeToString(), crc=crc)
     ack = unmarshal_ack(envelope)
     assert ack.stream == "orders"
     assert ack.partition_subject == "orders.1"
@@ -206,7 +191,7 @@ def test_ack_round_trip(crc: bool) -> None:
     ],
 )
 def test_ack_keeps_the_servers_error(code: int, error_type: type[Exception]) -> None:
-    pb = _ack_pb(ackError=code, offset=0)
+    pb = wire_ack(ackError=code, offset=0)
     ack = unmarshal_ack(encode_envelope(EnvelopeType.ACK, pb.SerializeToString()))
     assert isinstance(ack.error, error_type)
     assert ack.correlation_id == "c-7"
@@ -322,7 +307,7 @@ def test_unmarshal_ack_rejects_a_bad_payload() -> None:
 
 
 def test_unmarshal_ack_rejects_an_ack_policy_it_does_not_know() -> None:
-    payload = _ack_pb(ackPolicy=9).SerializeToString()
+    payload = wire_ack(ackPolicy=9).SerializeToString()
     with pytest.raises(EnvelopeError, match=r"^envelope Ack has a value this SDK does not know"):
         unmarshal_ack(encode_envelope(EnvelopeType.ACK, payload))
 

@@ -12,6 +12,7 @@ import pytest
 import liftbridge
 from liftbridge._messages import ack_from_proto, message_from_proto
 from liftbridge_api import api_pb2
+from tests.unit.wire import wire_ack
 
 
 def _wire(**fields: object) -> api_pb2.Message:
@@ -114,61 +115,45 @@ def test_threads_reading_headers_at_once_see_equal_mappings() -> None:
     assert len(seen) == 8 and all(s == seen[0] for s in seen)
 
 
-def _wire_ack(**fields: object) -> api_pb2.Ack:
-    base: dict[str, object] = {
-        "stream": "orders",
-        "partitionSubject": "orders",
-        "msgSubject": "orders.2",
-        "offset": 41,
-        "ackInbox": "_INBOX.acks",
-        "correlationId": "c-1",
-        "ackPolicy": api_pb2.ALL,
-        "receptionTimestamp": 10,
-        "commitTimestamp": 12,
-    }
-    base.update(fields)
-    return api_pb2.Ack(**base)  # type: ignore[arg-type]
-
-
-def test_ack_fields_come_from_the_wire_ack() -> None:
-    ack = ack_from_proto(_wire_ack())
+def test_ack_fields_come_from_thewire_ack() -> None:
+    ack = ack_from_proto(wire_ack())
     assert (ack.stream, ack.partition_subject, ack.message_subject) == (
         "orders",
-        "orders",
-        "orders.2",
+        "orders.1",
+        "orders.1",
     )
-    assert (ack.offset, ack.ack_inbox, ack.correlation_id) == (41, "_INBOX.acks", "c-1")
+    assert (ack.offset, ack.ack_inbox, ack.correlation_id) == (42, "acks", "c-7")
     assert ack.ack_policy is liftbridge.AckPolicy.ALL
-    assert (ack.reception_timestamp_ns, ack.commit_timestamp_ns) == (10, 12)
+    assert (ack.reception_timestamp_ns, ack.commit_timestamp_ns) == (1_000, 2_000)
     assert ack.error is None
 
 
 def test_an_ack_error_becomes_a_typed_error_and_an_unknown_policy_is_refused() -> None:
-    refused = ack_from_proto(_wire_ack(ackError=api_pb2.Ack.INCORRECT_OFFSET))
+    refused = ack_from_proto(wire_ack(ackError=api_pb2.Ack.INCORRECT_OFFSET))
     assert isinstance(refused.error, liftbridge.IncorrectOffsetError)
     with pytest.raises(ValueError, match="99"):
-        ack_from_proto(_wire_ack(ackPolicy=99))
+        ack_from_proto(wire_ack(ackPolicy=99))
 
 
 def test_ack_equality_hash_copy_pickle_and_immutability() -> None:
-    wired = ack_from_proto(_wire_ack())
+    wired = ack_from_proto(wire_ack())
     built = liftbridge.Ack(
         stream="orders",
-        partition_subject="orders",
-        message_subject="orders.2",
-        offset=41,
-        ack_inbox="_INBOX.acks",
-        correlation_id="c-1",
+        partition_subject="orders.1",
+        message_subject="orders.1",
+        offset=42,
+        ack_inbox="acks",
+        correlation_id="c-7",
         ack_policy=liftbridge.AckPolicy.ALL,
-        reception_timestamp_ns=10,
-        commit_timestamp_ns=12,
+        reception_timestamp_ns=1_000,
+        commit_timestamp_ns=2_000,
     )
     assert wired == built and hash(wired) == hash(built) and len({wired, built}) == 1
-    assert wired != ack_from_proto(_wire_ack(offset=42))
+    assert wired != ack_from_proto(wire_ack(offset=41))
     assert wired != "not an ack"
     assert pickle.loads(pickle.dumps(wired)) == wired
     assert copy.deepcopy(wired) == wired
-    assert repr(wired).startswith("Ack(stream='orders', partition_subject='orders', ")
+    assert repr(wired).startswith("Ack(stream='orders', partition_subject='orders.1', ")
     with pytest.raises(dataclasses.FrozenInstanceError, match="offset"):
         wired.offset = 1  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
