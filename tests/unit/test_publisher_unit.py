@@ -341,6 +341,32 @@ def test_a_producer_takes_a_free_slot_at_its_timeout_instead_of_failing() -> Non
     p.close()
 
 
+def test_producers_sharing_a_small_window_all_get_through() -> None:
+    """Blocked producers are woken one per freed slot once the window is down
+    to its resume mark: none is left waiting while acks keep coming."""
+    server = FakeServer()
+    p = make(server, max_inflight=8)
+    futures: list[Future[liftbridge.Ack | None]] = []
+    errors: list[BaseException] = []
+
+    def produce(worker: int) -> None:
+        try:
+            for i in range(300):
+                futures.append(p.submit(request(worker * 1000 + i), None, 10.0))
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=produce, args=(w,)) for w in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == [] and len(futures) == 1200
+    assert p.flush(10)
+    assert all(f.result() is not None for f in futures)
+    p.close()
+
+
 def test_close_wakes_a_producer_waiting_for_a_slot() -> None:
     server = FakeServer()
     server.ack = False
