@@ -782,9 +782,10 @@ class Client:
         The partition is ``partition`` when given, else the ``partitioner``'s
         choice, else 0. Blocks only when ``max_inflight`` publishes await
         acks, until an eighth of that window has freed up (or, at
-        ``timeout``, any slot has). The SDK never re-sends a publish: on :class:`AckTimeoutError` or
-        :class:`ConnectionLostError` the message may or may not be stored, so
-        retry only if duplicates are acceptable (or use ``expected_offset``).
+        ``timeout``, any slot has). The SDK never re-sends a publish: on
+        :class:`AckTimeoutError` or :class:`ConnectionLostError` the message
+        may or may not be stored, so retry only if duplicates are acceptable
+        (or use ``expected_offset``).
 
         Args:
             stream: the stream.
