@@ -21,8 +21,8 @@ class SdkError(RuntimeError):
     """A publish or subscription failed during an SDK run."""
 
 
-class SdkPublish:
-    """Workload 1: ``Client.publish``, one at a time."""
+class _SdkPublisher:
+    """Shared state of the SDK publish drivers: client, stream, value, policy."""
 
     def __init__(
         self,
@@ -35,6 +35,13 @@ class SdkPublish:
         self._stream = stream
         self._value = value
         self._ack_policy = ack_policy
+
+    def close(self) -> None:
+        pass
+
+
+class SdkPublish(_SdkPublisher):
+    """Workload 1: ``Client.publish``, one at a time."""
 
     def run(self, count: int) -> Run:
         publish, stream, value, policy = (
@@ -53,25 +60,10 @@ class SdkPublish:
         seconds, cpu = watch.stop()
         return Run(count, seconds, count * len(value), cpu, tuple(latencies))
 
-    def close(self) -> None:
-        pass
 
-
-class SdkPipelined:
+class SdkPipelined(_SdkPublisher):
     """Workload 2: ``Client.publish_async`` back to back; the client's
     ``max_inflight`` window paces it; done when the last ack is in."""
-
-    def __init__(
-        self,
-        client: liftbridge.Client,
-        stream: str,
-        value: bytes,
-        ack_policy: liftbridge.AckPolicy,
-    ) -> None:
-        self._client = client
-        self._stream = stream
-        self._value = value
-        self._ack_policy = ack_policy
 
     def run(self, count: int) -> Run:
         """Publishes ``count`` messages and checks the partition grew by as many.
@@ -100,9 +92,6 @@ class SdkPipelined:
 
     def _stored(self) -> int:
         return self._client.fetch_partition_metadata(self._stream).newest_offset + 1
-
-    def close(self) -> None:
-        pass
 
 
 class SdkSubscribe:

@@ -2,26 +2,8 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 from liftbridge.testing import LocalServer
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-
-
-def run_example(name: str, *args: str, timeout: float = 60.0) -> str:
-    """Runs examples/<name> with the given arguments; returns its output."""
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLES / name), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert done.returncode == 0, f"{name} failed:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
+from tests.integration.examples import run_example
 
 
 def test_demo_against_the_session_server(server: LocalServer) -> None:
