@@ -155,9 +155,8 @@ class Publisher:
         self._ack_wait = ack_wait
         self._retry_policy = retry_policy
         self._max_inflight = max_inflight
-        # A producer blocked on a full window resumes once the window is down
-        # to _resume_at (an eighth of it free, at least one slot), not at every
-        # ack: woken per ack, it would cross threads twice per message.
+        # A producer blocked on a full window resumes at this size (see the
+        # module docstring, "Speed").
         self._resume_at = max_inflight - max(1, max_inflight // _RESUME_FRACTION)
         self._ids = itertools.count()
         self._id_prefix = f"{os.getpid():x}-{id(self):x}-"
