@@ -57,7 +57,7 @@ def publish_many(
     returns the peak RSS before and after, in MB."""
     value = b"r" * size
     with liftbridge.Client(address, max_inflight=window, ack_wait=60.0) as client:
-        client.create_stream(stream, stream)
+        client.create_stream(stream)
         before = _peak_rss_mb()
         publish_async = client.publish_async
         start = time.perf_counter()

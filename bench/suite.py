@@ -446,7 +446,7 @@ class Suite:
         replication_factor: int = 1,
     ) -> str:
         name = _name(kind.replace(" ", "-"), variant, size)
-        client.create_stream(name, name, replication_factor=replication_factor)
+        client.create_stream(name, replication_factor=replication_factor)
         return name
 
     # ------------------------------------------------------------ cluster --

@@ -69,7 +69,7 @@ def main() -> int:
     address = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("LIFTBRIDGE_ADDRESS")
     group = stream = f"orders-{uuid.uuid4().hex[:8]}"
     with liftbridge.Client(address or "127.0.0.1:9292") as client:
-        client.create_stream(stream, stream, partitions=PARTITIONS)
+        client.create_stream(stream, partitions=PARTITIONS)
         handled = Handled()
         members = {
             name: client.create_consumer(

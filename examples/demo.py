@@ -32,7 +32,7 @@ def main() -> None:
         stream = "demo-orders"
         with contextlib.suppress(liftbridge.NoSuchStreamError):
             client.delete_stream(stream)
-        client.create_stream("demo.orders", stream, partitions=3)
+        client.create_stream(stream, subject="demo.orders", partitions=3)
         print(f"\ncreated stream {stream!r}; cluster metadata:")
         metadata = client.fetch_metadata()
         for broker in metadata.brokers:

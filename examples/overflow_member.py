@@ -67,7 +67,7 @@ def main() -> int:
     address = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("LIFTBRIDGE_ADDRESS")
     stream = group = f"jobs-{uuid.uuid4().hex[:8]}"
     with liftbridge.Client(address or "127.0.0.1:9292") as client:
-        client.create_stream(stream, stream, partitions=PARTITIONS)
+        client.create_stream(stream, partitions=PARTITIONS)
         work = Work()
         regular = client.create_consumer(group, auto_checkpoint=0.5)
         overflow = client.create_consumer(

@@ -61,7 +61,7 @@ def main() -> int:
     address = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("LIFTBRIDGE_ADDRESS")
     stream = group = f"jobs-{uuid.uuid4().hex[:8]}"
     with liftbridge.Client(address or "127.0.0.1:9292") as client:
-        client.create_stream(stream, stream)  # one partition: a pinned group
+        client.create_stream(stream)  # one partition: a pinned group
         log = Log()
         primary, standby = (
             client.create_consumer(

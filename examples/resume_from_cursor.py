@@ -25,8 +25,9 @@ def main() -> None:
     args = parser.parse_args()
 
     with liftbridge.Client(args.address) as client:
-        offset = client.fetch_cursor(CURSOR_ID, args.stream, 0)
-        print(f"cursor at {offset}; resuming at {offset + 1}")
+        cursor = client.fetch_cursor(CURSOR_ID, args.stream, 0)
+        offset = -1 if cursor is None else cursor
+        print(f"cursor at {cursor}; resuming at {offset + 1}")
         processed = 0
         finished = threading.Event()
         failure: list[BaseException] = []

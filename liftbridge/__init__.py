@@ -5,7 +5,7 @@ Everything public is importable from here; every other module is private.
 Example:
     >>> import liftbridge
     >>> with liftbridge.Client("127.0.0.1:9292") as client:
-    ...     client.create_stream("orders", "orders")
+    ...     client.create_stream("orders")
     ...     client.publish("orders", b"hello")
 """
 

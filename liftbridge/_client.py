@@ -43,7 +43,7 @@ from liftbridge._metadata import (
     metadata_from_proto,
     partition_metadata_from_proto,
 )
-from liftbridge._partitioner import Partitioner
+from liftbridge._partitioner import PartitionByKey, Partitioner
 from liftbridge._publisher import AckHandler, Publisher
 from liftbridge._retry import RetryPolicy
 from liftbridge._subscription import (
@@ -67,6 +67,9 @@ _METADATA_SETTLE = 1.0
 
 _MAX_LANES = 32
 """Threads per client whose ``publish`` calls get a PublishAsync stream of their own."""
+
+
+_BY_KEY = PartitionByKey()
 
 
 class ClientState(enum.Enum):
@@ -116,7 +119,7 @@ class Client:
 
     Example:
         >>> with liftbridge.Client(["127.0.0.1:9292"]) as client:
-        ...     client.create_stream("orders", "orders")
+        ...     client.create_stream("orders")
     """
 
     def __init__(
@@ -444,9 +447,9 @@ class Client:
 
     def create_stream(
         self,
-        subject: str,
         name: str,
         *,
+        subject: str | None = None,
         group: str | None = None,
         replication_factor: int | None = None,
         max_replication: bool = False,
@@ -472,9 +475,14 @@ class Client:
         ``subject.N``. Options left as ``None`` take the server's default.
         Durations are float seconds (sent to the server in milliseconds).
 
+        The name comes first and the subject is keyword-only (unlike the Go
+        client's ``CreateStream(ctx, subject, name)``), so the two strings
+        cannot be swapped by accident.
+
         Args:
-            subject: NATS subject to attach to; ``*`` and ``>`` wildcards allowed.
             name: stream name, unique in the cluster.
+            subject: NATS subject to attach to; ``*`` and ``>`` wildcards
+                allowed. ``None`` (the default) uses the stream's name.
             group: load-balance group; streams in one group share the subject's
                 messages at random.
             replication_factor: replicas per partition (server default 1).
@@ -504,8 +512,10 @@ class Client:
             StreamExistsError: a stream with this name exists.
             UnavailableError: no broker could be reached.
         """
-        check.subject(subject, wildcards=True)
         check.stream_name(name, arg="name", allow_reserved=False)
+        if subject is None:
+            subject = name
+        check.subject(subject, wildcards=True)
         check.positive_int(partitions, arg="partitions")
         if not isinstance(max_replication, bool):
             raise ArgumentTypeError("max_replication must be a bool")
@@ -745,6 +755,10 @@ class Client:
                 raise InvalidArgumentError(
                     f"{partitioner!r} chose partition {partition!r}; stream {stream!r} has {count}"
                 )
+        elif key:
+            # A key alone places the message the way Kafka users expect, with
+            # the Go client's PartitionByKey formula (so both languages agree).
+            partition = _BY_KEY.partition(stream, key, value, self._stream_metadata(stream))
         else:
             partition = 0
         request = api_pb2.PublishRequest(
@@ -780,9 +794,10 @@ class Client:
         """Publishes a message on the client's PublishAsync stream without waiting.
 
         The partition is ``partition`` when given, else the ``partitioner``'s
-        choice, else 0. Blocks only when ``max_inflight`` publishes await
-        acks, until an eighth of that window has freed up (or, at
-        ``timeout``, any slot has). The SDK never re-sends a publish: on
+        choice, else the key's partition (:class:`PartitionByKey`, the Go
+        client's formula) when there is a key, else 0. Blocks only when
+        ``max_inflight`` publishes await acks, until an eighth of that window
+        has freed up (or, at ``timeout``, any slot has). The SDK never re-sends a publish: on
         :class:`AckTimeoutError` or :class:`ConnectionLostError` the message
         may or may not be stored, so retry only if duplicates are acceptable
         (or use ``expected_offset``).
@@ -797,7 +812,7 @@ class Client:
                 logged. It may publish: ``publish`` works there, and
                 ``publish_async`` raises :class:`PublishWindowFullError` at
                 once rather than wait on a full window.
-            key: message key (partitioning, compaction).
+            key: message key (compaction; alone, it also picks the partition).
             headers: header name to bytes.
             partition: explicit partition; wins over ``partitioner``.
             partitioner: e.g. :class:`PartitionByKey`.
@@ -1089,8 +1104,9 @@ class Client:
 
     def fetch_cursor(
         self, cursor_id: str, stream: str, partition: int, *, timeout: float | None = None
-    ) -> int:
-        """Fetches a cursor's offset; -1 when none is stored."""
+    ) -> int | None:
+        """Fetches a cursor's offset: the last offset processed, so resume at
+        the returned value + 1. None when no cursor is stored."""
         check.stream_name(cursor_id, arg="cursor_id")
         check.stream_name(stream)
         check.partition(partition)
@@ -1099,7 +1115,8 @@ class Client:
         response = self._rpc_leader(
             "FetchCursor", request, CURSORS_STREAM, cursors_partition, timeout
         )
-        return int(response.offset)
+        offset = int(response.offset)
+        return None if offset < 0 else offset
 
     # -------------------------------------------------------- consumer groups --
     # (owned by liftbridge/_consumer.py; this method only constructs it)

@@ -20,5 +20,5 @@ def client(server: LocalServer) -> Iterator[liftbridge.Client]:
 @pytest.fixture
 def stream(client: liftbridge.Client, unique_name: str) -> str:
     """A fresh one-partition stream whose subject is its name."""
-    client.create_stream(unique_name, unique_name)
+    client.create_stream(unique_name)
     return unique_name

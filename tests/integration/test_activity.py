@@ -9,7 +9,7 @@ from liftbridge import ActivityOp
 def test_stream_lifecycle_shows_up_in_the_activity_stream(
     client: liftbridge.Client, unique_name: str
 ) -> None:
-    client.create_stream(unique_name, unique_name, partitions=2)
+    client.create_stream(unique_name, partitions=2)
     client.pause_stream(unique_name, partitions=[1], resume_all=True)
     client.set_stream_readonly(unique_name, partitions=[0])
     client.delete_stream(unique_name)

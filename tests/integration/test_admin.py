@@ -22,8 +22,8 @@ def test_no_seed_answering_is_unavailable() -> None:
 
 def test_create_stream_with_every_option(client: liftbridge.Client, unique_name: str) -> None:
     client.create_stream(
-        f"{unique_name}.subject",
         unique_name,
+        subject=f"{unique_name}.subject",
         group="workers",
         replication_factor=1,
         partitions=3,
@@ -54,20 +54,20 @@ def test_create_stream_with_every_option(client: liftbridge.Client, unique_name:
 
 
 def test_max_replication_on_one_node(client: liftbridge.Client, unique_name: str) -> None:
-    client.create_stream(unique_name, unique_name, max_replication=True)
+    client.create_stream(unique_name, max_replication=True)
     assert client.fetch_metadata().partition(unique_name, 0) is not None
 
 
 def test_stream_exists(client: liftbridge.Client, stream: str) -> None:
     with pytest.raises(liftbridge.StreamExistsError):
-        client.create_stream(stream, stream)
+        client.create_stream(stream)
 
 
 def test_bad_replication_factor_is_rejected_by_server(
     client: liftbridge.Client, unique_name: str
 ) -> None:
     with pytest.raises(liftbridge.InvalidArgumentError, match="replicationFactor"):
-        client.create_stream(unique_name, unique_name, replication_factor=5)
+        client.create_stream(unique_name, replication_factor=5)
 
 
 @pytest.mark.parametrize(
@@ -84,16 +84,16 @@ def test_bad_input_fails_before_any_rpc(
     client: liftbridge.Client, subject: object, name: object, error: type[Exception], match: str
 ) -> None:
     with pytest.raises(error, match=match):
-        client.create_stream(subject, name)  # type: ignore[arg-type]
+        client.create_stream(name, subject=subject)  # type: ignore[arg-type]
 
 
 def test_bad_option_values(client: liftbridge.Client, unique_name: str) -> None:
     with pytest.raises(liftbridge.InvalidArgumentError, match="partitions"):
-        client.create_stream(unique_name, unique_name, partitions=0)
+        client.create_stream(unique_name, partitions=0)
     with pytest.raises(liftbridge.InvalidArgumentError, match="retention_max_age"):
-        client.create_stream(unique_name, unique_name, retention_max_age=-1)
+        client.create_stream(unique_name, retention_max_age=-1)
     with pytest.raises(liftbridge.ArgumentTypeError, match="compact_enabled"):
-        client.create_stream(unique_name, unique_name, compact_enabled="yes")  # type: ignore[arg-type]
+        client.create_stream(unique_name, compact_enabled="yes")  # type: ignore[arg-type]
 
 
 def test_delete_stream(client: liftbridge.Client, stream: str) -> None:
@@ -104,7 +104,7 @@ def test_delete_stream(client: liftbridge.Client, stream: str) -> None:
 
 
 def test_pause_and_resume(client: liftbridge.Client, unique_name: str) -> None:
-    client.create_stream(unique_name, unique_name, partitions=2)
+    client.create_stream(unique_name, partitions=2)
     client.pause_stream(unique_name, partitions=[1], resume_all=False)
     assert client.fetch_partition_metadata(unique_name, 1).paused
     assert not client.fetch_partition_metadata(unique_name, 0).paused
@@ -118,7 +118,7 @@ def test_pause_and_resume(client: liftbridge.Client, unique_name: str) -> None:
 
 
 def test_pause_all_partitions(client: liftbridge.Client, unique_name: str) -> None:
-    client.create_stream(unique_name, unique_name, partitions=2)
+    client.create_stream(unique_name, partitions=2)
     client.pause_stream(unique_name)
     metadata = client.fetch_metadata()
     assert all(p.paused for p in metadata.get_stream(unique_name).partitions.values())  # type: ignore[union-attr]

@@ -125,7 +125,7 @@ def make_consumer(
 def test_three_members_share_three_partitions_and_closing_hands_over(
     client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
 ) -> None:
-    client.create_stream(unique_name, unique_name, partitions=3)
+    client.create_stream(unique_name, partitions=3)
     tally = Tally()
     members = {}
     for name in ("a", "b", "c"):
@@ -164,14 +164,14 @@ def test_three_members_share_three_partitions_and_closing_hands_over(
 def test_group_offsets_use_the_go_cursor_id(
     client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
 ) -> None:
-    client.create_stream(unique_name, unique_name, partitions=2)
+    client.create_stream(unique_name, partitions=2)
     publish(client, unique_name, 2, 5)
     tally = Tally()
     consumer = make_consumer("grp-" + unique_name, auto_checkpoint=None)
     assert consumer.cursor_id == f"__group:grp-{unique_name}"
     consumer.subscribe([unique_name], tally.handler("a"))
     wait_for(lambda: tally.complete({0: 5, 1: 5}), 10, "handled")
-    assert client.fetch_cursor(consumer.cursor_id, unique_name, 0) == -1  # no auto commit
+    assert client.fetch_cursor(consumer.cursor_id, unique_name, 0) is None  # no auto commit
     consumer.checkpoint()
     for partition in (0, 1):
         assert client.fetch_cursor(f"__group:grp-{unique_name}", unique_name, partition) == 4
@@ -181,7 +181,7 @@ def test_group_offsets_use_the_go_cursor_id(
 def test_handler_errors_are_retried_never_skipped(
     client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
 ) -> None:
-    client.create_stream(unique_name, unique_name)
+    client.create_stream(unique_name)
     publish(client, unique_name, 1, 6)
     failures: list[int] = []
 
@@ -203,7 +203,7 @@ def test_handler_errors_are_retried_never_skipped(
 def test_auto_offset_policies(
     client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
 ) -> None:
-    client.create_stream(unique_name, unique_name)
+    client.create_stream(unique_name)
     publish(client, unique_name, 1, 3)
 
     errors = Tally()
@@ -235,7 +235,7 @@ def test_auto_offset_policies(
 def test_lost_member_partitions_move_within_the_consumer_timeout(
     client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
 ) -> None:
-    client.create_stream(unique_name, unique_name, partitions=2)
+    client.create_stream(unique_name, partitions=2)
     tally = Tally()
     survivor = make_consumer(unique_name)
     survivor.subscribe(unique_name, tally.handler("survivor"))
@@ -287,7 +287,7 @@ def test_killed_member_process_is_replaced(
     unique_name: str,
     make_consumer: Callable[..., Consumer],
 ) -> None:
-    client.create_stream(unique_name, unique_name, partitions=2)
+    client.create_stream(unique_name, partitions=2)
     tally = Tally()
     local = make_consumer(unique_name)
     local.subscribe(unique_name, tally.handler("local"))
@@ -343,7 +343,7 @@ def test_killed_member_process_is_replaced(
 def test_restart_with_the_same_id_waits_for_the_old_membership(
     client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
 ) -> None:
-    client.create_stream(unique_name, unique_name)
+    client.create_stream(unique_name)
     tally = Tally()
     first = make_consumer(unique_name, consumer_id="worker-1")
     first.subscribe(unique_name, tally.handler("first"))
@@ -363,7 +363,7 @@ def test_restart_with_the_same_id_waits_for_the_old_membership(
 def test_restart_with_the_same_id_gives_up_after_join_timeout(
     client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
 ) -> None:
-    client.create_stream(unique_name, unique_name)
+    client.create_stream(unique_name)
     first = make_consumer(unique_name, consumer_id="twin")
     first.subscribe(unique_name, Tally().handler("first"))
     twin = make_consumer(unique_name, consumer_id="twin", join_timeout=1.0)
@@ -378,7 +378,7 @@ def test_expired_member_joins_again(
     make_consumer: Callable[..., Consumer],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    client.create_stream(unique_name, unique_name)
+    client.create_stream(unique_name)
     tally = Tally()
     consumer = make_consumer(unique_name, consumer_id="expiring")
     consumer.subscribe(unique_name, tally.handler("a"))
@@ -417,7 +417,7 @@ def test_expired_member_joins_again(
 def test_pinned_group_standby_takes_over_and_release_hands_over(
     client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
 ) -> None:
-    client.create_stream(unique_name, unique_name)  # one partition: a pinned group
+    client.create_stream(unique_name)  # one partition: a pinned group
     tp = StreamPartition(unique_name, 0)
     tally = Tally()
     members = {}
@@ -459,7 +459,7 @@ def test_pinned_group_standby_takes_over_and_release_hands_over(
 def test_pinned_new_standby_does_not_steal(
     client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
 ) -> None:
-    client.create_stream(unique_name, unique_name)
+    client.create_stream(unique_name)
     tp = StreamPartition(unique_name, 0)
     tally = Tally()
     members = {"old": make_consumer(unique_name)}
@@ -477,7 +477,7 @@ def test_pinned_new_standby_does_not_steal(
 def test_release_needs_a_generated_id(
     client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
 ) -> None:
-    client.create_stream(unique_name, unique_name)
+    client.create_stream(unique_name)
     chosen = make_consumer(unique_name, consumer_id="chosen")
     chosen.subscribe(unique_name, Tally().handler("chosen"))
     with pytest.raises(liftbridge.InvalidArgumentError, match="generated consumer id"):
@@ -490,7 +490,7 @@ def test_release_needs_a_generated_id(
 def test_overflow_member_joins_under_backlog_and_leaves_when_drained(
     client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
 ) -> None:
-    client.create_stream(unique_name, unique_name, partitions=2)
+    client.create_stream(unique_name, partitions=2)
     slow = threading.Event()
 
     def pace(message: liftbridge.Message) -> None:
@@ -534,7 +534,7 @@ def test_killing_the_coordinator_does_not_stop_consumption(
     cluster: LocalCluster, unique_name: str
 ) -> None:
     with liftbridge.Client(cluster.addresses, ack_wait=10.0) as client:
-        client.create_stream(unique_name, unique_name, partitions=3, replication_factor=3)
+        client.create_stream(unique_name, partitions=3, replication_factor=3)
         tally = Tally()
         members = []
         coordinator = None
@@ -609,7 +609,7 @@ def test_client_close_commits_and_leaves_for_its_consumers(
                 done.set()
 
     client = liftbridge.Client(server.address)
-    client.create_stream(unique_name, unique_name)
+    client.create_stream(unique_name)
     for i in range(5):
         client.publish(unique_name, b"%d" % i)
     consumer = client.create_consumer(f"{unique_name}-g", auto_checkpoint=None)

@@ -11,12 +11,12 @@ from liftbridge.testing import LocalServer
 
 
 def test_set_and_fetch(client: liftbridge.Client, stream: str) -> None:
-    assert client.fetch_cursor("reader", stream, 0) == -1
+    assert client.fetch_cursor("reader", stream, 0) is None
     client.set_cursor("reader", stream, 0, 41)
     assert client.fetch_cursor("reader", stream, 0) == 41
     client.set_cursor("reader", stream, 0, 42)
     assert client.fetch_cursor("reader", stream, 0) == 42
-    assert client.fetch_cursor("other", stream, 0) == -1
+    assert client.fetch_cursor("other", stream, 0) is None
 
 
 def test_cursors_survive_a_client_restart(server: LocalServer, stream: str) -> None:

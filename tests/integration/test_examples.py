@@ -25,7 +25,7 @@ def test_resume_from_cursor_continues_where_it_stopped(
     import liftbridge
 
     with liftbridge.Client(server.address) as client:
-        client.create_stream(unique_name, unique_name)
+        client.create_stream(unique_name)
         for i in range(8):
             client.publish(unique_name, b"job %d" % i)
     first = run_example("resume_from_cursor.py", server.address, unique_name, "--batch", "5")

@@ -42,19 +42,19 @@ def _wait_for_leader(
 def test_admin_calls_survive_the_first_broker_dying(healed: LocalCluster, unique_name: str) -> None:
     first, *_ = healed.nodes
     with liftbridge.Client([first.address, *healed.addresses[1:]], rpc_timeout=5) as client:
-        client.create_stream(unique_name, unique_name, replication_factor=3)
+        client.create_stream(unique_name, replication_factor=3)
         client.fetch_partition_metadata(unique_name)  # waits for the stream's metadata
         info = client.metadata.partition(unique_name, 0)
         assert info is not None and len(info.replicas) == 3
         healed.kill(first)
         # The next admin call goes to another broker.
-        client.create_stream(f"{unique_name}-after", f"{unique_name}-after", replication_factor=2)
+        client.create_stream(f"{unique_name}-after", replication_factor=2)
         deadline = time.monotonic() + 30
         while client.fetch_metadata().get_stream(f"{unique_name}-after") is None:
             assert time.monotonic() < deadline
             time.sleep(0.2)
         with pytest.raises(liftbridge.StreamExistsError):
-            client.create_stream(unique_name, unique_name)
+            client.create_stream(unique_name)
 
 
 def test_subscription_is_gapless_across_leader_kill(healed: LocalCluster, unique_name: str) -> None:
@@ -62,7 +62,7 @@ def test_subscription_is_gapless_across_leader_kill(healed: LocalCluster, unique
     with liftbridge.Client(
         healed.addresses, resubscribe_wait=60, ack_wait=30, rpc_timeout=3
     ) as client:
-        client.create_stream(unique_name, unique_name, replication_factor=3)
+        client.create_stream(unique_name, replication_factor=3)
         leader = client.fetch_partition_metadata(unique_name).leader  # waits for the metadata
         received: list[int] = []  # values
         offsets: list[int] = []
@@ -131,7 +131,7 @@ def test_publish_async_stream_recovers_after_its_broker_dies(
 ) -> None:
     first = healed.nodes[0]
     with liftbridge.Client([first.address], ack_wait=20, rpc_timeout=3) as client:
-        client.create_stream(unique_name, unique_name, replication_factor=3)
+        client.create_stream(unique_name, replication_factor=3)
         assert client.publish(unique_name, b"before") is not None
         healed.kill(first)  # the PublishAsync stream was opened on it
         ack = _eventually(
@@ -155,7 +155,7 @@ def test_new_only_subscription_loses_nothing_when_the_leader_dies_first(
     with liftbridge.Client(
         healed.addresses, resubscribe_wait=60, ack_wait=30, rpc_timeout=3
     ) as client:
-        client.create_stream(unique_name, unique_name, replication_factor=3)
+        client.create_stream(unique_name, replication_factor=3)
         client.publish(unique_name, b"old", ack_policy=liftbridge.AckPolicy.ALL)
         leader = client.fetch_partition_metadata(unique_name).leader
         got: list[bytes] = []

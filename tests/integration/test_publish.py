@@ -104,7 +104,7 @@ def test_ack_policy_none(client: liftbridge.Client, stream: str) -> None:
 
 
 def test_partition_by_key_matches_go_formula(client: liftbridge.Client, unique_name: str) -> None:
-    client.create_stream(unique_name, unique_name, partitions=5)
+    client.create_stream(unique_name, partitions=5)
     keys = [f"customer-{i}".encode() for i in range(20)]
     for key in keys:
         client.publish(unique_name, key, key=key, partitioner=liftbridge.PartitionByKey())
@@ -114,8 +114,25 @@ def test_partition_by_key_matches_go_formula(client: liftbridge.Client, unique_n
             assert zlib.crc32(message.key) % 5 == partition == message.partition
 
 
+def test_key_alone_picks_the_keys_partition(client: liftbridge.Client, unique_name: str) -> None:
+    client.create_stream(unique_name, partitions=5)
+    keys = [f"customer-{i}".encode() for i in range(20)]
+    acks = [client.publish(unique_name, key, key=key) for key in keys]
+    futures = [client.publish_async(unique_name, key, key=key) for key in keys]
+    acks += [f.result(10) for f in futures]
+    assert {zlib.crc32(key) % 5 for key in keys} != {0}  # the keys spread out
+
+    def subject(partition: int) -> str:
+        return unique_name if partition == 0 else f"{unique_name}.{partition}"
+
+    for key, ack in zip(keys * 2, acks, strict=True):
+        assert ack is not None and ack.message_subject == subject(zlib.crc32(key) % 5)
+    unkeyed = client.publish(unique_name, b"no key")
+    assert unkeyed is not None and unkeyed.message_subject == subject(0)
+
+
 def test_round_robin_and_explicit_partition(client: liftbridge.Client, unique_name: str) -> None:
-    client.create_stream(unique_name, unique_name, partitions=3)
+    client.create_stream(unique_name, partitions=3)
     rr = liftbridge.PartitionByRoundRobin()
     for i in range(6):
         client.publish(unique_name, b"%d" % i, partitioner=rr)
@@ -125,7 +142,7 @@ def test_round_robin_and_explicit_partition(client: liftbridge.Client, unique_na
 
 
 def test_bad_partitioner_choice_is_caught(client: liftbridge.Client, unique_name: str) -> None:
-    client.create_stream(unique_name, unique_name, partitions=2)
+    client.create_stream(unique_name, partitions=2)
 
     class Broken:
         def partition(
@@ -138,7 +155,7 @@ def test_bad_partitioner_choice_is_caught(client: liftbridge.Client, unique_name
 
 
 def test_optimistic_concurrency(client: liftbridge.Client, unique_name: str) -> None:
-    client.create_stream(unique_name, unique_name, optimistic_concurrency_control=True)
+    client.create_stream(unique_name, optimistic_concurrency_control=True)
     ack = client.publish(unique_name, b"first", expected_offset=0)
     assert ack is not None and ack.offset == 0
     with pytest.raises(liftbridge.IncorrectOffsetError):
@@ -282,7 +299,7 @@ def test_flush_waits_for_everything(client: liftbridge.Client, stream: str) -> N
 
 
 def test_publish_to_subject(client: liftbridge.Client, unique_name: str) -> None:
-    client.create_stream(unique_name, unique_name, partitions=2)
+    client.create_stream(unique_name, partitions=2)
     ack = client.publish_to_subject(f"{unique_name}.1", b"direct", key=b"k", headers={"h": b"v"})
     assert ack is not None and ack.offset == 0
     (message,) = _read_all(client, unique_name, 1)

@@ -224,7 +224,7 @@ def test_client_close_ends_subscriptions(server: LocalServer, stream: str) -> No
 
 
 def test_message_fields(client: liftbridge.Client, unique_name: str) -> None:
-    client.create_stream(f"{unique_name}.in", unique_name, partitions=2)
+    client.create_stream(unique_name, subject=f"{unique_name}.in", partitions=2)
     client.publish(unique_name, b"v", key=b"k", partition=1)
     with client.subscribe(
         unique_name, partition=1, start=StartPosition.EARLIEST, stop=StopPosition.LATEST

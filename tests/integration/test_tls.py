@@ -61,7 +61,7 @@ def mtls_server(pki: dict[str, Path]) -> Iterator[LocalServer]:
 def test_tls_round_trip(tls_server: LocalServer, pki: dict[str, Path], unique_name: str) -> None:
     tls = liftbridge.TLSConfig(ca=pki["ca"])
     with liftbridge.Client(tls_server.address, tls=tls) as client:
-        client.create_stream(unique_name, unique_name)
+        client.create_stream(unique_name)
         ack = client.publish(unique_name, b"secret")
         assert ack is not None and ack.offset == 0
         with client.subscribe(unique_name, start=0, stop=0) as sub:
