@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import zlib
 from concurrent.futures import Future
@@ -28,10 +29,10 @@ def test_publish_returns_the_ack(client: liftbridge.Client, stream: str) -> None
     ack = client.publish(stream, b"hello", key=b"k1", headers={"trace": b"abc"})
     assert ack is not None
     assert (ack.stream, ack.offset, ack.ack_policy) == (stream, 0, liftbridge.AckPolicy.LEADER)
-    assert ack.correlation_id
+    assert re.fullmatch(r"[0-9a-f]+-[0-9a-f]+-\d+", ack.correlation_id)  # pid-client-seq
     assert ack.commit_timestamp_ns >= ack.reception_timestamp_ns > 0
-    second = client.publish(stream, b"again")
-    assert second is not None and second.offset == 1
+    second = client.publish(stream, b"again", correlation_id="mine")
+    assert second is not None and second.offset == 1 and second.correlation_id == "mine"
 
 
 def test_sync_publishes_from_many_threads(client: liftbridge.Client, stream: str) -> None:

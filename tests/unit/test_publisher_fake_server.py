@@ -71,8 +71,8 @@ def test_sent_publishes_fail_promptly_when_the_stream_breaks(broker: ScriptedBro
         )
         assert "may or may not have been stored" in str(errors[0])
         # The next publish goes out on a re-established stream.
-        ack = client.publish("s", b"after")
-        assert ack is not None and ack.correlation_id
+        ack = client.publish("s", b"after", correlation_id="after")
+        assert ack is not None and ack.correlation_id == "after"
         assert broker.streams == 2
 
 
