@@ -26,6 +26,7 @@ from liftbridge._callbacks import CallbackRunner
 from liftbridge._channels import TLSConfig
 from liftbridge._consumer import AssignmentCallback, AutoOffset, Consumer
 from liftbridge._cursors import Cursors
+from liftbridge._deadlines import AckTimer
 from liftbridge._errors import (
     AckTimeoutError,
     ArgumentTypeError,
@@ -144,12 +145,19 @@ class Client:
             retry_policy=retry_policy or DEFAULT_RETRY_POLICY,
         )
         self._callbacks = CallbackRunner()
+        self._timer = AckTimer()
         self._admin = Admin(self._router)
         self._cursors = Cursors(self._router)
         self._publisher = Publisher(
-            self._router, self._callbacks, ack_wait=self._ack_wait, max_inflight=max_inflight
+            self._router,
+            self._callbacks,
+            self._timer,
+            ack_wait=self._ack_wait,
+            max_inflight=max_inflight,
         )
-        self._lanes = Lanes(self._router, ack_wait=self._ack_wait, max_lanes=_MAX_LANES)
+        self._lanes = Lanes(
+            self._router, self._timer, ack_wait=self._ack_wait, max_lanes=_MAX_LANES
+        )
         # _state_lock guards _state, _subscriptions and _consumers; _closed is
         # set once close() has finished (a second close() waits for it).
         self._state_lock = threading.Lock()
@@ -221,7 +229,8 @@ class Client:
             for consumer in consumers:
                 consumer.close()
             self._publisher.close(deadline)
-            self._lanes.close(deadline)
+            self._lanes.close()
+            self._timer.close(deadline)
             close_all(subscriptions, deadline)
             self._callbacks.close(deadline)
         finally:

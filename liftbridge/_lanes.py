@@ -18,7 +18,7 @@ Life of a lane publish:
 3. If the stream breaks after the request was queued, the publish fails with
    :class:`ConnectionLostError` (it may or may not be stored; the SDK never
    re-sends it), and the lane is dropped. If no ack comes within the
-   timeout, the ``liftbridge-lane-timer`` thread cancels the stream and the
+   timeout, the client's ``liftbridge-ack-timer`` thread cancels the stream and the
    publish fails with :class:`AckTimeoutError`.
 
 Lanes are limited to ``max_lanes`` threads per client; past that, and for
@@ -28,6 +28,7 @@ A lane is closed when its thread ends or the client closes.
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -37,6 +38,7 @@ import weakref
 import grpc
 
 from liftbridge._channels import StreamCall
+from liftbridge._deadlines import AckTimer
 from liftbridge._errors import (
     AckTimeoutError,
     ClientClosedError,
@@ -136,19 +138,17 @@ class _Lane:
             "the message may or may not have been stored"
         )
 
-    def expire_if_overdue(self, now: float) -> float:
-        """Called by the timer: cancels the stream when the current publish
-        is overdue. Returns the deadline still to watch, 0.0 for none."""
+    def expire_if_overdue(self, due: float) -> None:
+        """Called by the timer for the publish due at ``due``: cancels the
+        stream if that publish is still waiting (not if the lane is idle or
+        a later publish, due later, is waiting)."""
         with self._lock:
             deadline = self.deadline
-            if not deadline:
-                return 0.0
-            if deadline > now:
-                return deadline
+            if not deadline or deadline > due:
+                return
             self.timed_out = True
             self.broken = True
         self._call.cancel()
-        return 0.0
 
     def abandon(self) -> None:
         """Ends the stream; a publish waiting on it fails with ConnectionLostError."""
@@ -166,21 +166,19 @@ class _Lane:
 class Lanes:
     """The lanes of one client, one per publishing thread. Thread-safe.
 
-    Thread: ``liftbridge-lane-timer`` (ack timeouts), started with the first lane.
+    Ack timeouts run on the client's ``liftbridge-ack-timer`` thread
+    (:mod:`liftbridge._deadlines`), which cancels an overdue lane's stream.
     """
 
-    def __init__(self, router: Router, *, ack_wait: float, max_lanes: int) -> None:
+    def __init__(self, router: Router, timer: AckTimer, *, ack_wait: float, max_lanes: int) -> None:
         self._router = router
+        self._timer = timer
         self._ack_wait = ack_wait
         self._max_lanes = max_lanes
         self._local = threading.local()
-        # _lock guards _lanes and _closed; _wakeup (on _lock) is notified when
-        # a publish is due before the timer would next look, and on close.
-        self._lock = threading.Lock()
-        self._wakeup = threading.Condition(self._lock)
+        self._lock = threading.Lock()  # guards _lanes and _closed
         self._lanes: weakref.WeakSet[_Lane] = weakref.WeakSet()
         self._closed = False
-        self._timer: threading.Thread | None = None
 
     def publish(self, request: api_pb2.PublishRequest, timeout: float | None) -> Ack | None:
         """Publishes on this thread's lane and returns the Ack; None when no
@@ -190,10 +188,9 @@ class Lanes:
         if lane is None:
             return None
         wait = self._ack_wait if timeout is None else timeout
-        lane.deadline = time.monotonic() + wait
-        if wait < self._ack_wait:  # due before the timer's next look
-            with self._lock:
-                self._wakeup.notify()
+        lane.deadline = deadline = time.monotonic() + wait
+        # A weak reference: a lane must be free to end with its thread.
+        self._timer.schedule(deadline, functools.partial(_expire, weakref.ref(lane), deadline))
         try:
             return lane.publish(request)
         except ConnectionLostError as e:
@@ -214,61 +211,25 @@ class Lanes:
                 return None
             lane = _Lane(self._router)
             self._lanes.add(lane)
-            if self._timer is None:
-                self._timer = threading.Thread(
-                    target=self._timer_loop, name="liftbridge-lane-timer", daemon=True
-                )
-                self._timer.start()
         _log.debug(
             "publish lane opened on %s for thread %s", lane.address, threading.current_thread()
         )
         self._local.lane = lane
         return lane
 
-    def _timer_loop(self) -> None:
-        """Thread ``liftbridge-lane-timer``: cancels lanes whose ack is overdue.
-
-        A publish with the default timeout is due ``ack_wait`` after it
-        started, never before the timer's next look, so only shorter timeouts
-        wake it early.
-        """
-        try:
-            with self._lock:
-                while not self._closed:
-                    now = time.monotonic()
-                    self._wakeup.wait(self._expire_overdue(now) - now)
-        except BaseException:  # never die silently: log, and stop taking lanes
-            _log.exception("the lane timer failed; publish() uses the shared stream from now on")
-            with self._lock:
-                self._max_lanes = 0
-                lanes = list(self._lanes)
-            for lane in lanes:
-                lane.abandon()
-
-    def _expire_overdue(self, now: float) -> float:
-        """Cancels the lanes whose publish is overdue (with _lock held);
-        returns when to look again. Holds no lane afterwards: a lane must
-        be free to end with its thread."""
-        due = now + self._ack_wait
-        for lane in list(self._lanes):
-            deadline = lane.expire_if_overdue(now)
-            if deadline:
-                due = min(due, deadline)
-        return due
-
-    def close(self, deadline: float) -> None:
+    def close(self) -> None:
         """Closes every lane: publishes waiting on one fail with
-        :class:`ClientClosedError`. Joins the timer until ``deadline``
-        (``time.monotonic()``) at most. Idempotent; never joins the calling
-        thread."""
+        :class:`ClientClosedError`. Idempotent."""
         with self._lock:
             self._closed = True
             lanes = list(self._lanes)
-            timer = self._timer
-            self._wakeup.notify_all()
         for lane in lanes:
             lane.close()
-        if timer is not None and timer is not threading.current_thread():
-            timer.join(max(0.0, deadline - time.monotonic()))
-            if timer.is_alive():
-                _log.warning("thread %s did not stop in time", timer.name)
+
+
+def _expire(lane_ref: weakref.ref[_Lane], deadline: float) -> None:
+    """On liftbridge-ack-timer: cancels the lane's stream if the publish due
+    at ``deadline`` is still waiting."""
+    lane = lane_ref()
+    if lane is not None:
+        lane.expire_if_overdue(deadline)

@@ -41,7 +41,7 @@ heap. ``bench/`` measures the result against the bare gRPC stub.
 from __future__ import annotations
 
 import collections
-import heapq
+import functools
 import itertools
 import logging
 import os
@@ -57,6 +57,7 @@ import grpc
 
 from liftbridge._callbacks import CallbackRunner
 from liftbridge._channels import StreamCall
+from liftbridge._deadlines import AckTimer
 from liftbridge._errors import (
     AckTimeoutError,
     ClientClosedError,
@@ -139,20 +140,22 @@ class Publisher:
     """Owns the PublishAsync stream of one client. Thread-safe.
 
     Threads: ``liftbridge-acks`` (opens the stream, reads responses, reopens
-    it when it breaks) and ``liftbridge-ack-timer`` (ack timeouts), both
-    started on the first publish.
+    it when it breaks), started on the first publish; ack timeouts run on
+    the client's ``liftbridge-ack-timer`` (:mod:`liftbridge._deadlines`).
     """
 
     def __init__(
         self,
         router: Router,
         callbacks: CallbackRunner,
+        timer: AckTimer,
         *,
         ack_wait: float,
         max_inflight: int,
     ) -> None:
         self._router = router
         self._callbacks = callbacks
+        self._timer = timer
         self._ack_wait = ack_wait
         self._max_inflight = max_inflight
         # A producer blocked on a full window resumes at this size (see the
@@ -162,7 +165,7 @@ class Publisher:
         self._id_prefix = f"{os.getpid():x}-{id(self):x}-"
 
         # _lock guards _pending (every unresolved publish: its size is the
-        # window in use), _slot_waiters, _fifo, _generation, _closed,
+        # window in use), _slot_waiters, _generation, _closed,
         # _threads_started and _call. _slot_free (on _lock) is notified when a
         # publish resolves while a producer waits for a window slot and the
         # window is down to _resume_at, and on close.
@@ -195,27 +198,16 @@ class Publisher:
         # _handover_lock before _lock.
         self._handover_lock = threading.Lock()
 
-        # Deadlines. Publishes with the default timeout (nearly all) sit in
-        # _fifo, guarded by _lock, whose deadlines never decrease: the timer
-        # only looks at its left end. Resolved ones leave it lazily, and it is
-        # swept once it holds more than _compact_at entries. Publishes with a
-        # timeout of their own go into the heap _deadlines of
-        # (deadline, seq, pending), which _timer_lock guards with _compact_at's
-        # sweeps; _timer_wakeup (on _timer_lock) is notified when a publish
-        # becomes the heap's earliest, and on close.
-        self._fifo: collections.deque[_Pending] = collections.deque()
-        self._timer_lock = threading.Lock()
-        self._timer_wakeup = threading.Condition(self._timer_lock)
-        self._deadlines: list[tuple[float, int, _Pending]] = []
-        self._compact_at = max(1024, 2 * max_inflight)
-        self._seq = itertools.count()
+        # Deadlines, on the client's liftbridge-ack-timer (_deadlines.py):
+        # publishes with the default timeout (nearly all) in _in_order, whose
+        # deadlines never decrease; those with a timeout of their own one by one.
+        self._in_order = timer.ordered(
+            self._expire, wait=ack_wait, compact_at=max(1024, 2 * max_inflight)
+        )
 
         self._stop = threading.Event()
         self._dispatcher = threading.Thread(
             target=self._dispatch_loop, name="liftbridge-acks", daemon=True
-        )
-        self._timer = threading.Thread(
-            target=self._timer_loop, name="liftbridge-ack-timer", daemon=True
         )
 
     # ------------------------------------------------------------ producer --
@@ -262,26 +254,14 @@ class Publisher:
             if not self._threads_started:
                 self._threads_started = True
                 self._dispatcher.start()
-                self._timer.start()
             # Every publish gets a deadline: for its ack, or (AckPolicy.NONE) to be sent by.
             pending.deadline = time.monotonic() + wait
             self._pending[correlation_id] = pending
             self._outbox.put(pending)
             if wait == self._ack_wait:
-                fifo = self._fifo
-                while fifo and fifo[0].done:
-                    fifo.popleft()
-                fifo.append(pending)
-                if len(fifo) > self._compact_at:
-                    self._fifo = collections.deque(p for p in fifo if not p.done)
+                self._in_order.append(pending)  # in deadline order: under _lock
                 return future
-        with self._timer_lock:
-            heapq.heappush(self._deadlines, (pending.deadline, next(self._seq), pending))
-            if len(self._deadlines) > self._compact_at:
-                self._deadlines = [e for e in self._deadlines if not e[2].done]
-                heapq.heapify(self._deadlines)
-            if self._deadlines[0][2] is pending:
-                self._timer_wakeup.notify()
+        self._timer.schedule(pending.deadline, functools.partial(self._expire, pending))
         return future
 
     def _wait_for_slot(self, wait: float) -> None:
@@ -452,35 +432,11 @@ class Publisher:
 
     # --------------------------------------------------------- ack timer ----
 
-    def _timer_loop(self) -> None:
-        """Thread ``liftbridge-ack-timer``: fails publishes whose ack is overdue."""
-        while not self._stop.is_set():
-            now = time.monotonic()
-            expired: list[_Pending] = []
-            with self._lock:
-                fifo = self._fifo
-                while fifo and (fifo[0].done or fifo[0].deadline <= now):
-                    pending = fifo.popleft()
-                    if not pending.done:
-                        expired.append(pending)
-                # A publish queued from now on is due ack_wait from now at the earliest.
-                due = fifo[0].deadline if fifo else now + self._ack_wait
-            with self._timer_lock:
-                heap = self._deadlines
-                while heap and (heap[0][2].done or heap[0][0] <= now):
-                    _, _, pending = heapq.heappop(heap)
-                    if not pending.done:
-                        expired.append(pending)
-                if not expired:
-                    if heap:
-                        due = min(due, heap[0][0])
-                    if not self._stop.is_set():
-                        self._timer_wakeup.wait(due - now)
-                    continue
-            for pending in expired:
-                self._expire(pending)
-
     def _expire(self, pending: _Pending) -> None:
+        """On liftbridge-ack-timer: fails a publish whose deadline passed (if
+        it is still unresolved)."""
+        if pending.done:
+            return
         with self._handover_lock:  # the sender cannot hand it over meanwhile
             sent = pending.generation >= 0
             if not self._claim(pending):
@@ -518,8 +474,8 @@ class Publisher:
     # ------------------------------------------------------------- closing --
 
     def close(self, deadline: float) -> None:
-        """Stops both threads and fails every unresolved publish with
-        :class:`ClientClosedError`; joins the threads until ``deadline``
+        """Stops the acks thread and fails every unresolved publish with
+        :class:`ClientClosedError`; joins the thread until ``deadline``
         (``time.monotonic()``) at most. Idempotent; never joins the calling
         thread."""
         with self._handover_lock, self._lock:
@@ -528,24 +484,20 @@ class Publisher:
             self._closed = True
             call = self._call
             unresolved = list(self._pending.values())
-            self._fifo.clear()
             self._slot_free.notify_all()
         self._outbox.put(None)  # wakes a sender waiting for a request: it ends its stream
         self._stop.set()
-        with self._timer_lock:
-            self._timer_wakeup.notify_all()
         if call is not None:
             call.cancel()
         for pending in unresolved:
             self._finish(
                 pending, None, ClientClosedError("the client was closed before the ack arrived")
             )
-        current = threading.current_thread()
-        for thread in (self._dispatcher, self._timer):
-            if thread.is_alive() and thread is not current:
-                thread.join(max(0.0, deadline - time.monotonic()))
-                if thread.is_alive():
-                    _log.warning("thread %s did not stop in time", thread.name)
+        thread = self._dispatcher
+        if thread.is_alive() and thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                _log.warning("thread %s did not stop in time", thread.name)
 
     def flush(self, timeout: float | None) -> bool:
         """Waits until every publish accepted before the call is resolved

@@ -22,6 +22,7 @@ import pytest
 
 import liftbridge
 from liftbridge._callbacks import CallbackRunner
+from liftbridge._deadlines import AckTimer
 from liftbridge._publisher import Publisher
 from liftbridge._retry import DEFAULT_RETRY_POLICY
 from liftbridge._router import Router
@@ -169,20 +170,22 @@ def request(i: int, policy: api_pb2.AckPolicy.ValueType = api_pb2.LEADER) -> api
     )
 
 
-_runners: list[CallbackRunner] = []
+_threads: list[CallbackRunner | AckTimer] = []
 
 
 @pytest.fixture(autouse=True)
-def _close_callback_runners() -> Iterator[None]:
+def _close_client_threads() -> Iterator[None]:
     yield
-    while _runners:
-        _runners.pop().close(time.monotonic() + 5)
+    while _threads:
+        _threads.pop().close(time.monotonic() + 5)
 
 
 def make(server: FakeServer, *, ack_wait: float = 5.0, max_inflight: int = 1024) -> Publisher:
-    runner = CallbackRunner()
-    _runners.append(runner)
-    return Publisher(cast(Router, server), runner, ack_wait=ack_wait, max_inflight=max_inflight)
+    runner, timer = CallbackRunner(), AckTimer()
+    _threads.extend((runner, timer))
+    return Publisher(
+        cast(Router, server), runner, timer, ack_wait=ack_wait, max_inflight=max_inflight
+    )
 
 
 def _soon() -> float:
@@ -428,7 +431,8 @@ def test_close_fails_unresolved_and_stops_threads() -> None:
     for f in fs:
         assert isinstance(f.exception(timeout=5), liftbridge.ClientClosedError)
     time.sleep(0.2)
-    assert not [t for t in threading.enumerate() if t.name.startswith("liftbridge-")]
+    # The timer and callbacks threads are the client's, closed after the publisher.
+    assert not [t for t in threading.enumerate() if t.name == "liftbridge-acks"]
     with pytest.raises(liftbridge.ClientClosedError):
         p.submit(request(1000), None, None)
 
@@ -449,7 +453,7 @@ def test_memory_of_fifo_stays_bounded() -> None:
     for i in range(20000):
         p.submit(request(i), None, None)
     assert p.flush(10)
-    assert len(p._fifo) <= 2 * 1024 + 16
+    assert len(p._in_order) <= 2 * 1024 + 16
     p.close(_soon())
 
 
