@@ -122,6 +122,7 @@ class FakeRouter:
     answers: dict[str, deque[object]] = field(default_factory=dict)
     streams: deque[FakeStream] = field(default_factory=deque)
     calls: list[tuple[str, object, Target]] = field(default_factory=list)
+    single_attempts: list[str] = field(default_factory=list)  # methods called with retry=False
     refreshes: int = 0
     rpc_timeout: float = 1.0
     retry_policy: RetryPolicy = field(default_factory=lambda: RetryPolicy(max_attempts=1))
@@ -175,6 +176,8 @@ class FakeRouter:
         retry_if: Callable[[LiftbridgeError], bool] | None = None,
         on_retry: Callable[[BaseException], None] | None = None,
     ) -> Any:
+        if not retry:
+            self.single_attempts.append(method)
         while True:
             self.calls.append((method, request, target))
             queued = self.answers.get(method)

@@ -13,7 +13,9 @@ import pytest
 
 import liftbridge
 from liftbridge._admin import Admin
-from liftbridge._router import Deadline, Leader, Replica
+from liftbridge._cursors import Cursors
+from liftbridge._group_session import GroupSession
+from liftbridge._router import BrokerId, Deadline, Leader, Replica
 from liftbridge._subscription import (
     Subscription,
     _Request,
@@ -223,3 +225,42 @@ def test_close_does_not_wait_per_stuck_handler(router: FakeRouter) -> None:
     for sub in subs:
         assert sub.wait(5)
     assert waited < 3.5  # one shared wait of 1 s, not five in a row
+
+
+# ------------------------------------------------------------- groups --
+
+
+def test_the_group_thread_makes_one_bounded_attempt_per_rpc() -> None:
+    """The group thread is the heartbeat: none of its RPCs may retry for
+    longer than its budget (they used the client-wide policy: 30 s)."""
+    router = FakeRouter(metadata=metadata_with({"s": 2, "__cursors": 3}))
+    session = GroupSession(router.as_router(), Cursors(router.as_router()), "g", ["s"])
+    router.answer(
+        "JoinConsumerGroup",
+        api_pb2.JoinConsumerGroupResponse(
+            coordinator="a",
+            epoch=3,
+            consumerTimeout=3_000_000_000,
+            coordinatorTimeout=3_000_000_000,
+        ),
+    )
+    membership = session.join("m1", 1.0)
+    router.answer(
+        "FetchConsumerGroupAssignments",
+        api_pb2.FetchConsumerGroupAssignmentsResponse(
+            epoch=3,
+            assignments=[api_pb2.PartitionAssignment(stream="s", partitions=[0, 1])],
+        ),
+    )
+    assigned, epoch = session.fetch_assignments(membership, 1.0)
+    router.answer("SetCursor", api_pb2.SetCursorResponse())
+    session.set_cursor(sorted(assigned)[0], 9, 1.0)
+    assert epoch == 3 and len(assigned) == 2
+    assert router.single_attempts == [
+        "JoinConsumerGroup",
+        "FetchConsumerGroupAssignments",
+        "SetCursor",
+    ]
+    targets = {method: target for method, _, target in router.calls}
+    assert targets["FetchConsumerGroupAssignments"] == BrokerId("a")  # the coordinator
+    assert isinstance(targets["SetCursor"], Leader) and targets["SetCursor"].stream == "__cursors"

@@ -1,0 +1,192 @@
+"""The router's routing and retry rules, against in-process brokers that refuse
+on cue (unavailable, not the leader), which real servers cannot be made to do
+per call."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import grpc
+import pytest
+
+import liftbridge
+from liftbridge._retry import RetryPolicy
+from liftbridge._router import Deadline, Leader, Router
+from liftbridge_api import api_pb2
+from tests.unit.fake_broker import FakeBroker, serving
+
+
+class Broker(FakeBroker):
+    """A broker of a two-broker cluster ("a" and "b") whose metadata makes
+    ``leader`` the leader of stream "s"; CreateStream and
+    FetchPartitionMetadata answer with the scripted status codes first."""
+
+    def __init__(self, name: str, cluster: Cluster) -> None:
+        self.name = name
+        self.cluster = cluster
+        self.refusals: list[grpc.StatusCode] = []
+        self.served: list[str] = []
+        self._lock = threading.Lock()
+
+    def _refuse(self, method: str, context: grpc.ServicerContext) -> None:
+        with self._lock:
+            self.served.append(method)
+            code = self.refusals.pop(0) if self.refusals else None
+        if code is not None:
+            detail = "not partition leader" if code == grpc.StatusCode.FAILED_PRECONDITION else ""
+            context.abort(code, detail)
+
+    def FetchMetadata(
+        self, request: api_pb2.FetchMetadataRequest, context: grpc.ServicerContext
+    ) -> api_pb2.FetchMetadataResponse:
+        with self._lock:
+            self.served.append("FetchMetadata")
+        time.sleep(self.cluster.metadata_delay)
+        return self.cluster.metadata()
+
+    def CreateStream(
+        self, request: api_pb2.CreateStreamRequest, context: grpc.ServicerContext
+    ) -> api_pb2.CreateStreamResponse:
+        self._refuse("CreateStream", context)
+        return api_pb2.CreateStreamResponse()
+
+    def FetchPartitionMetadata(
+        self, request: api_pb2.FetchPartitionMetadataRequest, context: grpc.ServicerContext
+    ) -> api_pb2.FetchPartitionMetadataResponse:
+        self._refuse("FetchPartitionMetadata", context)
+        return api_pb2.FetchPartitionMetadataResponse(
+            metadata=api_pb2.PartitionMetadata(leader=self.name, highWatermark=7)
+        )
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.brokers: dict[str, Broker] = {}
+        self.leader = "a"
+        self.paused = False
+        self.metadata_delay = 0.0
+
+    def metadata(self) -> api_pb2.FetchMetadataResponse:
+        partition = api_pb2.PartitionMetadata(
+            id=0, leader=self.leader, replicas=["a", "b"], isr=["a", "b"], paused=self.paused
+        )
+        return api_pb2.FetchMetadataResponse(
+            brokers=[
+                api_pb2.Broker(id=name, host="127.0.0.1", port=b.port)
+                for name, b in sorted(self.brokers.items())
+            ],
+            streamMetadata=[
+                api_pb2.StreamMetadata(name="s", subject="s", partitions={0: partition})
+            ],
+        )
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    cluster = Cluster()
+    with ExitStack() as stack:
+        for name in ("a", "b"):
+            broker = Broker(name, cluster)  # type: ignore[abstract]  # only these RPCs
+            cluster.brokers[name] = stack.enter_context(serving(broker))
+        yield cluster
+
+
+def _router(cluster: Cluster, seed: str = "a") -> Router:
+    router = Router(
+        (f"127.0.0.1:{cluster.brokers[seed].port}",),
+        tls=None,
+        rpc_timeout=2.0,
+        retry_policy=RetryPolicy(initial_backoff=0.01, jitter=0.0),
+    )
+    router.connect(5.0)
+    return router
+
+
+def test_unavailable_moves_on_to_the_next_broker(cluster: Cluster) -> None:
+    router = _router(cluster)
+    try:
+        cluster.brokers["a"].refusals = [grpc.StatusCode.UNAVAILABLE]
+        router.call("CreateStream", api_pb2.CreateStreamRequest(name="x"), deadline=Deadline(5))
+        assert cluster.brokers["a"].served.count("CreateStream") == 1
+        assert cluster.brokers["b"].served.count("CreateStream") == 1
+    finally:
+        router.close()
+
+
+def test_without_retry_one_attempt_only(cluster: Cluster) -> None:
+    router = _router(cluster)
+    try:
+        cluster.brokers["a"].refusals = [grpc.StatusCode.UNAVAILABLE]
+        with pytest.raises(liftbridge.UnavailableError):
+            router.call(
+                "CreateStream",
+                api_pb2.CreateStreamRequest(name="x"),
+                deadline=Deadline(5),
+                retry=False,
+            )
+        assert cluster.brokers["b"].served.count("CreateStream") == 0
+    finally:
+        router.close()
+
+
+def test_a_moved_leader_is_found_through_fresh_metadata(cluster: Cluster) -> None:
+    router = _router(cluster)
+    try:
+        cluster.leader = "b"  # moved after the router cached "a"
+        cluster.brokers["a"].refusals = [grpc.StatusCode.FAILED_PRECONDITION]
+        response = router.call(
+            "FetchPartitionMetadata",
+            api_pb2.FetchPartitionMetadataRequest(stream="s", partition=0),
+            target=Leader("s", 0),
+            deadline=Deadline(5),
+            idempotent=True,
+        )
+        assert response.metadata.leader == "b"
+        assert router.metadata.partition("s", 0).leader == "b"  # type: ignore[union-attr]
+    finally:
+        router.close()
+
+
+def test_not_leader_of_a_paused_partition_is_not_retried(cluster: Cluster) -> None:
+    cluster.paused = True
+    router = _router(cluster)
+    try:
+        cluster.brokers["a"].refusals = [grpc.StatusCode.FAILED_PRECONDITION] * 3
+        with pytest.raises(liftbridge.NotLeaderError):
+            router.call(
+                "FetchPartitionMetadata",
+                api_pb2.FetchPartitionMetadataRequest(stream="s", partition=0),
+                target=Leader("s", 0),
+                deadline=Deadline(5),
+                idempotent=True,
+            )
+        assert cluster.brokers["a"].served.count("FetchPartitionMetadata") == 1
+    finally:
+        router.close()
+
+
+def test_concurrent_refreshes_share_one_fetch(cluster: Cluster) -> None:
+    router = _router(cluster)
+    cluster.metadata_delay = 0.3  # long enough for the eight to overlap
+    try:
+        before = sum(b.served.count("FetchMetadata") for b in cluster.brokers.values())
+        threads = [threading.Thread(target=router.refresh) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        after = sum(b.served.count("FetchMetadata") for b in cluster.brokers.values())
+        assert 1 <= after - before < 8  # waiters took the refresh under way
+    finally:
+        router.close()
+
+
+def test_a_closed_router_refuses_calls(cluster: Cluster) -> None:
+    router = _router(cluster)
+    router.close()
+    with pytest.raises(liftbridge.ClientClosedError):
+        router.call("CreateStream", api_pb2.CreateStreamRequest(name="x"), deadline=Deadline(1))
+    assert router.closed and not router.retrying
