@@ -13,6 +13,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import TracebackType
 from typing import TypeVar
 
 import tenacity
@@ -105,8 +106,9 @@ def call(
         What ``fn`` returned.
 
     Raises:
-        The last exception ``fn`` raised, unchanged, once retrying stops or
-        as soon as ``retry_if`` rejects it.
+        The last exception ``fn`` raised, once retrying stops or as soon as
+        ``retry_if`` rejects it; its traceback goes from here straight into
+        ``fn``, without tenacity's and concurrent.futures' frames.
     """
 
     def _before_sleep(state: tenacity.RetryCallState) -> None:
@@ -126,4 +128,27 @@ def call(
         before_sleep=_before_sleep,
         reraise=True,
     )
-    return retrying(fn)
+    try:
+        return retrying(fn)
+    except BaseException as error:
+        # The first entry is this frame, which the raise below adds back.
+        below = error.__traceback__.tb_next if error.__traceback__ is not None else None
+        raise error.with_traceback(_without_retry_frames(below)) from error.__cause__
+
+
+_MACHINERY = ("tenacity", "concurrent.futures")
+"""Modules whose frames a user's traceback does not need: how the retry ran."""
+
+
+def _without_retry_frames(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback with the retry machinery's frames left out, the rest in order."""
+    kept: list[TracebackType] = []
+    while tb is not None:
+        module = tb.tb_frame.f_globals.get("__name__", "")
+        if not module.startswith(_MACHINERY):
+            kept.append(tb)
+        tb = tb.tb_next
+    rebuilt: TracebackType | None = None
+    for entry in reversed(kept):
+        rebuilt = TracebackType(rebuilt, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return rebuilt

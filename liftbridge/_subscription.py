@@ -301,6 +301,8 @@ class Subscription:
         """Yields messages as they arrive (only without a handler).
 
         Ends at the stop position or on ``close()``; raises the terminal error.
+        Iterating an ended subscription again ends at once (re-running a
+        notebook cell), without raising the error a second time.
         """
         if self._queue is None:
             raise TypeError(
@@ -309,6 +311,7 @@ class Subscription:
         while True:
             item = self._queue.get()
             if item is None:
+                self._queue.put(None)  # the end stays the end, for the next iteration too
                 return
             if isinstance(item, BaseException):
                 raise item
@@ -527,7 +530,14 @@ class Subscription:
         self._error = error
         if self._closed.is_set():
             return
-        if notify:
+        if notify:  # a handler's own exception was logged where it was caught
+            _log.warning(
+                "subscription %s/%s gave up: %s: %s",
+                self._request.stream,
+                self._request.partition,
+                type(error).__name__,
+                error,
+            )
             try:
                 self._handler(None, error)
             except Exception:
