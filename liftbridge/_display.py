@@ -16,9 +16,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from liftbridge._messages import Message
 
-_CELL_WIDTH = 40
-"""Characters of a cell the text form keeps; longer ones end in an ellipsis."""
-
 _BYTES_SHOWN = 32
 """Bytes of a key or value a table shows before cutting it short."""
 
@@ -44,10 +41,6 @@ def show_bytes(data: bytes | None) -> str:
     return f"{data[:_BYTES_SHOWN]!r}… ({len(data)} bytes)"
 
 
-def _clip(text: str) -> str:
-    return text if len(text) <= _CELL_WIDTH else text[: _CELL_WIDTH - 1] + "…"
-
-
 @dataclass(frozen=True)
 class Table:
     """Rows of strings under column names, with a title. Immutable.
@@ -68,7 +61,7 @@ class Table:
     note: str = ""
 
     def __str__(self) -> str:
-        cells = [self.columns, *(tuple(_clip(c) for c in row) for row in self.rows)]
+        cells = [self.columns, *self.rows]
         widths = [max(len(row[i]) for row in cells) for i in range(len(self.columns))]
         lines = [self.title]
         for n, row in enumerate(cells):

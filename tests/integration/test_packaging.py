@@ -109,3 +109,13 @@ def test_fresh_venv_runs_the_readme_tour(
         cwd=tmp_path,
     )
     assert str(venv) in where
+    # The console script and `python -m liftbridge` are installed with it.
+    help_text = _run([str(bin_dir / "liftbridge"), "--help"], timeout=60, env=env, cwd=tmp_path)
+    assert "streams" in help_text
+    listing = _run(
+        [str(bin_dir / "python"), "-m", "liftbridge", "--address", server_address, "streams"],
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert unique_name in listing
