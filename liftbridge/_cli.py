@@ -639,7 +639,7 @@ def build_parser() -> argparse.ArgumentParser:
         "-s",
         "--start",
         default="earliest",
-        help="earliest (default), latest, new, an offset, an ISO time, or a "
+        help="earliest (default), latest, new, an offset, an ISO time (UTC unless it has an offset), or a "
         "duration ago (30s, 5m, 2h, 1d)",
     )
     read.add_argument(
