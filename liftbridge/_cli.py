@@ -639,8 +639,8 @@ def build_parser() -> argparse.ArgumentParser:
         "-s",
         "--start",
         default="earliest",
-        help="earliest (default), latest, new, an offset, an ISO time (UTC unless it has an offset), or a "
-        "duration ago (30s, 5m, 2h, 1d)",
+        help="earliest (default), latest, new, an offset, an ISO time (UTC unless it has "
+        "an offset), or a duration ago (30s, 5m, 2h, 1d)",
     )
     read.add_argument(
         "-e",
