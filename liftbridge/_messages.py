@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import FrozenInstanceError
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Self
 
@@ -30,7 +30,7 @@ class AckPolicy(enum.IntEnum):
 
 
 def _datetime(ns: int) -> datetime:
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC)
 
 
 class _WireValue:
