@@ -345,6 +345,12 @@ class EventTimestamps:
         """``latest_ns`` as an aware UTC datetime; None for never."""
         return timestamp_ns_to_datetime(self.latest_ns)
 
+    def __repr__(self) -> str:
+        return (
+            f"EventTimestamps(first={show_datetime(self.first)}, "
+            f"latest={show_datetime(self.latest)})"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionMetadata:

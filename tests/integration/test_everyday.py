@@ -120,6 +120,11 @@ def test_metadata_reads_well_pickles_and_copies(
 
     received = client.fetch_partition_metadata(unique_name, 1).messages_received
     assert received.first is None and received.latest is None  # nothing published
+    assert repr(received) == "EventTimestamps(first=-, latest=-)"
+    client.publish(unique_name, b"x", partition=1)
+    received = client.fetch_partition_metadata(unique_name, 1).messages_received
+    assert received.latest is not None and received.latest.tzinfo is UTC
+    assert f"latest={received.latest.isoformat(sep=' ')}" in repr(received)
 
 
 def test_messages_as_dicts_tables_and_frames(client: liftbridge.Client, stream: str) -> None:
