@@ -16,7 +16,7 @@ import os
 import queue
 import re
 import sys
-import threading
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -283,21 +283,28 @@ def _cmd_publish(client: liftbridge.Client, args: argparse.Namespace, out: IO[st
     policy = liftbridge.AckPolicy[args.ack_policy.upper()]
     from_stdin = not args.values
     values: Iterator[str] = _lines(sys.stdin) if from_stdin else iter(args.values)
+    where = args.stream if args.partition is None else f"{args.stream}/{args.partition}"
+    # Outcomes are read in publish order as they complete, so memory stays bounded
+    # by the client's in-flight window however long stdin is.
+    pending: deque[Future[liftbridge.Ack | None]] = deque()
+    failures: list[BaseException] = []
+
+    def settle(future: Future[liftbridge.Ack | None]) -> None:
+        error = future.exception()
+        if error is not None:
+            failures.append(error)
+            return
+        ack = future.result()
+        if args.print_offsets and ack is not None:
+            # The ack does not say the partition; it is known when -p chose it.
+            print(f"{where} offset {ack.offset}", file=out)
+
     bar = _progress(
         args.progress,
         total=None if from_stdin else len(args.values),
         unit="msg",
         terminal=from_stdin,
     )
-    futures: list[Future[liftbridge.Ack | None]] = []
-    failures: list[BaseException] = []
-    lock = threading.Lock()  # guards failures (ack callbacks run on an SDK thread)
-
-    def on_ack(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
-        if error is not None:
-            with lock:
-                failures.append(error)
-
     sent = 0
     try:
         for text in values:
@@ -306,34 +313,29 @@ def _cmd_publish(client: liftbridge.Client, args: argparse.Namespace, out: IO[st
                 key, sep, text = text.partition(args.key_separator)
                 if not sep:
                     raise CliError(f"line {sent + 1} has no key separator {args.key_separator!r}")
-            future = client.publish_async(
-                args.stream,
-                text.encode(),
-                on_ack if not args.print_offsets else None,
-                key=key.encode() if key is not None else None,
-                headers=headers or None,
-                partition=args.partition,
-                ack_policy=policy,
+            pending.append(
+                client.publish_async(
+                    args.stream,
+                    text.encode(),
+                    key=key.encode() if key is not None else None,
+                    headers=headers or None,
+                    partition=args.partition,
+                    ack_policy=policy,
+                )
             )
-            if args.print_offsets:
-                futures.append(future)
             sent += 1
             bar.update()
+            while pending and pending[0].done():
+                settle(pending.popleft())
         if not client.flush(_FLUSH_TIMEOUT):
             raise CliError(f"acks still missing after {_FLUSH_TIMEOUT:g}s")
+        while pending:
+            settle(pending.popleft())
     finally:
         bar.close()
-    for future in futures:
-        error = future.exception()
-        if error is not None:
-            failures.append(error)
-            continue
-        ack = future.result()
-        if ack is not None:
-            # The ack does not say the partition; it is known when -p chose it.
-            where = args.stream if args.partition is None else f"{args.stream}/{args.partition}"
-            print(f"{where} offset {ack.offset}", file=out)
     if failures:
+        if len(failures) > 1:
+            print(f"liftbridge: {len(failures)} of {sent} publishes failed", file=sys.stderr)
         raise failures[0]
     print(f"published {sent} message(s) to {args.stream!r}", file=sys.stderr)
     return 0

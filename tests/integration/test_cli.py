@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import select
 import subprocess
 import sys
@@ -119,11 +120,22 @@ def test_pause_and_readonly(cli: Cli, unique_name: str) -> None:
     cli("delete", unique_name)
 
 
-def _read_line(pipe: IO[str], timeout: float) -> str:
-    """One line from a child's pipe, failing the test after ``timeout`` seconds."""
-    ready, _, _ = select.select([pipe], [], [], timeout)
-    assert ready, f"no output within {timeout}s"
-    return pipe.readline()
+def _read_lines(pipe: IO[bytes], count: int, timeout: float) -> list[str]:
+    """``count`` lines from a child's pipe, failing the test after ``timeout`` seconds.
+
+    Reads the raw file descriptor: a buffered reader could hold a line that
+    ``select`` then never reports.
+    """
+    deadline = time.monotonic() + timeout
+    data = b""
+    while data.count(b"\n") < count:
+        left = deadline - time.monotonic()
+        ready, _, _ = select.select([pipe], [], [], max(0.0, left))
+        assert ready, f"{count} lines not within {timeout}s, got {data!r}"
+        chunk = os.read(pipe.fileno(), 4096)
+        assert chunk, f"the pipe closed after {data!r}"
+        data += chunk
+    return data.decode().splitlines()
 
 
 def test_tail_shows_the_last_messages_then_follows(
@@ -135,20 +147,18 @@ def test_tail_shows_the_last_messages_then_follows(
         cli.argv("tail", stream, "-n", "2", "--count", "3", "-f", "value"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
-        bufsize=1,
     )
     try:
         assert tail.stdout is not None
-        assert [_read_line(tail.stdout, 30), _read_line(tail.stdout, 30)] == ["m1\n", "m2\n"]
+        assert _read_lines(tail.stdout, 2, 30) == ["m1", "m2"]
         client.publish(stream, b"m3")  # tail follows: a new message, and --count 3 is reached
         out, err = tail.communicate(timeout=30)
     finally:
         if tail.poll() is None:
             tail.kill()
             tail.communicate(timeout=10)
-    assert tail.returncode == 0, err
-    assert out == "m3\n"
+    assert tail.returncode == 0, err.decode()
+    assert out == b"m3\n"
 
 
 def test_cursors_and_group_lag(cli: Cli, client: liftbridge.Client, stream: str) -> None:
