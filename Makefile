@@ -36,8 +36,13 @@ lint: venv
 	$(VENV)/bin/ruff format --check liftbridge tests examples scripts bench
 	$(VENV)/bin/mypy liftbridge tests examples bench
 
+# Under pyenv, make every installed 3.11-3.13 reachable as python3.1x for nox.
+PYENV_PYTHONS := $(shell command -v pyenv >/dev/null 2>&1 && pyenv versions --bare | grep -E '^3\.1[123]\.' | paste -sd: -)
+
+# The whole suite on the venv's Python (3.11), then the unit suite on 3.12 and 3.13.
 test: venv server
 	$(PY) -m pytest -q -p no:cacheprovider
+	PYENV_VERSION="$(PYENV_PYTHONS)" $(VENV)/bin/nox -s unit-3.12 unit-3.13
 
 unit: venv
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit

@@ -1,51 +1,45 @@
-"""The Client: lifecycle, resilient RPCs, and the operations of the client guide."""
+"""The Client: a thin facade over the routing core.
+
+It owns the client's lifecycle (connect, ordered close), checks every
+argument, and hands each operation of the client guide to the module that
+owns it: :mod:`liftbridge._admin` (streams, metadata), :mod:`liftbridge._cursors`,
+:mod:`liftbridge._publisher` and :mod:`liftbridge._lanes` (publishing),
+:mod:`liftbridge._subscription`, :mod:`liftbridge._consumer` (groups). All of
+them reach the cluster through one :class:`~liftbridge._router.Router`.
+"""
 
 from __future__ import annotations
 
 import enum
 import logging
-import random
 import threading
 import time
 import weakref
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import Any
+from concurrent.futures import TimeoutError as FutureTimeoutError
 
-import grpc
-
-from liftbridge import _retry
+from liftbridge import _admin
 from liftbridge import _validate as check
-from liftbridge._channels import Channels, TLSConfig
+from liftbridge._admin import Admin
+from liftbridge._callbacks import CallbackRunner
+from liftbridge._channels import TLSConfig
 from liftbridge._consumer import AssignmentCallback, AutoOffset, Consumer
+from liftbridge._cursors import Cursors
 from liftbridge._errors import (
     AckTimeoutError,
     ArgumentTypeError,
     ClientClosedError,
     DeadlineExceededError,
     InvalidArgumentError,
-    LiftbridgeError,
-    NoSuchPartitionError,
-    NoSuchStreamError,
-    NotLeaderError,
-    ServerError,
-    UnavailableError,
-    from_rpc_error,
 )
 from liftbridge._lanes import Lanes
 from liftbridge._messages import Ack, AckPolicy, ack_from_proto
-from liftbridge._metadata import (
-    Metadata,
-    MetadataCache,
-    PartitionInfo,
-    PartitionMetadata,
-    metadata_from_proto,
-    partition_metadata_from_proto,
-)
+from liftbridge._metadata import Metadata, PartitionMetadata
 from liftbridge._partitioner import PartitionByKey, Partitioner
 from liftbridge._publisher import AckHandler, Publisher
-from liftbridge._retry import RetryPolicy
+from liftbridge._retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from liftbridge._router import ANY, Deadline, Router
 from liftbridge._subscription import (
     Handler,
     Start,
@@ -53,21 +47,20 @@ from liftbridge._subscription import (
     Stop,
     Subscription,
     _Request,
+    close_all,
+    start_subscription,
     subscribe_request,
 )
 from liftbridge._validate import BytesLike
-from liftbridge_api import api_pb2, api_pb2_grpc
+from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)
-
-CURSORS_STREAM = "__cursors"
-
-_METADATA_SETTLE = 1.0
-"""Seconds to keep looking for a stream or partition missing from fresh metadata."""
 
 _MAX_LANES = 32
 """Threads per client whose ``publish`` calls get a PublishAsync stream of their own."""
 
+_CLOSE_TIMEOUT = 10.0
+"""Seconds ``close()`` waits in all for the SDK's threads (handlers finishing)."""
 
 _BY_KEY = PartitionByKey()
 
@@ -78,32 +71,6 @@ class ClientState(enum.Enum):
     OPEN = "open"
     CLOSING = "closing"
     CLOSED = "closed"
-
-
-def _ms(value: float | None, arg: str) -> api_pb2.NullableInt64 | None:
-    if value is None:
-        return None
-    return api_pb2.NullableInt64(value=round(check.seconds(value, arg=arg, allow_zero=True) * 1000))
-
-
-def _int64(value: int | None, arg: str) -> api_pb2.NullableInt64 | None:
-    if value is None:
-        return None
-    return api_pb2.NullableInt64(value=check.positive_int(value, arg=arg, minimum=0))
-
-
-def _int32(value: int | None, arg: str) -> api_pb2.NullableInt32 | None:
-    if value is None:
-        return None
-    return api_pb2.NullableInt32(value=check.positive_int(value, arg=arg, minimum=1))
-
-
-def _bool(value: bool | None, arg: str) -> api_pb2.NullableBool | None:
-    if value is None:
-        return None
-    if not isinstance(value, bool):
-        raise ArgumentTypeError(f"{arg} must be a bool or None, got {type(value).__name__}")
-    return api_pb2.NullableBool(value=value)
 
 
 class Client:
@@ -140,9 +107,11 @@ class Client:
             addresses: one ``"host:port"`` or several seed addresses; any one
                 that answers is enough.
             tls: TLS settings; ``None`` for plaintext.
-            connect_timeout: seconds to wait for each seed while connecting.
-            rpc_timeout: deadline in seconds of each RPC attempt unless a call
-                passes its own ``timeout``.
+            connect_timeout: seconds to connect in all: every seed is tried,
+                in turn and again, until one answers.
+            rpc_timeout: the longest one attempt of an RPC may take. A call's
+                own ``timeout`` is for the whole call, retries included;
+                without one, the retry policy's ``total_timeout`` is.
             retry_policy: how resilient RPCs are retried; ``None`` for
                 :data:`DEFAULT_RETRY_POLICY`.
             ack_wait: default seconds a publish waits for its ack.
@@ -164,32 +133,36 @@ class Client:
             raise ArgumentTypeError(
                 f"retry_policy must be a RetryPolicy or None, got {type(retry_policy).__name__}"
             )
-        self._connect_timeout = check.seconds(connect_timeout, arg="connect_timeout")
-        self._rpc_timeout = check.seconds(rpc_timeout, arg="rpc_timeout")
-        self._retry_policy = retry_policy or _retry.DEFAULT_RETRY_POLICY
+        connect_timeout = check.seconds(connect_timeout, arg="connect_timeout")
         self._ack_wait = check.seconds(ack_wait, arg="ack_wait")
         self._resubscribe_wait = check.seconds(resubscribe_wait, arg="resubscribe_wait")
-        self._publisher = Publisher(
-            self,
-            ack_wait=self._ack_wait,
-            max_inflight=check.positive_int(max_inflight, arg="max_inflight"),
-            retry_policy=self._retry_policy,
+        max_inflight = check.positive_int(max_inflight, arg="max_inflight")
+        self._router = Router(
+            seeds,
+            tls=tls,
+            rpc_timeout=check.seconds(rpc_timeout, arg="rpc_timeout"),
+            retry_policy=retry_policy or DEFAULT_RETRY_POLICY,
         )
-        self._lanes = Lanes(self, ack_wait=self._ack_wait, max_lanes=_MAX_LANES)
-        # Guarded by _state_lock; closed with the client.
-        self._subscriptions: weakref.WeakSet[Subscription] = weakref.WeakSet()
-        self._consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
-        self._channels = Channels(tls)
-        self._metadata = MetadataCache(seeds)
-        # guards _state, _broker_index, _subscriptions and _consumers
+        self._callbacks = CallbackRunner()
+        self._admin = Admin(self._router)
+        self._cursors = Cursors(self._router)
+        self._publisher = Publisher(
+            self._router, self._callbacks, ack_wait=self._ack_wait, max_inflight=max_inflight
+        )
+        self._lanes = Lanes(self._router, ack_wait=self._ack_wait, max_lanes=_MAX_LANES)
+        # _state_lock guards _state, _subscriptions and _consumers; _closed is
+        # set once close() has finished (a second close() waits for it).
         self._state_lock = threading.Lock()
         self._state = ClientState.OPEN
-        self._broker_index = 0
+        self._closed = threading.Event()
+        self._subscriptions: weakref.WeakSet[Subscription] = weakref.WeakSet()
+        self._consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
         try:
-            self._connect(seeds)
+            self._router.connect(connect_timeout)
         except BaseException:
-            self._channels.close()
             self._state = ClientState.CLOSED
+            self._router.close()
+            self._closed.set()
             raise
 
     @staticmethod
@@ -208,22 +181,6 @@ class Client:
                 raise InvalidArgumentError(f"address {a!r} is not of the form 'host:port'")
         return tuple(dict.fromkeys(addresses))
 
-    def _connect(self, seeds: tuple[str, ...]) -> None:
-        failures: list[str] = []
-        for seed in seeds:
-            try:
-                response = self._invoke(
-                    seed, "FetchMetadata", api_pb2.FetchMetadataRequest(), self._connect_timeout
-                )
-            except LiftbridgeError as e:
-                _log.info("seed %s did not answer: %s", seed, e)
-                failures.append(f"{seed}: {e}")
-                continue
-            self._metadata.replace(metadata_from_proto(response))
-            _log.debug("connected through %s", seed)
-            return
-        raise UnavailableError("no Liftbridge broker answered: " + "; ".join(failures))
-
     # ------------------------------------------------------------ lifecycle --
 
     @property
@@ -231,217 +188,82 @@ class Client:
         """OPEN, CLOSING or CLOSED."""
         return self._state
 
-    def close(self) -> None:
-        """Closes every connection. Idempotent; safe from any thread.
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has finished. While it runs (CLOSING) the
+        connections still work, so consumers can commit and leave."""
+        return self._state is ClientState.CLOSED
 
-        Operations called afterwards raise :class:`ClientClosedError`.
+    def close(self) -> None:
+        """Closes everything the client opened, in order: consumers (they
+        commit and leave their groups), publishes (unacked ones fail with
+        :class:`ClientClosedError`), subscriptions, then the connections.
+
+        Every thread is told to stop first, then all are waited for together,
+        10 seconds at most in all. Idempotent and safe from any thread; a
+        second call waits for the first to finish. Operations called
+        afterwards raise :class:`ClientClosedError`.
         """
         with self._state_lock:
-            if self._state is not ClientState.OPEN:
-                return
-            self._state = ClientState.CLOSING
+            first = self._state is ClientState.OPEN
+            if first:
+                self._state = ClientState.CLOSING
+        if not first:
+            if not self._callbacks.on_callback_thread:
+                self._closed.wait(_CLOSE_TIMEOUT)
+            return
+        deadline = time.monotonic() + _CLOSE_TIMEOUT
         try:
-            self._close_resources()
-        finally:
-            self._channels.close()
-            self._state = ClientState.CLOSED
-
-    def _close_resources(self) -> None:
-        """Closes consumers first (they commit and leave their groups while the
-        connections still work), then the publisher (failing unacked
-        publishes) and every subscription."""
-        with self._state_lock:
-            consumers = list(self._consumers)
-        for consumer in consumers:
-            try:
+            self._router.stop_retrying()
+            with self._state_lock:
+                consumers = list(self._consumers)
+                subscriptions = list(self._subscriptions)
+            for consumer in consumers:
                 consumer.close()
-            except LiftbridgeError as e:
-                _log.warning("closing consumer %s failed: %s", consumer, e)
-        self._publisher.close()
-        self._lanes.close()
-        with self._state_lock:
-            subscriptions = list(self._subscriptions)
-        for subscription in subscriptions:
-            subscription.close()
+            self._publisher.close(deadline)
+            self._lanes.close(deadline)
+            close_all(subscriptions, deadline)
+            self._callbacks.close(deadline)
+        finally:
+            with self._state_lock:
+                self._state = ClientState.CLOSED
+            self._router.close()
+            self._closed.set()
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Waits until every publish accepted so far has its outcome.
+        """Waits until every publish accepted before this call has its outcome
+        (publishes other threads make meanwhile are not waited for).
 
         Args:
             timeout: seconds to wait at most; None to wait as long as it takes
                 (each publish has its own ack timeout, so this ends).
 
         Returns:
-            True when nothing is in flight any more, False on timeout.
+            True when all of them have their outcome, False on timeout.
         """
+        if timeout is not None:
+            timeout = check.seconds(timeout, arg="timeout", allow_zero=True)
         return self._publisher.flush(timeout)
 
     def __enter__(self) -> Client:
         return self
 
-    def __repr__(self) -> str:
-        brokers = ", ".join(f"{b.id}@{b.address}" for b in self._metadata.current.brokers)
-        return f"<liftbridge.Client {self._state.value} brokers=[{brokers}]>"
-
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def __repr__(self) -> str:
+        brokers = ", ".join(f"{b.id}@{b.address}" for b in self._router.metadata.brokers)
+        return f"<liftbridge.Client {self._state.value} brokers=[{brokers}]>"
 
     def _check_open(self) -> None:
         if self._state is not ClientState.OPEN:
             raise ClientClosedError("the client is closed")
 
-    # ------------------------------------------------------- RPC machinery --
-
-    def _invoke(self, address: str, method: str, request: Any, timeout: float) -> Any:
-        """One unary RPC attempt on one broker, errors mapped to the SDK's.
-
-        Works while the client is CLOSING, so consumers can commit and leave
-        their groups during ``close()``; public operations check for OPEN.
-        """
-        self._check_not_closed()
-        rpc = getattr(self._channels.stub(address), method)
-        try:
-            return rpc(request, timeout=timeout)
-        except grpc.RpcError as e:
-            self._check_not_closed()
-            raise from_rpc_error(e) from e
-        except ValueError:  # grpc raises it for a call on a channel closed meanwhile
-            self._check_not_closed()
-            raise
-
-    def _check_not_closed(self) -> None:
-        if self._state is ClientState.CLOSED:
-            raise ClientClosedError("the client is closed")
-
-    def _broker_address(self) -> str:
-        addresses = self._metadata.addresses()
-        with self._state_lock:
-            return addresses[self._broker_index % len(addresses)]
-
-    def _next_broker(self, error: BaseException) -> None:
-        with self._state_lock:
-            self._broker_index += 1
-        _log.debug("switching broker after %r", error)
-
-    def _rpc_any(
-        self, method: str, request: Any, timeout: float | None, *, idempotent: bool = False
-    ) -> Any:
-        """A resilient RPC for any broker: on UNAVAILABLE the next broker is
-        tried; for idempotent calls, also after a missed deadline."""
-        deadline = self._rpc_timeout if timeout is None else check.seconds(timeout, arg="timeout")
-        retriable = (UnavailableError, DeadlineExceededError) if idempotent else (UnavailableError,)
-        return _retry.call(
-            self._retry_policy,
-            lambda: self._invoke(self._broker_address(), method, request, deadline),
-            retry_if=lambda e: isinstance(e, retriable) and self._state is ClientState.OPEN,
-            before_retry=self._next_broker,
-            describe=method,
-        )
-
-    def _refresh_quietly(self, error: BaseException) -> None:
-        try:
-            self.fetch_metadata()
-        except LiftbridgeError as e:
-            _log.debug("metadata refresh after %r failed: %s", error, e)
-
-    def _leader_address(self, stream: str, partition: int) -> str:
-        info = self._partition_info(stream, partition)
-        broker = self._metadata.current.broker(info.leader) if info.leader else None
-        if broker is None:
-            raise NotLeaderError(f"partition {partition} of {stream!r} has no known leader")
-        return broker.address
-
-    def _partition_info(self, stream: str, partition: int) -> PartitionInfo:
-        """The partition from the cache, else from fresh metadata.
-
-        Brokers learn of a new stream at slightly different times, so a
-        partition missing from fresh metadata is looked for again for up to
-        ``_METADATA_SETTLE`` seconds before it is declared missing.
-
-        Raises:
-            NoSuchStreamError, NoSuchPartitionError: still missing after that.
-        """
-        info = self._metadata.current.partition(stream, partition)
-        deadline = time.monotonic() + _METADATA_SETTLE
-        wait = 0.02
-        while info is None:
-            metadata = self.fetch_metadata()
-            info = metadata.partition(stream, partition)
-            if info is not None:
-                break
-            if time.monotonic() >= deadline:
-                if metadata.get_stream(stream) is None:
-                    raise NoSuchStreamError(f"no such stream: {stream!r}")
-                raise NoSuchPartitionError(f"stream {stream!r} has no partition {partition}")
-            time.sleep(wait)
-            wait = min(wait * 2, 0.2)
-        return info
-
-    def _rpc_leader(
-        self, method: str, request: Any, stream: str, partition: int, timeout: float | None
-    ) -> Any:
-        """A resilient RPC for a partition leader: refresh metadata and retry when
-        the leader is unavailable, slow past the deadline, or no longer the
-        leader. Only for idempotent RPCs (partition metadata, cursors)."""
-        deadline = self._rpc_timeout if timeout is None else check.seconds(timeout, arg="timeout")
-        return _retry.call(
-            self._retry_policy,
-            lambda: self._invoke(
-                self._leader_address(stream, partition), method, request, deadline
-            ),
-            retry_if=lambda e: (
-                self._state is ClientState.OPEN
-                and (
-                    isinstance(e, (UnavailableError, DeadlineExceededError))
-                    or (isinstance(e, NotLeaderError) and not self._is_paused(stream, partition))
-                )
-            ),
-            before_retry=self._refresh_quietly,
-            describe=f"{method} for {stream}/{partition}",
-        )
-
-    def _is_paused(self, stream: str, partition: int) -> bool:
-        """Whether the cached metadata says the partition is paused. A paused
-        partition has no active leader, so "not leader" will not change by retrying."""
-        info = self._metadata.current.partition(stream, partition)
-        return info is not None and info.paused
-
-    # ------------------------------------- seams for the data-path threads --
-
-    def stream_stub(self) -> tuple[str, api_pb2_grpc.APIStub]:
-        """For the publisher: the broker to open the PublishAsync stream on."""
-        address = self._broker_address()
-        return address, self._channels.stub(address)
-
-    def next_broker(self, error: BaseException) -> None:
-        """For the publisher: move on to the next broker after a failure."""
-        self._next_broker(error)
-        self._refresh_quietly(error)
-
-    def subscription_stub(
-        self, stream: str, partition: int, read_isr_replica: bool
-    ) -> tuple[str, api_pb2_grpc.APIStub]:
-        """For subscriptions: the partition leader, or a random ISR replica."""
+    def _deadline_of(self, timeout: float | None) -> Deadline:
         self._check_open()
-        if read_isr_replica:
-            address = self._random_isr_address(stream, partition)
-        else:
-            address = self._leader_address(stream, partition)
-        return address, self._channels.stub(address)
-
-    def refresh_metadata(self) -> None:
-        """For subscriptions: refresh the cache, logging rather than raising."""
-        self._refresh_quietly(LiftbridgeError("refresh requested"))
-
-    def is_paused(self, stream: str, partition: int) -> bool:
-        """For subscriptions: whether the cache says the partition is paused."""
-        return self._is_paused(stream, partition)
-
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` has finished. While it runs (CLOSING) the
-        connections still work, so consumers can commit and leave."""
-        return self._state is ClientState.CLOSED
+        if timeout is not None:
+            timeout = check.seconds(timeout, arg="timeout")
+        return self._router.deadline(timeout)
 
     # ----------------------------------------------------------- operations --
 
@@ -504,7 +326,8 @@ class Client:
             optimistic_concurrency_control: enable ``expected_offset`` checks on
                 publish (publishes then need an ack policy other than NONE).
             encryption: encrypt data at rest (the server must have a key).
-            timeout: seconds per attempt; ``None`` for the client's ``rpc_timeout``.
+            timeout: seconds for the whole call, retries included; ``None`` for
+                the retry policy's ``total_timeout``.
 
         Raises:
             InvalidArgumentError: a bad name, subject or option (before any RPC,
@@ -512,57 +335,42 @@ class Client:
             StreamExistsError: a stream with this name exists.
             UnavailableError: no broker could be reached.
         """
-        check.stream_name(name, arg="name", allow_reserved=False)
-        if subject is None:
-            subject = name
-        check.subject(subject, wildcards=True)
-        check.positive_int(partitions, arg="partitions")
-        if not isinstance(max_replication, bool):
-            raise ArgumentTypeError("max_replication must be a bool")
-        if group is not None:
-            check.stream_name(group, arg="group")
-        if max_replication:
-            rf = -1
-        elif replication_factor is None:
-            rf = 1
-        elif replication_factor == -1:
-            rf = -1
-        else:
-            rf = check.positive_int(replication_factor, arg="replication_factor")
-        request = api_pb2.CreateStreamRequest(
+        request = _admin.create_stream_request(
+            name,
             subject=subject,
-            name=name,
-            group=group or "",
-            replicationFactor=rf,
+            group=group,
+            replication_factor=replication_factor,
+            max_replication=max_replication,
             partitions=partitions,
-            retentionMaxBytes=_int64(retention_max_bytes, "retention_max_bytes"),
-            retentionMaxMessages=_int64(retention_max_messages, "retention_max_messages"),
-            retentionMaxAge=_ms(retention_max_age, "retention_max_age"),
-            cleanerInterval=_ms(cleaner_interval, "cleaner_interval"),
-            segmentMaxBytes=_int64(segment_max_bytes, "segment_max_bytes"),
-            segmentMaxAge=_ms(segment_max_age, "segment_max_age"),
-            compactMaxGoroutines=_int32(compact_max_goroutines, "compact_max_goroutines"),
-            compactEnabled=_bool(compact_enabled, "compact_enabled"),
-            autoPauseTime=_ms(auto_pause_time, "auto_pause_time"),
-            autoPauseDisableIfSubscribers=_bool(
-                auto_pause_disable_if_subscribers, "auto_pause_disable_if_subscribers"
-            ),
-            minIsr=_int32(min_isr, "min_isr"),
-            optimisticConcurrencyControl=_bool(
-                optimistic_concurrency_control, "optimistic_concurrency_control"
-            ),
-            encryption=_bool(encryption, "encryption"),
+            retention_max_bytes=retention_max_bytes,
+            retention_max_messages=retention_max_messages,
+            retention_max_age=retention_max_age,
+            cleaner_interval=cleaner_interval,
+            segment_max_bytes=segment_max_bytes,
+            segment_max_age=segment_max_age,
+            compact_enabled=compact_enabled,
+            compact_max_goroutines=compact_max_goroutines,
+            auto_pause_time=auto_pause_time,
+            auto_pause_disable_if_subscribers=auto_pause_disable_if_subscribers,
+            min_isr=min_isr,
+            optimistic_concurrency_control=optimistic_concurrency_control,
+            encryption=encryption,
         )
-        self._rpc_any("CreateStream", request, timeout)
+        self._admin.create_stream(request, self._deadline_of(timeout))
 
     def delete_stream(self, name: str, *, timeout: float | None = None) -> None:
         """Deletes a stream, all its partitions and their data.
+
+        Args:
+            name: the stream.
+            timeout: seconds for the whole call, retries included; ``None`` for
+                the retry policy's ``total_timeout``.
 
         Raises:
             NoSuchStreamError: the stream does not exist.
         """
         check.stream_name(name, arg="name")
-        self._rpc_any("DeleteStream", api_pb2.DeleteStreamRequest(name=name), timeout)
+        self._admin.delete_stream(name, self._deadline_of(timeout))
 
     def pause_stream(
         self,
@@ -581,7 +389,8 @@ class Client:
             name: the stream.
             partitions: partitions to pause; ``None`` for all.
             resume_all: resume every partition when any one is published to.
-            timeout: seconds per attempt.
+            timeout: seconds for the whole call, retries included; ``None`` for
+                the retry policy's ``total_timeout``.
 
         Raises:
             NoSuchPartitionError: the stream or a partition does not exist
@@ -590,10 +399,9 @@ class Client:
         check.stream_name(name, arg="name")
         if not isinstance(resume_all, bool):
             raise ArgumentTypeError("resume_all must be a bool")
-        request = api_pb2.PauseStreamRequest(
-            name=name, partitions=check.partitions(partitions), resumeAll=resume_all
+        self._admin.pause_stream(
+            name, check.partitions(partitions), resume_all, self._deadline_of(timeout)
         )
-        self._rpc_any("PauseStream", request, timeout)
 
     def set_stream_readonly(
         self,
@@ -613,7 +421,8 @@ class Client:
             name: the stream.
             partitions: partitions to change; ``None`` for all.
             readonly: True to make readonly, False to make writable.
-            timeout: seconds per attempt.
+            timeout: seconds for the whole call, retries included; ``None`` for
+                the retry policy's ``total_timeout``.
 
         Raises:
             NoSuchPartitionError: the stream or a partition does not exist.
@@ -621,10 +430,9 @@ class Client:
         check.stream_name(name, arg="name")
         if not isinstance(readonly, bool):
             raise ArgumentTypeError("readonly must be a bool")
-        request = api_pb2.SetStreamReadonlyRequest(
-            name=name, partitions=check.partitions(partitions), readonly=readonly
+        self._admin.set_stream_readonly(
+            name, check.partitions(partitions), readonly, self._deadline_of(timeout)
         )
-        self._rpc_any("SetStreamReadonly", request, timeout)
 
     def fetch_metadata(self, *, timeout: float | None = None) -> Metadata:
         """Fetches the cluster's metadata from the server (never from the cache)
@@ -634,15 +442,12 @@ class Client:
             An immutable :class:`Metadata` snapshot of brokers, streams and
             partitions (leaders, replicas, ISR).
         """
-        response = self._rpc_any(
-            "FetchMetadata", api_pb2.FetchMetadataRequest(), timeout, idempotent=True
-        )
-        return self._metadata.replace(metadata_from_proto(response))
+        return self._admin.fetch_metadata(self._deadline_of(timeout))
 
     @property
     def metadata(self) -> Metadata:
         """The cached metadata from the last refresh, without an RPC."""
-        return self._metadata.current
+        return self._router.metadata
 
     def fetch_partition_metadata(
         self, stream: str, partition: int = 0, *, timeout: float | None = None
@@ -655,50 +460,18 @@ class Client:
         """
         check.stream_name(stream)
         check.partition(partition)
-        request = api_pb2.FetchPartitionMetadataRequest(stream=stream, partition=partition)
-        try:
-            response = self._rpc_leader(
-                "FetchPartitionMetadata", request, stream, partition, timeout
-            )
-        except NotLeaderError:
-            # A paused partition's leader refuses this RPC; the cluster
-            # metadata still describes it (offsets, paused flag, timestamps).
-            cluster = self._rpc_any(
-                "FetchMetadata", api_pb2.FetchMetadataRequest(streams=[stream]), timeout
-            )
-            for s in cluster.streamMetadata:
-                if (
-                    s.name == stream
-                    and partition in s.partitions
-                    and s.partitions[partition].paused
-                ):
-                    return partition_metadata_from_proto(stream, s.partitions[partition])
-            raise
-        return partition_metadata_from_proto(stream, response.metadata)
+        return self._admin.fetch_partition_metadata(stream, partition, self._deadline_of(timeout))
 
-    # ------------------------------------------------------ shared helpers --
+    # ------------------------------------------------------------ publishing --
 
     def _stream_metadata(self, stream: str) -> Metadata:
-        """Metadata that knows the stream (see :meth:`_partition_info`).
+        """Metadata that knows the stream (refreshed if the cache does not).
 
         Raises:
             NoSuchStreamError: the stream is unknown even after refreshing.
         """
-        self._partition_info(stream, 0)
-        return self._metadata.current
-
-    def _random_isr_address(self, stream: str, partition: int) -> str:
-        info = self._metadata.current.partition(stream, partition)
-        candidates = [
-            b.address
-            for b in (self._metadata.current.broker(i) for i in (info.isr if info else ()))
-            if b is not None
-        ]
-        if not candidates:
-            return self._leader_address(stream, partition)
-        return random.choice(candidates)
-
-    # ------------------------------------------------------------ publishing --
+        self._router.partition_info(stream, 0, self._router.deadline(None))
+        return self._router.metadata
 
     def _publish_request(
         self,
@@ -806,12 +579,11 @@ class Client:
             stream: the stream.
             value: the payload.
             ack_handler: ``handler(ack, error)``, called once with the outcome
-                (not for AckPolicy.NONE). It runs on the ``liftbridge-acks``
-                thread (``liftbridge-ack-timer`` for timeouts, the closing
-                thread on close) and must not block; exceptions it raises are
-                logged. It may publish: ``publish`` works there, and
-                ``publish_async`` raises :class:`PublishWindowFullError` at
-                once rather than wait on a full window.
+                (not for AckPolicy.NONE). It runs on the client's
+                ``liftbridge-callbacks`` thread, one handler at a time, as do
+                the done-callbacks of the returned Future; it should not
+                block for long (later callbacks wait for it); exceptions it
+                raises are logged. It may publish.
             key: message key (compaction; alone, it also picks the partition).
             headers: header name to bytes.
             partition: explicit partition; wins over ``partitioner``.
@@ -870,6 +642,13 @@ class Client:
         go through the client's shared stream). A stream found broken before
         sending is replaced; the message was not sent on it.
 
+        Ordering: publishes from one thread through ``publish`` are stored in
+        the order they were made, and so are that thread's ``publish_async``
+        calls among themselves; a ``publish`` and a ``publish_async`` travel
+        on different streams, so between the two kinds only an awaited
+        outcome orders them (wait for the future before a ``publish`` that
+        must come after it).
+
         Returns:
             The :class:`Ack`, or None for AckPolicy.NONE (once sent).
 
@@ -897,7 +676,17 @@ class Client:
             ack = self._lanes.publish(request, timeout)
             if ack is not None:
                 return ack
-        return self._publisher.submit(request, None, timeout).result()
+        future = self._publisher.submit(request, None, timeout)
+        wait = self._ack_wait if timeout is None else timeout
+        try:
+            # The publisher's timer resolves it by its deadline; the margin
+            # only bounds this wait should that thread be starved.
+            return future.result(wait + _CLOSE_TIMEOUT)
+        except FutureTimeoutError:
+            raise AckTimeoutError(
+                f"no outcome for the publish to {stream!r} within {wait:g}s; "
+                "the message may or may not have been stored"
+            ) from None
 
     def publish_to_subject(
         self,
@@ -948,16 +737,17 @@ class Client:
             ackPolicy=ack_policy.value,
         )
         wait = self._ack_wait if timeout is None else check.seconds(timeout, arg="timeout")
+        deadline = self._router.deadline(wait)
         try:
-            response = self._invoke(self._broker_address(), "PublishToSubject", request, wait)
+            # Not retried: a publish is not idempotent.
+            response = self._router.call(
+                "PublishToSubject", request, target=ANY, deadline=deadline, retry=False
+            )
         except DeadlineExceededError as e:
             raise AckTimeoutError(
                 f"no ack for the publish to {subject!r} within {wait:g}s; "
                 "the message may or may not have been stored"
             ) from e
-        except UnavailableError:
-            self._next_broker(LiftbridgeError("publish_to_subject failed"))
-            raise
         if ack_policy is AckPolicy.NONE or not response.HasField("ack"):
             return None
         ack = ack_from_proto(response.ack)
@@ -1049,32 +839,21 @@ class Client:
             request.startOffset = offset
         if consumer is not None:
             request.consumer.CopyFrom(consumer)
-        subscription = Subscription(
-            self,
+        subscription = start_subscription(
+            self._router,
             _Request(stream, partition, request),
             handler,
             resubscribe_wait=self._resubscribe_wait,
-            open_timeout=self._rpc_timeout,
+            open_timeout=self._router.rpc_timeout,
         )
         with self._state_lock:
-            self._check_open()
-            self._subscriptions.add(subscription)
-        subscription.open_first()
-        return subscription
+            if self._state is ClientState.OPEN:
+                self._subscriptions.add(subscription)
+                return subscription
+        subscription.close()
+        raise ClientClosedError("the client was closed while subscribing")
 
     # ---------------------------------------------------------------- cursors --
-
-    def _cursor_partition(self, cursor_id: str, stream: str, partition: int) -> int:
-        metadata = self._metadata.current
-        if metadata.partition_count(CURSORS_STREAM) == 0:
-            metadata = self.fetch_metadata()
-        count = metadata.partition_count(CURSORS_STREAM)
-        if count == 0:
-            raise ServerError(
-                "the server has no cursors stream; enable it with cursors.stream.partitions > 0",
-                "FAILED_PRECONDITION",
-            )
-        return zlib.crc32(f"{cursor_id},{stream},{partition}".encode()) % count
 
     def set_cursor(
         self,
@@ -1090,17 +869,21 @@ class Client:
         Resume at ``fetch_cursor(...) + 1``. Routed to the leader of the cursor's
         ``__cursors`` partition (same key and hash as the Go client), retried
         when leadership moves.
+
+        Args:
+            cursor_id: the cursor's name.
+            stream: the stream it tracks.
+            partition: the partition it tracks.
+            offset: the last offset processed (-1: nothing yet).
+            timeout: seconds for the whole call, retries included; ``None`` for
+                the retry policy's ``total_timeout``.
         """
         check.stream_name(cursor_id, arg="cursor_id")
         check.stream_name(stream)
         check.partition(partition)
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < -1:
             raise InvalidArgumentError(f"offset must be an int >= -1, got {offset!r}")
-        cursors_partition = self._cursor_partition(cursor_id, stream, partition)
-        request = api_pb2.SetCursorRequest(
-            stream=stream, partition=partition, cursorId=cursor_id, offset=offset
-        )
-        self._rpc_leader("SetCursor", request, CURSORS_STREAM, cursors_partition, timeout)
+        self._cursors.set(cursor_id, stream, partition, offset, self._deadline_of(timeout))
 
     def fetch_cursor(
         self, cursor_id: str, stream: str, partition: int, *, timeout: float | None = None
@@ -1110,13 +893,7 @@ class Client:
         check.stream_name(cursor_id, arg="cursor_id")
         check.stream_name(stream)
         check.partition(partition)
-        cursors_partition = self._cursor_partition(cursor_id, stream, partition)
-        request = api_pb2.FetchCursorRequest(stream=stream, partition=partition, cursorId=cursor_id)
-        response = self._rpc_leader(
-            "FetchCursor", request, CURSORS_STREAM, cursors_partition, timeout
-        )
-        offset = int(response.offset)
-        return None if offset < 0 else offset
+        return self._cursors.fetch(cursor_id, stream, partition, self._deadline_of(timeout))
 
     # -------------------------------------------------------- consumer groups --
     # (owned by liftbridge/_consumer.py; this method only constructs it)
@@ -1173,7 +950,8 @@ class Client:
         """
         self._check_open()
         consumer = Consumer(
-            self,
+            self._router,
+            self._cursors,
             group_id,
             consumer_id=consumer_id,
             auto_checkpoint=auto_checkpoint,

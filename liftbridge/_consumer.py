@@ -17,9 +17,9 @@ import enum
 import logging
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from liftbridge import _validate as check
+from liftbridge._cursors import Cursors
 from liftbridge._display import Table
 from liftbridge._errors import ArgumentTypeError, ClientClosedError, InvalidArgumentError
 from liftbridge._group import (
@@ -30,10 +30,8 @@ from liftbridge._group import (
     new_consumer_id,
 )
 from liftbridge._group_member import AssignmentCallback, GroupMember, MemberOptions
+from liftbridge._router import Router
 from liftbridge._subscription import Handler
-
-if TYPE_CHECKING:
-    from liftbridge._client import Client
 
 __all__ = ["AssignmentCallback", "AutoOffset", "Consumer", "StreamPartition"]
 
@@ -111,7 +109,8 @@ class Consumer:
 
     def __init__(
         self,
-        client: Client,
+        router: Router,
+        cursors: Cursors,
         group_id: str,
         *,
         consumer_id: str | None = None,
@@ -142,7 +141,8 @@ class Consumer:
         for name, callback in (("on_assigned", on_assigned), ("on_revoked", on_revoked)):
             if callback is not None and not callable(callback):
                 raise ArgumentTypeError(f"{name} must be callable or None")
-        self._client = client
+        self._router = router
+        self._cursors = cursors
         self._options = MemberOptions(
             group_id=group_id,
             auto_checkpoint=auto_checkpoint,
@@ -235,9 +235,12 @@ class Consumer:
                 )
             self._state = _State.RUNNING
         try:
+            deadline = self._router.deadline(None)
             for name in names:
-                self._client._stream_metadata(name)
-            member = GroupMember(self._client, self._options, self._consumer_id, names, handler)
+                self._router.partition_info(name, 0, deadline)  # NoSuchStreamError if missing
+            member = GroupMember(
+                self._router, self._cursors, self._options, self._consumer_id, names, handler
+            )
             if self._options.overflow is None:
                 member.join_first(self._closing)
             with self._lock:

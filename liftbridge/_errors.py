@@ -1,7 +1,11 @@
 """One exception tree for everything the SDK raises on purpose, and the one
 place where gRPC status codes become those exceptions (:func:`from_rpc_error`).
 
-Every class says whether retrying the same call may succeed (``retriable``).
+Every class says whether retrying the same call is safe and may succeed
+(``retriable``), and whether the call may have been applied although it
+failed (``maybe_applied``: an ack timeout, a stream lost after sending).
+A publish that failed with ``maybe_applied`` is not ``retriable``: sending
+it again may store it twice.
 """
 
 from __future__ import annotations
@@ -15,11 +19,16 @@ class LiftbridgeError(Exception):
     """Base of every error the SDK raises on purpose.
 
     Attributes:
-        retriable: True when the same call may succeed if tried again later
-            (a broker restarting, leadership moving). Class-level constant.
+        retriable: True when the same call is safe to try again and may
+            succeed later (a broker restarting, leadership moving).
+            Class-level constant.
+        maybe_applied: True when the server may have applied the call
+            although it failed (the answer was lost): retrying it blindly
+            may apply it twice. Class-level constant.
     """
 
     retriable: ClassVar[bool] = False
+    maybe_applied: ClassVar[bool] = False
 
 
 # ------------------------------------------------------------ client-side --
@@ -61,6 +70,9 @@ class AckTimeoutError(DeadlineExceededError):
     The message may or may not have been stored: the SDK never re-sends it.
     """
 
+    retriable = False
+    maybe_applied = True
+
 
 class PublishWindowFullError(DeadlineExceededError):
     """The in-flight window stayed full (``max_inflight`` publishes awaiting
@@ -82,6 +94,9 @@ class ConnectionLostError(UnavailableError):
     Raised for async publishes in flight when the PublishAsync stream breaks:
     the message may or may not have been stored.
     """
+
+    retriable = False
+    maybe_applied = True
 
 
 # ------------------------------------------------------- server answers ----
@@ -116,7 +131,16 @@ class ReadonlyPartitionError(LiftbridgeError):
 
 
 class PartitionPausedError(LiftbridgeError):
-    """The partition was paused while a subscription was reading it."""
+    """The partition was paused while a subscription was reading it.
+
+    Attributes:
+        segment_closed: the server said "segment has been closed", which it
+            also says when retention deletes the segment a slow reader is on;
+            subscriptions re-subscribe then, and end only if the partition
+            turns out to be paused.
+    """
+
+    segment_closed: bool = False
 
 
 class IncorrectOffsetError(LiftbridgeError):
@@ -232,8 +256,11 @@ def from_rpc_error(err: grpc.RpcError) -> LiftbridgeError:
     if code == grpc.StatusCode.INTERNAL and (
         "segment has been closed" in text or "log was closed" in text
     ):
-        # A paused partition's log is closed; subscribing to it says so this way.
-        return PartitionPausedError(message)
+        # A paused partition's log is closed; subscribing to it says so this
+        # way. So does a segment that retention deleted under a slow reader.
+        paused = PartitionPausedError(message)
+        paused.segment_closed = "segment has been closed" in text
+        return paused
     if "incorrect expected offset" in text:
         return IncorrectOffsetError(message)
     return ServerError(message, code.name)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import enum
 import secrets
 import time
-import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -63,23 +62,6 @@ def group_cursor_id(group_id: str) -> str:
     their committed offsets.
     """
     return GROUP_CURSOR_PREFIX + group_id
-
-
-def cursor_key(cursor_id: str, stream: str, partition: int) -> str:
-    """The key a cursor is stored under in ``__cursors``: ``<id>,<stream>,<partition>``."""
-    return f"{cursor_id},{stream},{partition}"
-
-
-def cursors_partition(cursor_id: str, stream: str, partition: int, partitions: int) -> int:
-    """The ``__cursors`` partition holding a cursor: CRC-32 (IEEE) of its key
-    modulo the number of ``__cursors`` partitions, as the server computes it.
-
-    Raises:
-        InvalidArgumentError: ``partitions`` is below 1.
-    """
-    if partitions < 1:
-        raise InvalidArgumentError(f"partitions must be >= 1, got {partitions}")
-    return zlib.crc32(cursor_key(cursor_id, stream, partition).encode()) % partitions
 
 
 def new_consumer_id(now_ns: int | None = None) -> str:

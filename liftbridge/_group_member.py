@@ -14,8 +14,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from liftbridge._cursors import Cursors
 from liftbridge._errors import (
     ClientClosedError,
     ConsumerGroupError,
@@ -35,11 +35,9 @@ from liftbridge._group_heartbeat import Heartbeat
 from liftbridge._group_partitions import Assigned, open_reading, plan_start, transient
 from liftbridge._group_session import GroupSession
 from liftbridge._messages import Message
+from liftbridge._router import Router
 from liftbridge._subscription import Handler
 from liftbridge_api import api_pb2
-
-if TYPE_CHECKING:
-    from liftbridge._client import Client
 
 _log = logging.getLogger(__name__)
 
@@ -75,20 +73,22 @@ class GroupMember:
 
     def __init__(
         self,
-        client: Client,
+        router: Router,
+        cursors: Cursors,
         options: MemberOptions,
         consumer_id: str,
         streams: tuple[str, ...],
         handler: Handler,
     ) -> None:
-        self._client = client
+        self._router = router
+        self._cursors = cursors
         self._options = options
         self._group_id = options.group_id
         self._cursor_id = group_cursor_id(options.group_id)
         self._consumer_id = consumer_id
         self._streams = streams
         self._handler = handler
-        self._session = GroupSession(client, options.group_id, streams)
+        self._session = GroupSession(router, cursors, options.group_id, streams)
         self._lock = threading.Lock()  # guards _held, _release_done, Assigned.reported
         self._held: dict[StreamPartition, Assigned] = {}
         self._release_done: threading.Event | None = None
@@ -99,7 +99,7 @@ class GroupMember:
         self._thread = threading.Thread(
             target=self._run, name=f"liftbridge-group-{options.group_id}", daemon=True
         )
-        self._heart = Heartbeat(self._session, options.group_id, client._rpc_timeout)
+        self._heart = Heartbeat(self._session, options.group_id, router.rpc_timeout)
         # Group-thread state.
         self._want_member = options.overflow is None
         self._next_checkpoint = 0.0
@@ -148,7 +148,7 @@ class GroupMember:
         deadline = time.monotonic() + self._options.join_timeout
         while True:
             try:
-                self._heart.joined(self._session.join(self._consumer_id, self._client._rpc_timeout))
+                self._heart.joined(self._session.join(self._consumer_id, self._router.rpc_timeout))
                 return
             except LiftbridgeError as e:
                 refusal = classify(e)
@@ -216,7 +216,7 @@ class GroupMember:
         Raises:
             LiftbridgeError: a partition's metadata or cursor could not be read.
         """
-        return self._session.backlog(self._client._rpc_timeout if timeout is None else timeout)
+        return self._session.backlog(self._router.rpc_timeout if timeout is None else timeout)
 
     def on_own_thread(self) -> bool:
         """True on the group thread or in the handler, where waiting for the
@@ -246,7 +246,7 @@ class GroupMember:
                 done.set()
 
     def _loop(self) -> None:
-        while not self._stop.is_set() and not self._client.closed:
+        while not self._stop.is_set() and not self._router.closed:
             if self._release_done is not None:
                 self._release()
             if self._options.overflow is not None and time.monotonic() >= self._next_backlog:
@@ -282,7 +282,7 @@ class GroupMember:
 
     def _finish(self) -> None:
         """The last work: stop reading, commit and leave (just stop when abandoned)."""
-        if self._abandon or self._client.closed:
+        if self._abandon or self._router.closed:
             for entry in self._drop(self._held):
                 entry.stop()
             self._heart.left()
@@ -312,10 +312,10 @@ class GroupMember:
         """Drops every partition (stop, on_revoked, commit) and leaves the group."""
         self._revoke(self._held, final=True)
         m = self._heart.left()
-        if m is None or self._client.closed:
+        if m is None or self._router.closed:
             return
         try:
-            self._session.leave(m.consumer_id, self._client._rpc_timeout)
+            self._session.leave(m.consumer_id, self._router.rpc_timeout)
             _log.info("%s left group %s", m.consumer_id, self._group_id)
         except LiftbridgeError as e:
             if classify(e) not in (Refusal.NOT_MEMBER, Refusal.NO_GROUP):
@@ -439,7 +439,7 @@ class GroupMember:
                 groupId=self._group_id, groupEpoch=epoch, consumerId=m.consumer_id
             )
             subscription = open_reading(
-                self._client, tp, plan.start, consumer, self._deliverer(tp), budget
+                self._router, tp, plan.start, consumer, self._deliverer(tp), budget
             )
         except LiftbridgeError as e:
             if classify(e) is Refusal.FENCED:
@@ -498,8 +498,8 @@ class GroupMember:
         """Commits through the client's resilient ``set_cursor``."""
 
         def store(tp: StreamPartition, offset: int) -> None:
-            self._client.set_cursor(
-                self._cursor_id, tp.stream, tp.partition, offset, timeout=timeout
+            self._cursors.set(
+                self._cursor_id, tp.stream, tp.partition, offset, self._router.deadline(timeout)
             )
 
         return store
@@ -507,7 +507,7 @@ class GroupMember:
     def _commit_quietly(self, entry: Assigned, *, final: bool) -> None:
         """A group-thread commit; a failure is logged (the next reader then
         starts from the previous commit: more is handled twice, nothing lost)."""
-        if self._client.closed:
+        if self._router.closed:
             return
         budget = self._heart.budget()
         try:

@@ -15,15 +15,23 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from liftbridge._errors import ClientClosedError, LiftbridgeError, NoCursorError, ServerError
+from liftbridge._errors import (
+    ClientClosedError,
+    DeadlineExceededError,
+    LiftbridgeError,
+    NoCursorError,
+    ServerError,
+    UnavailableError,
+)
 from liftbridge._group import AutoOffset, StreamPartition
+from liftbridge._router import Router
 from liftbridge._subscription import (
     Handler,
     Start,
     StartPosition,
     Subscription,
     _Request,
-    _Router,
+    start_subscription,
     subscribe_request,
 )
 from liftbridge_api import api_pb2
@@ -46,7 +54,9 @@ def transient(error: BaseException | None) -> bool:
         return True
     if isinstance(error, ServerError):
         return error.code == "INTERNAL"
-    return isinstance(error, LiftbridgeError) and error.retriable
+    return isinstance(error, (UnavailableError, DeadlineExceededError)) or (
+        isinstance(error, LiftbridgeError) and error.retriable
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +115,7 @@ def plan_start(
 
 
 def open_reading(
-    router: _Router,
+    router: Router,
     tp: StreamPartition,
     start: Start,
     consumer: api_pb2.Consumer,
@@ -124,15 +134,13 @@ def open_reading(
     """
     request = subscribe_request(tp.stream, tp.partition, start, None, False, False)
     request.consumer.CopyFrom(consumer)
-    subscription = Subscription(
+    return start_subscription(
         router,
         _Request(tp.stream, tp.partition, request),
         handler,
         resubscribe_wait=wait,
         open_timeout=wait,
     )
-    subscription.open_first()
-    return subscription
 
 
 @dataclass(eq=False)

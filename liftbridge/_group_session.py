@@ -2,9 +2,10 @@
 
 The group thread is also the member's heartbeat, so nothing it calls may block
 for long: every method here makes a single attempt with the deadline it is
-given (``_rpc_any``'s move to another broker on UNAVAILABLE aside) and raises
-the SDK's error, leaving the retrying to the thread's next turn. Partition
-leaders and the group coordinator are found through the client's metadata.
+given and raises the SDK's error, leaving the retrying to the thread's next
+turn (a failed attempt moves the router to another broker and, for leaders,
+refreshes its metadata). Partition leaders and the group coordinator are
+found through the router.
 """
 
 from __future__ import annotations
@@ -13,29 +14,20 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from liftbridge._errors import (
-    LiftbridgeError,
-    NotLeaderError,
-    ServerError,
-    UnavailableError,
-)
+from liftbridge._cursors import Cursors
+from liftbridge._errors import LiftbridgeError
 from liftbridge._group import (
     StreamPartition,
     assignment_from_proto,
-    cursors_partition,
     group_backlog,
     group_cursor_id,
 )
+from liftbridge._router import BrokerId, Deadline, Leader, Router
 from liftbridge_api import api_pb2
 
-if TYPE_CHECKING:
-    from liftbridge._client import Client
-
 _log = logging.getLogger(__name__)
-
-CURSORS_STREAM = "__cursors"
 
 
 @dataclass
@@ -74,16 +66,24 @@ class Membership:
 class GroupSession:
     """Group-protocol and cursor RPCs for one member of one group.
 
-    Thread-safety: the methods may be called from any thread; the broker
-    address book is replaced atomically.
+    Thread-safety: the methods may be called from any thread.
     """
 
-    def __init__(self, client: Client, group_id: str, streams: Iterable[str]) -> None:
-        self._client = client
+    def __init__(
+        self, router: Router, cursors: Cursors, group_id: str, streams: Iterable[str]
+    ) -> None:
+        self._router = router
+        self._cursors = cursors
         self._group_id = group_id
         self._streams = list(streams)
         self._cursor_id = group_cursor_id(group_id)
-        self._brokers: dict[str, str] = {}  # broker id -> address; replaced, never mutated
+
+    def _once(self, method: str, request: Any, timeout: float, target: Any = None) -> Any:
+        """One attempt of an RPC within ``timeout`` seconds."""
+        deadline = Deadline(timeout)
+        if target is None:
+            return self._router.call(method, request, deadline=deadline, retry=False)
+        return self._router.call(method, request, deadline=deadline, target=target, retry=False)
 
     # ----------------------------------------------------------- protocol --
 
@@ -96,7 +96,7 @@ class GroupSession:
         request = api_pb2.JoinConsumerGroupRequest(
             groupId=self._group_id, consumerId=consumer_id, streams=self._streams
         )
-        response = self._client._rpc_any("JoinConsumerGroup", request, timeout)
+        response = self._once("JoinConsumerGroup", request, timeout)
         return Membership(
             consumer_id=consumer_id,
             coordinator=response.coordinator,
@@ -108,7 +108,7 @@ class GroupSession:
     def leave(self, consumer_id: str, timeout: float) -> None:
         """LeaveConsumerGroup (any broker)."""
         request = api_pb2.LeaveConsumerGroupRequest(groupId=self._group_id, consumerId=consumer_id)
-        self._client._rpc_any("LeaveConsumerGroup", request, timeout)
+        self._once("LeaveConsumerGroup", request, timeout)
 
     def fetch_assignments(
         self, membership: Membership, timeout: float
@@ -121,8 +121,9 @@ class GroupSession:
         request = api_pb2.FetchConsumerGroupAssignmentsRequest(
             groupId=self._group_id, consumerId=membership.consumer_id, epoch=membership.epoch
         )
-        address = self.broker_address(membership.coordinator, timeout)
-        response = self._client._invoke(address, "FetchConsumerGroupAssignments", request, timeout)
+        response = self._once(
+            "FetchConsumerGroupAssignments", request, timeout, BrokerId(membership.coordinator)
+        )
         return assignment_from_proto(response.assignments), int(response.epoch)
 
     def report_coordinator(self, membership: Membership, timeout: float) -> None:
@@ -133,7 +134,7 @@ class GroupSession:
             coordinator=membership.coordinator,
             epoch=membership.epoch,
         )
-        self._client._rpc_any("ReportConsumerGroupCoordinator", request, timeout)
+        self._once("ReportConsumerGroupCoordinator", request, timeout)
 
     def group_info(self, timeout: float, ask: str | None = None) -> tuple[str, int] | None:
         """The group's coordinator and epoch from FetchMetadata.
@@ -150,14 +151,11 @@ class GroupSession:
         response: Any = None
         if ask:
             try:
-                response = self._client._invoke(
-                    self.broker_address(ask, timeout), "FetchMetadata", request, timeout
-                )
+                response = self._once("FetchMetadata", request, timeout, BrokerId(ask))
             except LiftbridgeError as e:
                 _log.debug("group metadata from broker %s failed: %s", ask, e)
         if response is None:
-            response = self._client._rpc_any("FetchMetadata", request, timeout)
-        self._brokers = {b.id: f"{b.host}:{b.port}" for b in response.brokers}
+            response = self._once("FetchMetadata", request, timeout)
         for group in response.groupMetadata:
             if group.groupId == self._group_id:
                 if group.error != api_pb2.ConsumerGroupMetadata.OK:
@@ -165,52 +163,34 @@ class GroupSession:
                 return group.coordinator, int(group.epoch)
         return None
 
-    def broker_address(self, broker_id: str, timeout: float) -> str:
-        """A broker's address, refreshing the client's metadata once if unknown.
-
-        Raises:
-            UnavailableError: no broker with this id is known.
-        """
-        address = self._brokers.get(broker_id)
-        if address is not None:
-            return address
-        info = self._client.metadata.broker(broker_id)
-        if info is None:
-            info = self._client.fetch_metadata(timeout=timeout).broker(broker_id)
-        if info is None:
-            raise UnavailableError(f"broker {broker_id!r} is not in the cluster metadata")
-        return info.address
-
     # ------------------------------------------------------------ cursors --
 
     def fetch_cursor(self, tp: StreamPartition, timeout: float) -> int:
         """The group's committed offset of a partition; -1 when none."""
-        request = api_pb2.FetchCursorRequest(
-            stream=tp.stream, partition=tp.partition, cursorId=self._cursor_id
+        offset = self._cursors.fetch(
+            self._cursor_id, tp.stream, tp.partition, Deadline(timeout), retry=False
         )
-        response = self._cursor_rpc("FetchCursor", request, tp, timeout)
-        return int(response.offset)
+        return -1 if offset is None else offset
 
     def set_cursor(self, tp: StreamPartition, offset: int, timeout: float) -> None:
         """Commits the group's offset of a partition."""
-        request = api_pb2.SetCursorRequest(
-            stream=tp.stream, partition=tp.partition, cursorId=self._cursor_id, offset=offset
+        self._cursors.set(
+            self._cursor_id, tp.stream, tp.partition, offset, Deadline(timeout), retry=False
         )
-        self._cursor_rpc("SetCursor", request, tp, timeout)
 
     def partition_offsets(self, tp: StreamPartition, timeout: float) -> tuple[int, int]:
         """``(high_watermark, newest_offset)`` of a partition, from its leader."""
         request = api_pb2.FetchPartitionMetadataRequest(stream=tp.stream, partition=tp.partition)
-        response = self._leader_rpc(
-            "FetchPartitionMetadata", request, tp.stream, tp.partition, timeout
+        response = self._once(
+            "FetchPartitionMetadata", request, timeout, Leader(tp.stream, tp.partition)
         )
         return int(response.metadata.highWatermark), int(response.metadata.newestOffset)
 
     def partition_count(self, stream: str, timeout: float) -> int:
         """How many partitions a stream has (cached metadata, refreshed once if unknown)."""
-        count = self._client.metadata.partition_count(stream)
+        count = self._router.metadata.partition_count(stream)
         if count == 0:
-            count = self._client.fetch_metadata(timeout=timeout).partition_count(stream)
+            count = self._router.refresh(Deadline(timeout)).partition_count(stream)
         return count
 
     def backlog(self, timeout: float) -> int:
@@ -223,23 +203,3 @@ class GroupSession:
                 high_watermark, _ = self.partition_offsets(tp, timeout)
                 positions.append((high_watermark, self.fetch_cursor(tp, timeout)))
         return group_backlog(positions)
-
-    def _cursor_rpc(self, method: str, request: Any, tp: StreamPartition, timeout: float) -> Any:
-        count = self.partition_count(CURSORS_STREAM, timeout)
-        if count == 0:
-            raise ServerError(
-                "the server has no cursors stream; enable it with cursors.stream.partitions > 0",
-                "FAILED_PRECONDITION",
-            )
-        target = cursors_partition(self._cursor_id, tp.stream, tp.partition, count)
-        return self._leader_rpc(method, request, CURSORS_STREAM, target, timeout)
-
-    def _leader_rpc(
-        self, method: str, request: Any, stream: str, partition: int, timeout: float
-    ) -> Any:
-        try:
-            address = self._client._leader_address(stream, partition)
-            return self._client._invoke(address, method, request, timeout)
-        except (NotLeaderError, UnavailableError):
-            self._client.refresh_metadata()
-            raise

@@ -33,7 +33,6 @@ import queue
 import threading
 import time
 import weakref
-from typing import Protocol
 
 import grpc
 
@@ -47,19 +46,10 @@ from liftbridge._errors import (
 )
 from liftbridge._messages import Ack
 from liftbridge._publisher import response_outcome
-from liftbridge_api import api_pb2, api_pb2_grpc
+from liftbridge._router import ANY, Deadline, Router
+from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)
-
-_JOIN_TIMEOUT = 5.0
-
-
-class _Broker(Protocol):
-    """What lanes need from the client: somewhere to open a stream."""
-
-    def stream_stub(self) -> tuple[str, api_pb2_grpc.APIStub]: ...
-
-    def next_broker(self, error: BaseException) -> None: ...
 
 
 def _end_stream(
@@ -74,11 +64,13 @@ class _Lane:
     """One thread's PublishAsync stream. Only its thread sends on it and
     reads it; the timer and ``close`` only cancel it."""
 
-    def __init__(self, stub: api_pb2_grpc.APIStub, address: str) -> None:
-        self.address = address
+    def __init__(self, router: Router) -> None:
         self._outbox: queue.SimpleQueue[api_pb2.PublishRequest | None] = queue.SimpleQueue()
-        self._call: StreamCall[api_pb2.PublishResponse] = stub.PublishAsync(  # type: ignore[assignment]
-            iter(self._outbox.get, None)
+        self.address, self._call = router.open_stream(
+            "PublishAsync",
+            iter(self._outbox.get, None),
+            target=ANY,
+            deadline=Deadline(router.rpc_timeout),
         )
         # _lock orders the timer's "overdue: cancel" against the owner's "done".
         self._lock = threading.Lock()
@@ -177,8 +169,8 @@ class Lanes:
     Thread: ``liftbridge-lane-timer`` (ack timeouts), started with the first lane.
     """
 
-    def __init__(self, broker: _Broker, *, ack_wait: float, max_lanes: int) -> None:
-        self._broker = broker
+    def __init__(self, router: Router, *, ack_wait: float, max_lanes: int) -> None:
+        self._router = router
         self._ack_wait = ack_wait
         self._max_lanes = max_lanes
         self._local = threading.local()
@@ -205,7 +197,7 @@ class Lanes:
         try:
             return lane.publish(request)
         except ConnectionLostError as e:
-            self._broker.next_broker(e)
+            self._router.broker_failed(e)
             raise
 
     def _lane(self) -> _Lane | None:
@@ -220,15 +212,16 @@ class Lanes:
                 raise ClientClosedError("the client is closed; the publish was not sent")
             if len(self._lanes) >= self._max_lanes:
                 return None
-            address, stub = self._broker.stream_stub()
-            lane = _Lane(stub, address)
+            lane = _Lane(self._router)
             self._lanes.add(lane)
             if self._timer is None:
                 self._timer = threading.Thread(
                     target=self._timer_loop, name="liftbridge-lane-timer", daemon=True
                 )
                 self._timer.start()
-        _log.debug("publish lane opened on %s for thread %s", address, threading.current_thread())
+        _log.debug(
+            "publish lane opened on %s for thread %s", lane.address, threading.current_thread()
+        )
         self._local.lane = lane
         return lane
 
@@ -263,9 +256,11 @@ class Lanes:
                 due = min(due, deadline)
         return due
 
-    def close(self) -> None:
+    def close(self, deadline: float) -> None:
         """Closes every lane: publishes waiting on one fail with
-        :class:`ClientClosedError`. Idempotent; never joins the calling thread."""
+        :class:`ClientClosedError`. Joins the timer until ``deadline``
+        (``time.monotonic()``) at most. Idempotent; never joins the calling
+        thread."""
         with self._lock:
             self._closed = True
             lanes = list(self._lanes)
@@ -274,6 +269,6 @@ class Lanes:
         for lane in lanes:
             lane.close()
         if timer is not None and timer is not threading.current_thread():
-            timer.join(_JOIN_TIMEOUT)
+            timer.join(max(0.0, deadline - time.monotonic()))
             if timer.is_alive():
-                _log.warning("thread %s did not stop within %.0fs", timer.name, _JOIN_TIMEOUT)
+                _log.warning("thread %s did not stop in time", timer.name)

@@ -15,9 +15,16 @@ Life of a publish:
    :class:`ConnectionLostError` (it may or may not be stored; the SDK never
    re-sends it). Requests still queued when a stream breaks were never sent,
    and go out on the next stream, in their order: nothing accepted is lost.
-3. The ack (or async error) resolves the publish's Future and calls its
-   handler on the ``liftbridge-acks`` thread; a missing ack resolves it with
-   :class:`AckTimeoutError` on the ``liftbridge-ack-timer`` thread.
+3. The ack (or async error) resolves the publish's Future on the
+   ``liftbridge-acks`` thread; a missing ack resolves it with
+   :class:`AckTimeoutError` on the ``liftbridge-ack-timer`` thread. The ack
+   handler and the Future's done-callbacks (user code) run on the
+   ``liftbridge-callbacks`` thread (:mod:`liftbridge._callbacks`), never on
+   those two.
+4. A stream on which nothing at all arrived for two ack timeouts when a
+   publish sent on it times out (its broker hangs) is given up: cancelled,
+   so the publishes sent on it fail with :class:`ConnectionLostError`, and
+   the next stream opens on another broker.
 
 Speed: every publish crosses three threads (the producer, gRPC's sender, the
 acks thread), and under the GIL their per-message work adds up, so each step
@@ -45,10 +52,10 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError, Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
-from typing import Protocol
 
 import grpc
 
+from liftbridge._callbacks import CallbackRunner
 from liftbridge._channels import StreamCall
 from liftbridge._errors import (
     AckTimeoutError,
@@ -62,26 +69,19 @@ from liftbridge._errors import (
     from_rpc_error,
 )
 from liftbridge._messages import Ack, ack_from_proto
-from liftbridge._retry import RetryPolicy
-from liftbridge_api import api_pb2, api_pb2_grpc
+from liftbridge._router import ANY, Deadline, Router
+from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)
 
 AckHandler = Callable[[Ack | None, BaseException | None], None]
 """``handler(ack, error)``: exactly one of the two is None. See ``Client.publish_async``."""
 
-_JOIN_TIMEOUT = 5.0
+_HUNG_AFTER = 2
+"""A stream silent for this many ack timeouts while a publish on it times out is given up."""
 _RESUME_FRACTION = 8
 """A full window lets a blocked producer go once 1/_RESUME_FRACTION of it is free."""
 _NONE = api_pb2.NONE
-
-
-class _Broker(Protocol):
-    """What the publisher needs from the client: somewhere to open a stream."""
-
-    def stream_stub(self) -> tuple[str, api_pb2_grpc.APIStub]: ...
-
-    def next_broker(self, error: BaseException) -> None: ...
 
 
 @dataclass(eq=False, slots=True)
@@ -145,15 +145,15 @@ class Publisher:
 
     def __init__(
         self,
-        broker: _Broker,
+        router: Router,
+        callbacks: CallbackRunner,
         *,
         ack_wait: float,
         max_inflight: int,
-        retry_policy: RetryPolicy,
     ) -> None:
-        self._broker = broker
+        self._router = router
+        self._callbacks = callbacks
         self._ack_wait = ack_wait
-        self._retry_policy = retry_policy
         self._max_inflight = max_inflight
         # A producer blocked on a full window resumes at this size (see the
         # module docstring, "Speed").
@@ -174,6 +174,9 @@ class Publisher:
         self._closed = False
         self._threads_started = False
         self._call: StreamCall[api_pb2.PublishResponse] | None = None
+        # time.monotonic() of the current stream's last response (or its
+        # opening); written by liftbridge-acks alone, read by the timer.
+        self._heard_at = 0.0
 
         # Requests gRPC's sender has not pulled yet, in submission order. None
         # is a wake-up call: a sender blocked on it re-checks its generation.
@@ -244,8 +247,7 @@ class Publisher:
             InvalidArgumentError: a publish with the same correlation id is in flight.
         """
         wait = self._ack_wait if timeout is None else timeout
-        future: Future[Ack | None] = Future()
-        future.set_running_or_notify_cancel()
+        future: Future[Ack | None] = self._callbacks.future()
         correlation_id = request.correlationId
         pending = _Pending(correlation_id, request, future, handler, request.ackPolicy != _NONE)
         with self._lock:
@@ -287,18 +289,9 @@ class Publisher:
         down to ``_resume_at``, or takes any free slot at the deadline.
 
         Raises:
-            PublishWindowFullError: no slot freed up within ``wait`` seconds,
-                or the caller is the acks thread (an ack handler), which
-                cannot wait for the slots only it frees.
+            PublishWindowFullError: no slot freed up within ``wait`` seconds.
             ClientClosedError: the publisher closed meanwhile.
         """
-        if threading.current_thread() is self._dispatcher:
-            # Only this thread frees slots: waiting here would stall every ack.
-            raise PublishWindowFullError(
-                f"publish_async called from an ack handler (on liftbridge-acks) while all "
-                f"{self._max_inflight} slots of the window await acks: waiting there would "
-                "stall the acks that free them; publish from another thread or raise max_inflight"
-            )
         deadline = time.monotonic() + wait
         self._slot_waiters += 1
         try:
@@ -370,13 +363,7 @@ class Publisher:
         except InvalidStateError:  # the user cancelled the future
             pass
         if pending.handler is not None and pending.expects_ack:
-            try:
-                pending.handler(ack, error)
-            except Exception:
-                _log.exception(
-                    "ack handler for publish %s raised; the publish's outcome is unaffected",
-                    pending.correlation_id,
-                )
+            self._callbacks.submit(pending.handler, ack, error)
 
     def _resolve(self, response: api_pb2.PublishResponse) -> None:
         correlation_id, ack, error = response_outcome(response)
@@ -390,13 +377,18 @@ class Publisher:
     # ------------------------------------------------------ ack dispatcher --
 
     def _open_stream(self, generation: int) -> StreamCall[api_pb2.PublishResponse] | None:
-        address, stub = self._broker.stream_stub()
-        call: StreamCall[api_pb2.PublishResponse] = stub.PublishAsync(_Outbox(self, generation))  # type: ignore[assignment]
+        address, call = self._router.open_stream(
+            "PublishAsync",
+            _Outbox(self, generation),
+            target=ANY,
+            deadline=Deadline(self._router.rpc_timeout),
+        )
         with self._lock:
             if self._closed:
                 call.cancel()
                 return None
             self._call = call
+        self._heard_at = time.monotonic()
         _log.debug("PublishAsync stream %d opened on %s", generation, address)
         return call
 
@@ -414,6 +406,7 @@ class Publisher:
                     return
                 for response in call:
                     failures = 0
+                    self._heard_at = time.monotonic()
                     resolve(response)
                 # The server ended the stream cleanly: treat as broken.
                 error: LiftbridgeError = ConnectionLostError(
@@ -423,6 +416,8 @@ class Publisher:
                 error = from_rpc_error(e)
             except ClientClosedError:
                 return
+            except LiftbridgeError as e:  # no broker to open the stream on
+                error = e
             except Exception:  # never die silently: log, back off, reopen
                 _log.exception("unexpected error on the PublishAsync stream")
                 error = ConnectionLostError("unexpected error on the PublishAsync stream")
@@ -430,8 +425,8 @@ class Publisher:
                 return
             failures += 1
             self._stream_broke(generation, error)
-            self._broker.next_broker(error)
-            self._stop.wait(self._retry_policy.backoff(failures))
+            self._router.broker_failed(error)
+            self._stop.wait(self._router.retry_policy.backoff(failures))
 
     def _stream_broke(self, generation: int, cause: LiftbridgeError) -> None:
         with self._handover_lock, self._lock:
@@ -490,6 +485,23 @@ class Publisher:
             sent = pending.generation >= 0
             if not self._claim(pending):
                 return
+            hung = (
+                sent
+                and pending.expects_ack
+                and pending.generation == self._generation
+                and time.monotonic() - self._heard_at >= _HUNG_AFTER * self._ack_wait
+            )
+            call = self._call if hung else None
+        if call is not None:
+            # Nothing at all came back on this stream for two ack timeouts
+            # while it owed an ack: its broker hangs. Give it up, so the
+            # stream reopens on another broker instead of timing out every
+            # publish for as long as the hang lasts.
+            _log.warning(
+                "no response on the PublishAsync stream for %.1fs; moving to another broker",
+                time.monotonic() - self._heard_at,
+            )
+            call.cancel()
         where = f"{pending.request.stream!r} partition {pending.request.partition}"
         if sent:
             error: LiftbridgeError = AckTimeoutError(
@@ -505,9 +517,11 @@ class Publisher:
 
     # ------------------------------------------------------------- closing --
 
-    def close(self) -> None:
+    def close(self, deadline: float) -> None:
         """Stops both threads and fails every unresolved publish with
-        :class:`ClientClosedError`. Idempotent; never joins the calling thread."""
+        :class:`ClientClosedError`; joins the threads until ``deadline``
+        (``time.monotonic()``) at most. Idempotent; never joins the calling
+        thread."""
         with self._handover_lock, self._lock:
             if self._closed:
                 return
@@ -529,28 +543,26 @@ class Publisher:
         current = threading.current_thread()
         for thread in (self._dispatcher, self._timer):
             if thread.is_alive() and thread is not current:
-                thread.join(_JOIN_TIMEOUT)
+                thread.join(max(0.0, deadline - time.monotonic()))
                 if thread.is_alive():
-                    _log.warning("thread %s did not stop within %.0fs", thread.name, _JOIN_TIMEOUT)
+                    _log.warning("thread %s did not stop in time", thread.name)
 
     def flush(self, timeout: float | None) -> bool:
-        """Waits until every accepted publish is resolved.
+        """Waits until every publish accepted before the call is resolved
+        (publishes accepted meanwhile, from other threads, are not waited for).
 
         Returns:
-            True when none is left, False when the timeout passed first.
+            True when all of them are resolved, False when the timeout passed first.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with self._lock:
-                left = [p.future for p in self._pending.values()]
-            if not left:
-                return True
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return False
+        with self._lock:
+            left = [p.future for p in self._pending.values()]
+        for future in left:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                left[-1].exception(timeout=remaining)
+                future.exception(timeout=remaining)
             except FutureTimeoutError:
                 return False
             except CancelledError:
                 pass
+        return True

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -91,6 +92,7 @@ def call(
     retry_if: Callable[[BaseException], bool],
     before_retry: Callable[[BaseException], None] | None = None,
     describe: str = "call",
+    deadline: float | None = None,
 ) -> T:
     """Runs ``fn`` until it returns, retrying the failures ``retry_if`` accepts.
 
@@ -101,6 +103,9 @@ def call(
         before_retry: called with the failure before each wait (for example to
             refresh metadata). Exceptions from it end the retrying.
         describe: what is being retried, for the debug log.
+        deadline: a ``time.monotonic()`` after which no attempt starts; the
+            wait before an attempt never runs past it. It replaces the
+            policy's ``total_timeout``.
 
     Returns:
         What ``fn`` returned.
@@ -120,11 +125,20 @@ def call(
             before_retry(error)
 
     stop: tenacity.stop.stop_base = tenacity.stop_after_attempt(policy.max_attempts)
-    if policy.total_timeout is not None:
+    if deadline is not None:
+        stop = stop | _StopAt(deadline)
+    elif policy.total_timeout is not None:
         stop = stop | tenacity.stop_after_delay(policy.total_timeout)
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        pause = policy.backoff(state.attempt_number)
+        if deadline is not None:
+            pause = max(0.0, min(pause, deadline - time.monotonic()))
+        return pause
+
     retrying = tenacity.Retrying(
         stop=stop,
-        wait=lambda state: policy.backoff(state.attempt_number),
+        wait=wait,
         retry=tenacity.retry_if_exception(retry_if),
         before_sleep=_before_sleep,
         reraise=True,
@@ -158,3 +172,14 @@ def _without_frames(tb: TracebackType | None, modules: tuple[str, ...]) -> Trace
     for entry in reversed(kept):
         rebuilt = TracebackType(rebuilt, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
     return rebuilt
+
+
+class _StopAt(tenacity.stop.stop_base):
+    """Stops retrying once ``time.monotonic()`` reaches a deadline (less a
+    few milliseconds: an attempt that cannot run is not worth starting)."""
+
+    def __init__(self, deadline: float) -> None:
+        self._deadline = deadline
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        return time.monotonic() >= self._deadline - 0.005

@@ -9,6 +9,19 @@ A subscription ends in exactly one of these ways:
   of a readonly partition, fencing, or no broker within ``resubscribe_wait``
   (``error`` is set, and the handler was called once with it);
 * the handler raised (``error`` is a :class:`HandlerError`; see below).
+
+Re-subscribing: after a broker failure, a leadership move, or a log segment
+closed under a slow reader by retention, the thread opens a new stream from
+the last offset delivered + 1, within ``resubscribe_wait``. A partition the
+new leader does not know yet ("No such partition": a restarted server
+serves its API before it has replayed its streams) is retried too, as long
+as fresh metadata still lists it. Metadata refreshes made while
+re-subscribing have short deadlines of their own, so one stalled broker
+cannot spend the whole wait.
+
+Without a handler, messages wait in a bounded buffer for the iterating
+thread; when it is full the subscription thread stops reading, and gRPC's
+flow control slows the server down.
 """
 
 from __future__ import annotations
@@ -19,10 +32,9 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
 
 import grpc
 
@@ -34,16 +46,19 @@ from liftbridge._errors import (
     HandlerError,
     InvalidArgumentError,
     LiftbridgeError,
+    NoSuchPartitionError,
     NotLeaderError,
     PartitionPausedError,
     ReadonlyPartitionError,
     ServerError,
     StopPositionReached,
+    StreamDeletedError,
     UnavailableError,
     from_rpc_error,
 )
 from liftbridge._messages import Message, message_from_proto
-from liftbridge_api import api_pb2, api_pb2_grpc
+from liftbridge._router import Deadline, Leader, Replica, Router
+from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)
 
@@ -51,6 +66,12 @@ Handler = Callable[[Message | None, BaseException | None], None]
 """``handler(message, error)``: a message, or (None, error) once when the subscription fails."""
 
 _JOIN_TIMEOUT = 5.0
+_REFRESH_WAIT = 2.0
+"""Deadline of one metadata refresh made while re-subscribing."""
+_POLL = 0.1
+"""How often a thread blocked on the iteration buffer looks for close()."""
+DEFAULT_BUFFER = 1024
+"""Messages an iterated subscription holds for its reader at most."""
 
 
 class StartPosition(enum.Enum):
@@ -162,23 +183,10 @@ def _resubscribable(error: LiftbridgeError) -> bool:
     """Failures a new Subscribe (to a fresh leader) may cure."""
     if isinstance(error, (UnavailableError, NotLeaderError)):
         return True
+    if isinstance(error, PartitionPausedError) and error.segment_closed:
+        return True  # retention deleted the segment a slow reader was on
     # The leader closing its log while stepping down surfaces as INTERNAL.
     return isinstance(error, ServerError) and error.code == "INTERNAL"
-
-
-class _Router(Protocol):
-    """What a subscription needs from the client."""
-
-    def subscription_stub(
-        self, stream: str, partition: int, read_isr_replica: bool
-    ) -> tuple[str, api_pb2_grpc.APIStub]: ...
-
-    def refresh_metadata(self) -> None: ...
-
-    def is_paused(self, stream: str, partition: int) -> bool: ...
-
-    @property
-    def closed(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -206,27 +214,35 @@ class Subscription:
 
     def __init__(
         self,
-        router: _Router,
+        router: Router,
         request: _Request,
         handler: Handler | None,
         *,
         resubscribe_wait: float,
         open_timeout: float,
+        buffer: int = DEFAULT_BUFFER,
     ) -> None:
         self._router = router
         self._request = request
         self._resubscribe_wait = resubscribe_wait
         self._open_timeout = open_timeout
-        self._queue: queue.SimpleQueue[Message | BaseException | None] | None = None
+        # Without a handler: messages (then None, or the terminal error) for
+        # the iterating thread, at most ``buffer`` of them.
+        self._queue: queue.Queue[Message | BaseException | None] | None = None
         if handler is None:
-            self._queue = queue.SimpleQueue()
+            self._queue = queue.Queue(maxsize=buffer)
             handler = self._enqueue
         self._handler: Handler = handler
         self._closed = threading.Event()
         self._done = threading.Event()
-        self._lock = threading.Lock()  # guards _call
+        self._lock = threading.Lock()  # guards _call and _broker
         self._call: StreamCall[api_pb2.Message] | None = None
+        self._broker: str | None = None
+        # Offset of the last message the handler took (the iterating thread
+        # takes it from the buffer); _read_to: the last one read from the
+        # stream, where a re-subscription resumes after. Equal with a handler.
         self._last_offset: int | None = None
+        self._read_to: int | None = None
         self._error: BaseException | None = None
         self._stop_reached = False
         self._thread = threading.Thread(
@@ -249,8 +265,15 @@ class Subscription:
 
     @property
     def last_offset(self) -> int | None:
-        """Offset of the last message whose handler returned, None before the first."""
+        """Offset of the last message whose handler returned (iterated: the
+        last one the iteration yielded); None before the first."""
         return self._last_offset
+
+    @property
+    def broker(self) -> str | None:
+        """Address of the broker serving the subscription now (the leader, or
+        an in-sync replica with ``read_isr_replica``); None when not connected."""
+        return self._broker
 
     @property
     def error(self) -> BaseException | None:
@@ -275,21 +298,29 @@ class Subscription:
         """
         return self._done.wait(timeout)
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
         """Ends the subscription. Idempotent; safe from any thread, including
-        the handler (then it returns without waiting for the thread)."""
+        the handler (then it returns without waiting for the thread).
+
+        Args:
+            timeout: seconds to wait for the thread (a handler still running
+                finishes its message first); None for 5 seconds.
+        """
+        close_all([self], time.monotonic() + (_JOIN_TIMEOUT if timeout is None else timeout))
+
+    def _signal_close(self) -> None:
         self._closed.set()
         with self._lock:
             call = self._call
         if call is not None:
             call.cancel()
+
+    def _join(self, deadline: float) -> None:
         if self._thread is threading.current_thread() or not self._thread.is_alive():
             return
-        self._thread.join(_JOIN_TIMEOUT)
+        self._thread.join(max(0.0, deadline - time.monotonic()))
         if self._thread.is_alive():
-            _log.warning(
-                "subscription thread %s did not stop within %.0fs", self._thread.name, _JOIN_TIMEOUT
-            )
+            _log.warning("subscription thread %s did not stop in time", self._thread.name)
 
     def __enter__(self) -> Subscription:
         return self
@@ -300,21 +331,29 @@ class Subscription:
     def __iter__(self) -> Iterator[Message]:
         """Yields messages as they arrive (only without a handler).
 
-        Ends at the stop position or on ``close()``; raises the terminal error.
-        Iterating an ended subscription again ends at once (re-running a
-        notebook cell), without raising the error a second time.
+        Ends at the stop position or on ``close()`` (at once, also when
+        iterated again after it ended); raises the terminal error. Taking a
+        message advances :attr:`last_offset`.
         """
-        if self._queue is None:
+        buffered = self._queue
+        if buffered is None:
             raise TypeError(
                 "this subscription delivers to its handler; iterate one made without a handler"
             )
-        while True:
-            item = self._queue.get()
+        while not self._closed.is_set():
+            # Once done, everything the thread will ever hand over is buffered.
+            done = self._done.is_set()
+            try:
+                item = buffered.get_nowait() if done else buffered.get(timeout=_POLL)
+            except queue.Empty:
+                if done:
+                    return
+                continue
             if item is None:
-                self._queue.put(None)  # the end stays the end, for the next iteration too
                 return
             if isinstance(item, BaseException):
                 raise item
+            self._last_offset = item.offset
             yield item
 
     def __repr__(self) -> str:
@@ -326,8 +365,18 @@ class Subscription:
     # ---------------------------------------------------------- internal --
 
     def _enqueue(self, message: Message | None, error: BaseException | None) -> None:
+        self._put(message if message is not None else error)
+
+    def _put(self, item: Message | BaseException | None) -> None:
+        """Hands an item to the iterating thread, waiting while the buffer is
+        full (and dropping it once the subscription is closed)."""
         assert self._queue is not None
-        self._queue.put(message if message is not None else error)
+        while not self._closed.is_set():
+            try:
+                self._queue.put(item, timeout=_POLL)
+                return
+            except queue.Full:
+                continue
 
     def _build(self, resume_from: int | None) -> api_pb2.SubscribeRequest:
         request = api_pb2.SubscribeRequest()
@@ -340,12 +389,21 @@ class Subscription:
 
     def _open(self, resume_from: int | None) -> Iterator[api_pb2.Message]:
         """Opens the stream and consumes the handshake; raises mapped errors."""
-        _, stub = self._router.subscription_stub(
-            self._request.stream, self._request.partition, self._request.base.readISRReplica
+        stream, partition = self._request.stream, self._request.partition
+        target = (
+            Replica(stream, partition)
+            if self._request.base.readISRReplica
+            else Leader(stream, partition)
         )
-        call: StreamCall[api_pb2.Message] = stub.Subscribe(self._build(resume_from))  # type: ignore[assignment]
+        address, call = self._router.open_stream(
+            "Subscribe",
+            self._build(resume_from),
+            target=target,
+            deadline=Deadline(self._open_timeout),
+        )
         with self._lock:
             self._call = call
+            self._broker = address
         if self._closed.is_set():
             call.cancel()
         try:
@@ -363,7 +421,7 @@ class Subscription:
             if self._closed.is_set():
                 raise ClientClosedError("subscription closed") from e
             error = from_rpc_error(e)
-            if isinstance(error, PartitionPausedError):
+            if isinstance(error, PartitionPausedError) and not error.segment_closed:
                 raise PartitionPausedError(
                     f"partition {self._request.partition} of {self._request.stream!r} is paused; "
                     f"subscribe with resume=True to resume it ({error})"
@@ -375,7 +433,7 @@ class Subscription:
             ) from None
         return call
 
-    def open_first(self) -> None:
+    def _start(self) -> None:
         """Opens the stream on the caller's thread (so errors like
         NoSuchPartitionError raise from ``subscribe``), retrying leadership
         moves and unavailable brokers within ``resubscribe_wait``; then
@@ -403,9 +461,10 @@ class Subscription:
     def _finish(self) -> None:
         with self._lock:
             self._call = None
-        self._done.set()
+            self._broker = None
         if self._queue is not None:
-            self._queue.put(None)
+            self._put(None)
+        self._done.set()
 
     def _open_with_retry(self, resume_from: int | None) -> Iterator[api_pb2.Message]:
         deadline = time.monotonic() + self._resubscribe_wait
@@ -417,7 +476,11 @@ class Subscription:
                 attempt += 1
                 if self._closed.is_set() or self._router.closed:
                     raise
-                if not _resubscribable(e) or time.monotonic() >= deadline:
+                # "No such partition" is final on the first opening, not
+                # while re-subscribing to a partition the metadata lists.
+                reopening = attempt > 1 or resume_from is not None
+                retry = _resubscribable(e) or (reopening and self._still_listed(e))
+                if not retry or time.monotonic() >= deadline:
                     raise
                 wait = random.uniform(0.01, min(0.5, 0.05 * 2**attempt))
                 _log.debug(
@@ -429,14 +492,25 @@ class Subscription:
                 )
                 if self._closed.wait(wait):
                     raise ClientClosedError("subscription closed") from e
-                self._router.refresh_metadata()
-                if isinstance(e, NotLeaderError) and self._router.is_paused(
+                self._router.refresh_quietly(
+                    Deadline(min(_REFRESH_WAIT, max(0.0, deadline - time.monotonic())))
+                )
+                if isinstance(e, (NotLeaderError, PartitionPausedError)) and self._router.is_paused(
                     self._request.stream, self._request.partition
                 ):
                     raise PartitionPausedError(
                         f"partition {self._request.partition} of {self._request.stream!r} is "
                         "paused; subscribe with resume=True to resume it"
                     ) from e
+
+    def _still_listed(self, error: LiftbridgeError) -> bool:
+        """True for "no such partition" from a broker while the cached
+        metadata still lists the partition: a restarted leader serves its
+        API before it has replayed its streams. A deleted stream is final."""
+        if not isinstance(error, NoSuchPartitionError) or isinstance(error, StreamDeletedError):
+            return False
+        listed = self._router.metadata.partition(self._request.stream, self._request.partition)
+        return listed is not None
 
     def _run(self) -> None:
         """Thread ``liftbridge-sub-<stream>-<partition>``."""
@@ -466,13 +540,14 @@ class Subscription:
         # watermark from "the next committed message", which can be older than
         # asked for (a new leader's watermark lags). So nothing below the
         # requested start offset, and no offset twice, is ever delivered.
-        if self._last_offset is not None:
-            floor = self._last_offset
+        if self._read_to is not None:
+            floor = self._read_to
         elif self._request.base.startPosition == api_pb2.OFFSET:
             floor = self._request.base.startOffset - 1
         else:
             floor = -1
         closed = self._closed.is_set
+        buffered = self._queue
         try:
             for pb in stream:
                 offset = pb.offset
@@ -489,7 +564,9 @@ class Subscription:
                     )
                     self._fail(HandlerError(offset, e), notify=False)
                     return None
-                self._last_offset = offset
+                self._read_to = offset
+                if buffered is None:
+                    self._last_offset = offset
                 if closed():
                     return None
             error: LiftbridgeError = ConnectionLostError("the server ended the subscription stream")
@@ -505,7 +582,7 @@ class Subscription:
         if not _resubscribable(error) and not isinstance(error, ConnectionLostError):
             self._fail(error)
             return None
-        resume_from = None if self._last_offset is None else self._last_offset + 1
+        resume_from = None if self._read_to is None else self._read_to + 1
         _log.info(
             "subscription %s/%s interrupted (%s); resubscribing from %s",
             self._request.stream,
@@ -543,4 +620,48 @@ class Subscription:
             except Exception:
                 _log.exception("handler raised while being told the subscription failed")
         elif self._queue is not None:
-            self._queue.put(error)
+            self._put(error)
+
+
+def start_subscription(
+    router: Router,
+    request: _Request,
+    handler: Handler | None,
+    *,
+    resubscribe_wait: float,
+    open_timeout: float,
+    buffer: int = DEFAULT_BUFFER,
+) -> Subscription:
+    """Creates a subscription and opens it on the calling thread (errors such
+    as NoSuchPartitionError raise here), then starts its thread.
+
+    Args:
+        router: how to reach the partition's brokers.
+        request: what to subscribe to.
+        handler: ``handler(message, error)``, or None to iterate.
+        resubscribe_wait: seconds to keep re-subscribing after a failure
+            (also bounds the first opening).
+        open_timeout: seconds one opening handshake may take.
+        buffer: messages an iterated subscription holds at most.
+    """
+    subscription = Subscription(
+        router,
+        request,
+        handler,
+        resubscribe_wait=resubscribe_wait,
+        open_timeout=open_timeout,
+        buffer=buffer,
+    )
+    subscription._start()
+    return subscription
+
+
+def close_all(subscriptions: Iterable[Subscription], deadline: float) -> None:
+    """Closes subscriptions together: signals every one, then waits for their
+    threads until ``deadline`` (``time.monotonic()``), so N stuck handlers
+    cost one wait, not N."""
+    subscriptions = list(subscriptions)
+    for subscription in subscriptions:
+        subscription._signal_close()
+    for subscription in subscriptions:
+        subscription._join(deadline)

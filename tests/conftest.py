@@ -19,6 +19,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SERVERS_BIN = REPO_ROOT / ".cache" / "servers" / "bin"
 
 THREAD_PREFIX = "liftbridge-"
+GRPC_SENDER = " (_run)"
+"""The name suffix of the threads gRPC starts through its context runner
+(``Thread-N (_run)``): each PublishAsync stream, the shared one and every
+publish lane, has one sending its requests."""
 THREAD_GRACE = 2.0
 """Seconds an SDK thread may take to finish after its test."""
 
@@ -37,15 +41,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def no_leaked_liftbridge_threads() -> Iterator[None]:
-    """Fails a test that leaves a ``liftbridge-*`` thread running ``THREAD_GRACE``
-    seconds after it ends. Threads already running before it (started by wider
-    fixtures) are not its responsibility."""
+    """Fails a test that leaves a ``liftbridge-*`` thread, or a gRPC stream's
+    sender thread, running ``THREAD_GRACE`` seconds after it ends. Threads
+    already running before it (started by wider fixtures) are not its
+    responsibility."""
     before = set(threading.enumerate())
     yield
     deadline = time.monotonic() + THREAD_GRACE
     leaked = []
     for thread in threading.enumerate():
-        if thread in before or not thread.name.startswith(THREAD_PREFIX):
+        ours = thread.name.startswith(THREAD_PREFIX) or thread.name.endswith(GRPC_SENDER)
+        if thread in before or not ours:
             continue
         thread.join(max(0.0, deadline - time.monotonic()))
         if thread.is_alive():

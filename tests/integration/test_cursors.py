@@ -26,11 +26,24 @@ def test_cursors_survive_a_client_restart(server: LocalServer, stream: str) -> N
         assert second.fetch_cursor("durable", stream, 0) == 7
 
 
-def test_cursor_partition_uses_the_go_key(client: liftbridge.Client) -> None:
+def test_cursor_is_stored_in_the_partition_the_go_key_picks(
+    client: liftbridge.Client, stream: str
+) -> None:
     count = client.fetch_metadata().partition_count("__cursors")
-    assert count > 0
-    key = b"my-cursor,orders,3"
-    assert client._cursor_partition("my-cursor", "orders", 3) == zlib.crc32(key) % count
+    assert count > 1
+    client.set_cursor("my-cursor", stream, 0, 3)
+    key = f"my-cursor,{stream},0".encode()
+    expected = zlib.crc32(key) % count
+    found = []
+    for partition in range(count):
+        with client.subscribe(
+            "__cursors",
+            partition=partition,
+            start=liftbridge.StartPosition.EARLIEST,
+            stop=liftbridge.StopPosition.LATEST,
+        ) as sub:
+            found += [partition for m in sub if m.key == key]
+    assert found == [expected]
 
 
 def test_bad_cursor_input(client: liftbridge.Client, stream: str) -> None:

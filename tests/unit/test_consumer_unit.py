@@ -4,14 +4,13 @@ and overflow rules, member ids, refusal texts, start positions, commits."""
 from __future__ import annotations
 
 import threading
-from types import MappingProxyType
 from typing import Any, cast
 
 import pytest
 
 import liftbridge
-from liftbridge._client import Client
 from liftbridge._consumer import Consumer
+from liftbridge._cursors import Cursors, cursor_key, cursors_partition
 from liftbridge._group import (
     AutoOffset,
     OverflowRule,
@@ -19,17 +18,16 @@ from liftbridge._group import (
     StreamPartition,
     assignment_from_proto,
     classify,
-    cursor_key,
-    cursors_partition,
     group_backlog,
     group_cursor_id,
     new_consumer_id,
     partition_backlog,
 )
 from liftbridge._group_partitions import Assigned, StartPlan, backoff, plan_start, transient
-from liftbridge._metadata import Metadata, MetadataCache, PartitionInfo, StreamInfo
+from liftbridge._router import Deadline, Leader
 from liftbridge._subscription import StartPosition, Subscription
 from liftbridge_api import api_pb2
+from tests.unit.fake_router import FakeRouter, metadata_with
 
 
 def crc32_ieee(data: bytes) -> int:
@@ -83,25 +81,43 @@ def test_cursors_partition_needs_partitions() -> None:
         cursors_partition("__group:g", "s", 0, 0)
 
 
-def _client_with_cursor_partitions(count: int) -> Client:
-    """A Client that never connected, whose cache knows ``__cursors``."""
-    parts = {p: PartitionInfo("__cursors", p, "a", ("a",), ("a",)) for p in range(count)}
-    stream = StreamInfo("__cursors", "__cursors", MappingProxyType(parts))
-    cache = MetadataCache(("127.0.0.1:1",))
-    cache.replace(Metadata((), MappingProxyType({"__cursors": stream}), MappingProxyType({}), 0.0))
-    client = Client.__new__(Client)
-    client._metadata = cache
-    return client
-
-
 @pytest.mark.parametrize("count", [1, 2, 3, 10])
-def test_client_routes_group_cursors_like_the_server(count: int) -> None:
-    client = _client_with_cursor_partitions(count)
-    for group, stream, partition in [("g", "orders", 0), ("g", "orders", 5), ("h", "s", 2)]:
-        cursor_id = group_cursor_id(group)
-        expected = crc32_ieee(f"{cursor_id},{stream},{partition}".encode()) % count
-        assert client._cursor_partition(cursor_id, stream, partition) == expected
-        assert cursors_partition(cursor_id, stream, partition, count) == expected
+def test_cursors_are_routed_to_the_partition_the_server_uses(count: int) -> None:
+    router = FakeRouter(metadata=metadata_with({"__cursors": count}))
+    cursors = Cursors(router.as_router())
+    cases = [("g", "orders", 0), ("g", "orders", 5), ("h", "s", 2)]
+    for group, stream, partition in cases:
+        router.answer("SetCursor", api_pb2.SetCursorResponse())
+        cursors.set(group_cursor_id(group), stream, partition, 7, Deadline(5))
+    targets = [target for method, _, target in router.calls]
+    expected = [
+        Leader(
+            "__cursors",
+            crc32_ieee(f"{group_cursor_id(g)},{s},{p}".encode()) % count,
+        )
+        for g, s, p in cases
+    ]
+    assert targets == expected
+    for g, s, p in cases:
+        assert (
+            cursors_partition(group_cursor_id(g), s, p, count)
+            == expected[cases.index((g, s, p))].partition
+        )
+
+
+def test_a_missing_cursor_is_none() -> None:
+    router = FakeRouter(metadata=metadata_with({"__cursors": 3}))
+    router.answer("FetchCursor", api_pb2.FetchCursorResponse(offset=-1))
+    router.answer("FetchCursor", api_pb2.FetchCursorResponse(offset=4))
+    cursors = Cursors(router.as_router())
+    assert cursors.fetch("c", "s", 0, Deadline(5)) is None
+    assert cursors.fetch("c", "s", 0, Deadline(5)) == 4
+
+
+def test_no_cursors_stream_is_a_clear_error() -> None:
+    cursors = Cursors(FakeRouter().as_router())
+    with pytest.raises(liftbridge.ServerError, match=r"cursors\.stream\.partitions"):
+        cursors.fetch("c", "s", 0, Deadline(5))
 
 
 # ---------------------------------------------------------------- backlog --
@@ -354,8 +370,9 @@ def test_backoff_is_capped() -> None:
 # -------------------------------------------------------------- options --
 
 
-def _offline_client() -> Client:
-    return cast(Client, object())
+def _offline_consumer(group: str, **options: Any) -> Consumer:
+    router = FakeRouter().as_router()
+    return Consumer(router, Cursors(router), group, **options)
 
 
 @pytest.mark.parametrize(
@@ -373,11 +390,11 @@ def _offline_client() -> Client:
 )
 def test_consumer_options_fail_fast(options: dict[str, Any], error: type[Exception]) -> None:
     with pytest.raises(error):
-        Consumer(_offline_client(), "group", **options)
+        _offline_consumer("group", **options)
 
 
 def test_consumer_before_subscribe() -> None:
-    consumer = Consumer(_offline_client(), "orders")
+    consumer = _offline_consumer("orders")
     assert consumer.cursor_id == "__group:orders"
     assert consumer.group_id == "orders"
     assert consumer.assignment == ()
@@ -396,7 +413,7 @@ def test_consumer_before_subscribe() -> None:
 
 
 def test_chosen_ids_are_kept_and_cannot_release() -> None:
-    consumer = Consumer(_offline_client(), "g", consumer_id="worker-1")
+    consumer = _offline_consumer("g", consumer_id="worker-1")
     assert consumer.consumer_id == "worker-1"
     with pytest.raises(liftbridge.InvalidArgumentError, match="generated consumer id"):
         consumer.release()

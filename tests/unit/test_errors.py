@@ -61,10 +61,26 @@ def test_status_mapping(code: grpc.StatusCode, details: str, expected: type[Exce
 
 def test_retriable_flags() -> None:
     assert liftbridge.UnavailableError.retriable
-    assert liftbridge.ConnectionLostError.retriable
     assert liftbridge.NotLeaderError.retriable
+    assert liftbridge.DeadlineExceededError.retriable
     assert not liftbridge.StreamExistsError.retriable
     assert not liftbridge.InvalidArgumentError.retriable
+
+
+@pytest.mark.parametrize("cls", [liftbridge.AckTimeoutError, liftbridge.ConnectionLostError])
+def test_a_lost_answer_may_have_been_applied_and_is_not_safe_to_retry(
+    cls: type[liftbridge.LiftbridgeError],
+) -> None:
+    assert cls.maybe_applied
+    assert not cls.retriable
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [liftbridge.UnavailableError, liftbridge.NotLeaderError, liftbridge.StreamExistsError],
+)
+def test_other_failures_were_not_applied(cls: type[liftbridge.LiftbridgeError]) -> None:
+    assert not cls.maybe_applied
 
 
 def test_builtin_bases() -> None:

@@ -15,14 +15,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
 
 import liftbridge
+from liftbridge._callbacks import CallbackRunner
 from liftbridge._publisher import Publisher
-from liftbridge._retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from liftbridge._retry import DEFAULT_RETRY_POLICY
+from liftbridge._router import Router
 from liftbridge_api import api_pb2
 
 
@@ -141,11 +143,17 @@ class FakeServer:
         self.log: list[str] = []
         self.dropped: list[str] = []
 
-    def stream_stub(self) -> tuple[str, Any]:
-        # Any: FakeStub stands in for the gRPC-generated api_pb2_grpc.APIStub.
-        return "fake:1", FakeStub(self)
+    # What the publisher uses of the router.
+    rpc_timeout = 5.0
+    retry_policy = DEFAULT_RETRY_POLICY
 
-    def next_broker(self, error: BaseException) -> None:
+    def open_stream(
+        self, method: str, requests: Iterator[api_pb2.PublishRequest], **_: object
+    ) -> tuple[str, FakeCall]:
+        assert method == "PublishAsync"
+        return "fake:1", FakeStub(self).PublishAsync(requests)
+
+    def broker_failed(self, error: BaseException) -> None:
         pass
 
     def release(self, count: int) -> None:
@@ -161,16 +169,24 @@ def request(i: int, policy: api_pb2.AckPolicy.ValueType = api_pb2.LEADER) -> api
     )
 
 
-def make(
-    server: FakeServer,
-    *,
-    ack_wait: float = 5.0,
-    max_inflight: int = 1024,
-    retry_policy: RetryPolicy = DEFAULT_RETRY_POLICY,
-) -> Publisher:
-    return Publisher(
-        server, ack_wait=ack_wait, max_inflight=max_inflight, retry_policy=retry_policy
-    )
+_runners: list[CallbackRunner] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_callback_runners() -> Iterator[None]:
+    yield
+    while _runners:
+        _runners.pop().close(time.monotonic() + 5)
+
+
+def make(server: FakeServer, *, ack_wait: float = 5.0, max_inflight: int = 1024) -> Publisher:
+    runner = CallbackRunner()
+    _runners.append(runner)
+    return Publisher(cast(Router, server), runner, ack_wait=ack_wait, max_inflight=max_inflight)
+
+
+def _soon() -> float:
+    return time.monotonic() + 5
 
 
 def test_all_acked_in_order() -> None:
@@ -185,7 +201,7 @@ def test_all_acked_in_order() -> None:
         acked.append(ack.correlation_id)
     assert acked == [f"c{i}" for i in range(3000)]
     assert server.log == [f"c{i}" for i in range(3000)]
-    p.close()
+    p.close(_soon())
 
 
 def test_break_fails_sent_and_resends_unsent_in_order() -> None:
@@ -206,14 +222,14 @@ def test_break_fails_sent_and_resends_unsent_in_order() -> None:
     time.sleep(0.2)
     server.ack = True
     server.up = True
-    for f in later:
+    for i, f in enumerate(later, start=10):
         ack = f.result(timeout=10)
         assert ack is not None
-        assert ack.correlation_id  # all sent on a later stream
+        assert ack.correlation_id == f"c{i}"  # all sent on a later stream
     sent_later = [cid for cid in server.log[10:]]
     assert sent_later == [f"c{i}" for i in range(10, 20)], sent_later
     assert server.dropped == [] or all(d.startswith("c1") for d in server.dropped)
-    p.close()
+    p.close(_soon())
 
 
 def test_concurrent_producers_with_breaks_resolve_exactly_once() -> None:
@@ -242,6 +258,9 @@ def test_concurrent_producers_with_breaks_resolve_exactly_once() -> None:
     assert p.flush(30)
     assert len(out) == 4000
     outcomes = [f.exception(timeout=1) for f in out]
+    deadline = time.monotonic() + 10  # handlers run on liftbridge-callbacks, after the futures
+    while len(results) < 4000 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert len(results) == 4000
     ok = sum(1 for e in outcomes if e is None)
     lost = sum(1 for e in outcomes if isinstance(e, liftbridge.ConnectionLostError))
@@ -252,7 +271,7 @@ def test_concurrent_producers_with_breaks_resolve_exactly_once() -> None:
     for base in (0, 100000):
         seq = [int(c[1:]) for c in server.log if base <= int(c[1:]) < base + 100000]
         assert seq == sorted(seq)
-    p.close()
+    p.close(_soon())
 
 
 def test_timeouts_sent_and_unsent() -> None:
@@ -268,13 +287,13 @@ def test_timeouts_sent_and_unsent() -> None:
     assert isinstance(g.exception(timeout=5), liftbridge.AckTimeoutError)
     assert not h.done()
     assert isinstance(h.exception(timeout=5), liftbridge.AckTimeoutError)
-    p.close()
+    p.close(_soon())
     server2 = FakeServer()
     server2.up = False
     p2 = make(server2, ack_wait=0.3)
     u = p2.submit(request(4), None, None)
     assert isinstance(u.exception(timeout=5), liftbridge.DeadlineExceededError)
-    p2.close()
+    p2.close(_soon())
 
 
 def test_window_blocks_then_fails_and_frees() -> None:
@@ -288,7 +307,7 @@ def test_window_blocks_then_fails_and_frees() -> None:
     # a slot frees when one resolves (timeout); a waiting producer gets it
     c = p.submit(request(4), None, 10.0)  # waits until a or b times out at 5s? no: use short
     assert a.done() or b.done()
-    p.close()
+    p.close(_soon())
     assert isinstance(c.exception(timeout=5), liftbridge.ClientClosedError)
 
 
@@ -322,7 +341,7 @@ def test_a_full_window_lets_a_producer_go_once_an_eighth_of_it_is_free() -> None
     assert isinstance(outcome[0], Future)
     server.release(15)
     assert p.flush(5)
-    p.close()
+    p.close(_soon())
 
 
 def test_a_producer_takes_a_free_slot_at_its_timeout_instead_of_failing() -> None:
@@ -338,7 +357,7 @@ def test_a_producer_takes_a_free_slot_at_its_timeout_instead_of_failing() -> Non
     thread, outcome = _blocked_submit(p, 17, 0.3)  # the window is full again
     thread.join(5)
     assert isinstance(outcome[0], liftbridge.PublishWindowFullError)
-    p.close()
+    p.close(_soon())
 
 
 def test_producers_sharing_a_small_window_all_get_through() -> None:
@@ -364,7 +383,7 @@ def test_producers_sharing_a_small_window_all_get_through() -> None:
     assert errors == [] and len(futures) == 1200
     assert p.flush(10)
     assert all(f.result() is not None for f in futures)
-    p.close()
+    p.close(_soon())
 
 
 def test_close_wakes_a_producer_waiting_for_a_slot() -> None:
@@ -383,7 +402,7 @@ def test_close_wakes_a_producer_waiting_for_a_slot() -> None:
     t = threading.Thread(target=blocked)
     t.start()
     time.sleep(0.2)
-    p.close()
+    p.close(_soon())
     t.join(5)
     assert not t.is_alive()
     assert isinstance(errors[0], liftbridge.ClientClosedError)
@@ -397,7 +416,7 @@ def test_ack_policy_none_resolves_when_sent() -> None:
     assert f.result(timeout=5) is None
     assert called == []
     assert p.flush(1)
-    p.close()
+    p.close(_soon())
 
 
 def test_close_fails_unresolved_and_stops_threads() -> None:
@@ -405,7 +424,7 @@ def test_close_fails_unresolved_and_stops_threads() -> None:
     server.ack = False
     p = make(server, ack_wait=30.0)
     fs = [p.submit(request(i), None, None) for i in range(100)]
-    p.close()
+    p.close(_soon())
     for f in fs:
         assert isinstance(f.exception(timeout=5), liftbridge.ClientClosedError)
     time.sleep(0.2)
@@ -421,7 +440,7 @@ def test_duplicate_correlation_id() -> None:
     p.submit(request(1), None, None)
     with pytest.raises(liftbridge.InvalidArgumentError):
         p.submit(request(1), None, None)
-    p.close()
+    p.close(_soon())
 
 
 def test_memory_of_fifo_stays_bounded() -> None:
@@ -430,6 +449,79 @@ def test_memory_of_fifo_stays_bounded() -> None:
     for i in range(20000):
         p.submit(request(i), None, None)
     assert p.flush(10)
-    if hasattr(p, "_fifo"):
-        assert len(p._fifo) <= 2 * 1024 + 16
-    p.close()
+    assert len(p._fifo) <= 2 * 1024 + 16
+    p.close(_soon())
+
+
+def test_a_blocking_ack_handler_stalls_neither_acks_nor_timeouts() -> None:
+    """Handlers run on liftbridge-callbacks: one that blocks (here on an
+    event; in the wild, a blocking publish while the stream is down) leaves
+    the acks and the ack timer running for every other publish."""
+    server = FakeServer()
+    server.ack = False
+    server.hold = True
+    p = make(server, ack_wait=30.0)
+    release = threading.Event()
+    entered = threading.Event()
+
+    def blocking(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
+        entered.set()
+        release.wait(20)
+
+    first = p.submit(request(0), blocking, None)
+    server.release(1)
+    assert first.result(timeout=5) is not None
+    assert entered.wait(5)  # the handler now blocks the callbacks thread
+    timing_out = p.submit(request(1), None, 0.2)
+    assert isinstance(timing_out.exception(timeout=5), liftbridge.AckTimeoutError)
+    acked = p.submit(request(2), None, None)
+    server.release(2)  # request 1 (late: ignored) and request 2
+    assert acked.result(timeout=5) is not None
+    release.set()
+    p.close(_soon())
+
+
+def test_flush_waits_only_for_what_was_pending_when_called() -> None:
+    server = FakeServer()
+    server.ack = False
+    server.hold = True
+    p = make(server, ack_wait=30.0)
+    earlier = [p.submit(request(i), None, None) for i in range(3)]
+    later: list[Future[liftbridge.Ack | None]] = []
+
+    def meanwhile() -> None:
+        time.sleep(0.3)  # flush() is waiting by now
+        later.append(p.submit(request(3), None, None))
+        server.release(3)
+
+    other = threading.Thread(target=meanwhile)
+    other.start()
+    assert p.flush(10)  # did not wait for the publish made while it waited
+    other.join(10)
+    assert all(f.done() for f in earlier)
+    assert not later[0].done()
+    server.release(1)
+    assert later[0].result(timeout=5) is not None
+    p.close(_soon())
+
+
+def test_a_stream_that_answers_nothing_is_given_up_for_another() -> None:
+    """A hung broker: publishes time out and nothing at all comes back on the
+    stream for two ack timeouts; the stream is cancelled and reopened (on the
+    next broker), instead of timing out every publish for the whole hang."""
+    server = FakeServer()
+    server.ack = False
+    p = make(server, ack_wait=0.2)
+    first = p.submit(request(1), None, None)
+    assert isinstance(first.exception(timeout=5), liftbridge.AckTimeoutError)
+    assert len(server.calls) == 1  # one timeout alone does not condemn it
+    time.sleep(0.3)
+    second = p.submit(request(2), None, None)
+    assert isinstance(second.exception(timeout=5), liftbridge.AckTimeoutError)
+    deadline = time.monotonic() + 5
+    while len(server.calls) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(server.calls) == 2
+    server.ack = True
+    assert p.submit(request(3), None, None).result(timeout=5) is not None
+    p.close(_soon())

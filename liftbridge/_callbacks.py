@@ -1,0 +1,111 @@
+"""The ``liftbridge-callbacks`` thread: where user callbacks run.
+
+Ack handlers and the done-callbacks of publish futures are user code; run on
+the threads that read acks or enforce ack deadlines, one slow or blocking
+callback would stall every other publish. So the SDK hands them to one
+thread of their own per client (python-pubsub's scheduler does the same),
+started on first use. Callbacks run one at a time, in the order they were
+handed over; an exception one raises is logged and the next one runs.
+
+A future made by :meth:`CallbackRunner.future` runs its done-callbacks there
+too, including one added after the future completed (``Future`` would run it
+at once on the adding thread).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+_log = logging.getLogger(__name__)
+
+_THREAD_NAME = "liftbridge-callbacks"
+
+
+class CallbackRunner:
+    """Runs callbacks on the ``liftbridge-callbacks`` thread. Thread-safe."""
+
+    def __init__(self) -> None:
+        # None is the stop signal; anything else is (function, args).
+        self._queue: queue.SimpleQueue[tuple[Callable[..., object], tuple[Any, ...]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._lock = threading.Lock()  # guards _thread and _closed
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        runner = self
+
+        class _CallbackFuture(Future[Any]):
+            """A Future whose done-callbacks run on the callbacks thread."""
+
+            def add_done_callback(self, fn: Callable[[Future[Any]], object]) -> None:
+                super().add_done_callback(lambda future: runner.submit(fn, future))
+
+        self._future_class = _CallbackFuture
+
+    def future(self) -> Future[Any]:
+        """A new running Future whose done-callbacks run on the callbacks thread."""
+        future: Future[Any] = self._future_class()
+        future.set_running_or_notify_cancel()
+        return future
+
+    def submit(self, fn: Callable[..., object], *args: Any) -> None:
+        """Queues ``fn(*args)`` for the callbacks thread (started on first use).
+
+        After :meth:`close` the callback runs on the calling thread instead, so
+        an outcome delivered while closing still reaches its handler.
+        """
+        if self._thread is None or self._closed:
+            with self._lock:
+                if self._closed:
+                    _run(fn, args)
+                    return
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._loop, name=_THREAD_NAME, daemon=True
+                    )
+                    self._thread.start()
+        self._queue.put((fn, args))
+
+    @property
+    def on_callback_thread(self) -> bool:
+        """True when called from the callbacks thread itself."""
+        return self._thread is not None and threading.current_thread() is self._thread
+
+    def _loop(self) -> None:
+        get = self._queue.get
+        while True:
+            item = get()
+            if item is None:
+                return
+            _run(*item)
+
+    def close(self, deadline: float) -> None:
+        """Runs what is queued, then stops the thread; waits until
+        ``deadline`` (``time.monotonic()``) at most. Idempotent; never joins
+        the calling thread."""
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+        if thread is None:
+            return
+        self._queue.put(None)
+        if thread is threading.current_thread():
+            return
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            _log.warning(
+                "%s did not finish its queued callbacks in time (a callback blocks?)", _THREAD_NAME
+            )
+
+
+def _run(fn: Callable[..., object], args: tuple[Any, ...]) -> None:
+    try:
+        fn(*args)
+    except Exception:
+        _log.exception("callback %r raised; ignored", fn)
