@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -15,6 +16,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PYENV = Path.home() / ".pyenv" / "versions"
+
+_NOT_SOURCE = shutil.ignore_patterns(
+    ".git", ".venv", ".cache", ".nox", "build", "dist", "*.egg-info", "__pycache__", "*_cache"
+)
 
 pytestmark = [pytest.mark.install, pytest.mark.timeout(900)]
 
@@ -41,8 +46,12 @@ def _run(
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel `pip wheel .` builds from this checkout (isolated build, PEP 517)."""
     out = tmp_path_factory.mktemp("wheel")
+    # Built from a copy: pip builds in the source tree, and a build/ left in the
+    # checkout could slip stale modules into later wheels.
+    source = tmp_path_factory.mktemp("source") / "liftbridge"
+    shutil.copytree(REPO, source, ignore=_NOT_SOURCE)
     _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(source)],
         timeout=300,
     )
     (built,) = out.glob("liftbridge-*.whl")
