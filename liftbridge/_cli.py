@@ -535,6 +535,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--timeout", type=_seconds, default=10.0, help="seconds per RPC and to connect (default 10)"
     )
+    tls = parser.add_argument_group("TLS (any of these turns it on; verification is always on)")
+    tls.add_argument("--tls", action="store_true", help="TLS with the system's CA roots")
+    tls.add_argument("--tls-ca", metavar="PEM", help="CA certificates that sign the server's")
+    tls.add_argument("--tls-cert", metavar="PEM", help="client certificate (mutual TLS)")
+    tls.add_argument("--tls-key", metavar="PEM", help="the client certificate's key")
+    tls.add_argument("--tls-server-name", metavar="NAME", help="check the certificate for NAME")
     parser.add_argument(
         "--progress",
         choices=("auto", "always", "never"),
@@ -684,7 +690,14 @@ def build_parser() -> argparse.ArgumentParser:
 @contextmanager
 def _client(args: argparse.Namespace) -> Iterator[liftbridge.Client]:
     addresses = args.address or [os.environ.get(ADDRESS_ENV) or DEFAULT_ADDRESS]
-    client = liftbridge.Client(addresses, connect_timeout=args.timeout, rpc_timeout=args.timeout)
+    tls = None
+    if args.tls or args.tls_ca or args.tls_cert or args.tls_key or args.tls_server_name:
+        tls = liftbridge.TLSConfig(
+            ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key, server_name=args.tls_server_name
+        )
+    client = liftbridge.Client(
+        addresses, tls=tls, connect_timeout=args.timeout, rpc_timeout=args.timeout
+    )
     try:
         yield client
     finally:
