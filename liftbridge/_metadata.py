@@ -13,7 +13,6 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from types import MappingProxyType
 from typing import TypeVar
 
 from liftbridge._display import Table, join, show_datetime, timestamp_ns_to_datetime
@@ -317,15 +316,13 @@ def metadata_from_proto(pb: api_pb2.FetchMetadataResponse) -> Metadata:
             )
             for pid, p in sorted(s.partitions.items())
         }
-        streams[s.name] = StreamInfo(
-            s.name, s.subject, MappingProxyType(parts), s.creationTimestamp
-        )
+        streams[s.name] = StreamInfo(s.name, s.subject, FrozenMap(parts), s.creationTimestamp)
     groups = {
         g.groupId: ConsumerGroupInfo(g.groupId, g.coordinator, g.epoch)
         for g in pb.groupMetadata
         if g.error == api_pb2.ConsumerGroupMetadata.OK
     }
-    return Metadata(brokers, MappingProxyType(streams), MappingProxyType(groups), time.time())
+    return Metadata(brokers, FrozenMap(streams), FrozenMap(groups), time.time())
 
 
 @dataclass(frozen=True, slots=True)
@@ -416,7 +413,7 @@ class MetadataCache:
     def __init__(self, seeds: tuple[str, ...]) -> None:
         self._lock = threading.Lock()  # guards _current
         self._seeds = seeds
-        self._current = Metadata((), MappingProxyType({}), MappingProxyType({}), 0.0)
+        self._current = Metadata((), FrozenMap({}), FrozenMap({}), 0.0)
 
     @property
     def current(self) -> Metadata:
