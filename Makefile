@@ -17,7 +17,7 @@ help:
 	@echo "make proto  - regenerate liftbridge_api from api.proto"
 	@echo "make lint   - ruff and mypy"
 
-$(VENV)/.installed: setup.cfg setup.py
+$(VENV)/.installed: pyproject.toml setup.cfg setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,nats,testing]'

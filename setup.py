@@ -1,4 +1,4 @@
-"""Everything lives in setup.cfg; this stub exists for tools that still call setup.py."""
+"""Everything lives in pyproject.toml; this stub exists for tools that still call setup.py."""
 
 from setuptools import setup
 

@@ -112,7 +112,7 @@ def run(argv: list[str] | None = None) -> tuple[int, Path]:
         print(line, file=sys.stderr, flush=True)
 
     description = machine.describe()
-    started = datetime.datetime.now(datetime.timezone.utc)
+    started = datetime.datetime.now(datetime.UTC)
     log(f"bench: {'quick' if args.quick else 'full'} run of {', '.join(workloads)}")
     clock = time.monotonic()
     suite = Suite(plan, workloads, log)

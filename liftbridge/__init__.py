@@ -20,6 +20,7 @@ from liftbridge._activity import (
 from liftbridge._channels import TLSConfig
 from liftbridge._client import Client, ClientState
 from liftbridge._consumer import AssignmentCallback, AutoOffset, Consumer, StreamPartition
+from liftbridge._display import Table, messages_table
 from liftbridge._envelope import new_message, unmarshal_ack, unmarshal_message
 from liftbridge._errors import (
     AckTimeoutError,
@@ -50,6 +51,7 @@ from liftbridge._errors import (
     StreamExistsError,
     UnavailableError,
 )
+from liftbridge._frames import messages_to_arrow, messages_to_pandas
 from liftbridge._messages import Ack, AckPolicy, Message
 from liftbridge._metadata import (
     BrokerInfo,
@@ -124,10 +126,14 @@ __all__ = [
     "StreamPartition",
     "Subscription",
     "TLSConfig",
+    "Table",
     "UnavailableError",
     "__version__",
     "activity_event_from_message",
     "decode_activity_event",
+    "messages_table",
+    "messages_to_arrow",
+    "messages_to_pandas",
     "new_message",
     "unmarshal_ack",
     "unmarshal_message",

@@ -1,3 +1,3 @@
-"""The one place the package version is written down (setup.cfg reads it)."""
+"""The one place the package version is written down (pyproject.toml reads it)."""
 
 __version__ = "0.1.0.dev0"

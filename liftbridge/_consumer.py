@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from liftbridge import _validate as check
 from liftbridge._cursors import Cursors
+from liftbridge._display import Table
 from liftbridge._errors import ArgumentTypeError, ClientClosedError, InvalidArgumentError
 from liftbridge._group import (
     AutoOffset,
@@ -340,6 +341,13 @@ class Consumer:
             f"<Consumer {self.consumer_id} of group {self.group_id} {self._state.value}"
             f" holding {[str(tp) for tp in self.assignment]}>"
         )
+
+    def _repr_html_(self) -> str:
+        """The member and the partitions it holds, as a table (notebooks)."""
+        rows = tuple((tp.stream, str(tp.partition)) for tp in self.assignment)
+        state = self._state.value + ("" if self.member or self.closed else ", not a member")
+        title = f"consumer {self.consumer_id} of group {self.group_id} ({state})"
+        return Table(title, ("stream", "partition"), rows)._repr_html_()
 
     def _abandon(self) -> None:
         """Stops as a crash would: no commit, no leave, no callbacks; the server

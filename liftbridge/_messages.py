@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import FrozenInstanceError
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Self
 
@@ -30,7 +30,7 @@ class AckPolicy(enum.IntEnum):
 
 
 def _datetime(ns: int) -> datetime:
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc)
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC)
 
 
 class _WireValue:
@@ -169,6 +169,27 @@ class Message(_WireValue):
     def timestamp(self) -> datetime:
         """``timestamp_ns`` as an aware UTC datetime (microsecond precision)."""
         return _datetime(self._pb.timestamp)
+
+    def to_dict(self) -> dict[str, object]:
+        """The message as a plain dict of its fields, plus ``timestamp`` as a datetime.
+
+        Keys: ``stream``, ``partition``, ``offset``, ``timestamp`` (aware UTC
+        datetime), ``timestamp_ns``, ``key``, ``value``, ``headers`` (a new
+        ``dict``), ``subject``, ``reply_subject``. Handy for ``json``,
+        DataFrames and logging; the dict is the caller's to change.
+        """
+        return {
+            "stream": self.stream,
+            "partition": self.partition,
+            "offset": self.offset,
+            "timestamp": self.timestamp,
+            "timestamp_ns": self.timestamp_ns,
+            "key": self.key,
+            "value": self.value,
+            "headers": dict(self.headers),
+            "subject": self.subject,
+            "reply_subject": self.reply_subject,
+        }
 
     def _fields(self) -> dict[str, object]:
         """Every field by name, in constructor order."""

@@ -1,14 +1,64 @@
-"""Cluster metadata as immutable values, and the client's refreshable cache of it."""
+"""Cluster metadata as immutable values, and the client's refreshable cache of it.
+
+The values pickle and deep-copy (their mappings are :class:`FrozenMap`), print
+as one short line, and show as tables in notebooks (``_repr_html_``). Streams
+whose names start with ``__`` are the server's own (``__cursors``,
+``__activity``): reprs and tables leave them out unless asked.
+"""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
+from datetime import UTC, datetime
+from typing import TypeVar
 
+from liftbridge._display import Table, join, show_datetime, timestamp_ns_to_datetime
 from liftbridge_api import api_pb2
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+INTERNAL_PREFIX = "__"
+"""Stream names the server reserves for itself start with this."""
+
+
+class FrozenMap(Mapping[K, V]):
+    """A read-only mapping that, unlike ``MappingProxyType``, pickles and deep-copies.
+
+    Thread-safe: nothing changes it after construction.
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping[K, V]) -> None:
+        self._data = dict(data)
+
+    def __getitem__(self, key: K) -> V:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._data!r})"
+
+    def __reduce__(self) -> tuple[type[FrozenMap[K, V]], tuple[dict[K, V]]]:
+        return type(self), (self._data,)
+
+
+def _frozen(data: Mapping[K, V]) -> FrozenMap[K, V]:
+    return data if isinstance(data, FrozenMap) else FrozenMap(data)
+
+
+def is_internal(stream: str) -> bool:
+    """True for the server's own streams (``__cursors``, ``__activity``)."""
+    return stream.startswith(INTERNAL_PREFIX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +107,34 @@ class PartitionInfo:
     paused: bool = False
     readonly: bool = False
 
+    def _flags(self) -> str:
+        return " ".join(f for f, on in (("paused", self.paused), ("readonly", self.readonly)) if on)
+
+    def __repr__(self) -> str:
+        flags = self._flags()
+        return (
+            f"<PartitionInfo {self.stream}/{self.id} leader={self.leader or '-'}"
+            f" replicas=[{','.join(self.replicas)}] isr=[{','.join(self.isr)}]"
+            f"{' ' + flags if flags else ''}>"
+        )
+
+    def _row(self) -> tuple[str, ...]:
+        return (
+            str(self.id),
+            self.leader or "-",
+            join(self.replicas),
+            join(self.isr),
+            self._flags() or "-",
+        )
+
+    def _repr_html_(self) -> str:
+        return Table(
+            f"partition {self.stream}/{self.id}", _PARTITION_COLUMNS, (self._row(),)
+        )._repr_html_()
+
+
+_PARTITION_COLUMNS = ("partition", "leader", "replicas", "isr", "flags")
+
 
 @dataclass(frozen=True, slots=True)
 class StreamInfo:
@@ -74,6 +152,37 @@ class StreamInfo:
     partitions: Mapping[int, PartitionInfo]
     creation_timestamp_ns: int = 0
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "partitions", _frozen(self.partitions))
+
+    @property
+    def created(self) -> datetime | None:
+        """``creation_timestamp_ns`` as an aware UTC datetime; None when unknown."""
+        return timestamp_ns_to_datetime(self.creation_timestamp_ns)
+
+    @property
+    def internal(self) -> bool:
+        """True for the server's own streams (``__cursors``, ``__activity``)."""
+        return is_internal(self.name)
+
+    def __repr__(self) -> str:
+        return (
+            f"<StreamInfo {self.name!r} subject={self.subject!r}"
+            f" partitions={len(self.partitions)} created={show_datetime(self.created)}>"
+        )
+
+    def table(self) -> Table:
+        """Its partitions as a :class:`Table`: leader, replicas, ISR, flags."""
+        return Table(
+            f"stream {self.name!r} (subject {self.subject!r}, created "
+            f"{show_datetime(self.created)})",
+            _PARTITION_COLUMNS,
+            tuple(p._row() for _, p in sorted(self.partitions.items())),
+        )
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
+
 
 @dataclass(frozen=True, slots=True)
 class ConsumerGroupInfo:
@@ -88,6 +197,10 @@ class ConsumerGroupInfo:
     group_id: str
     coordinator: str
     epoch: int
+
+
+_REPR_STREAMS = 8
+"""Stream names a Metadata's repr lists before an ellipsis."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +218,58 @@ class Metadata:
     streams: Mapping[str, StreamInfo]
     groups: Mapping[str, ConsumerGroupInfo]
     last_updated: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "streams", _frozen(self.streams))
+        object.__setattr__(self, "groups", _frozen(self.groups))
+
+    @property
+    def updated(self) -> datetime | None:
+        """``last_updated`` as an aware UTC datetime; None before the first fetch."""
+        return datetime.fromtimestamp(self.last_updated, tz=UTC) if self.last_updated else None
+
+    def stream_names(self, *, internal: bool = False) -> tuple[str, ...]:
+        """The streams' names, sorted; the server's own ``__`` streams only when asked."""
+        return tuple(sorted(n for n in self.streams if internal or not is_internal(n)))
+
+    def __repr__(self) -> str:
+        names = self.stream_names()
+        hidden = len(self.streams) - len(names)
+        shown = ", ".join(names[:_REPR_STREAMS]) + (", …" if len(names) > _REPR_STREAMS else "")
+        brokers = ", ".join(f"{b.id}@{b.address}" for b in self.brokers)
+        return (
+            f"<Metadata brokers=[{brokers}] {len(names)} streams [{shown}]"
+            f"{f' (+{hidden} internal)' if hidden else ''}"
+            f"{f' {len(self.groups)} groups' if self.groups else ''}"
+            f" updated={show_datetime(self.updated)}>"
+        )
+
+    def table(self, *, internal: bool = False) -> Table:
+        """Every partition of every stream as a :class:`Table` (a row each).
+
+        Args:
+            internal: also list the server's own streams (``__cursors``,
+                ``__activity``).
+        """
+        rows = tuple(
+            (name, info.subject, *partition._row(), show_datetime(info.created))
+            for name in self.stream_names(internal=internal)
+            for info in (self.streams[name],)
+            for _, partition in sorted(info.partitions.items())
+        )
+        hidden = len(self.streams) - len(self.stream_names(internal=internal))
+        brokers = ", ".join(f"{b.id} ({b.address})" for b in self.brokers) or "none"
+        return Table(
+            f"brokers: {brokers}; updated {show_datetime(self.updated)}",
+            ("stream", "subject", *_PARTITION_COLUMNS, "created (UTC)"),
+            rows,
+            note=f"{hidden} internal stream(s) hidden: table(internal=True) shows them"
+            if hidden
+            else "",
+        )
+
+    def _repr_html_(self) -> str:
+        return self.table()._repr_html_()
 
     @property
     def addresses(self) -> tuple[str, ...]:
@@ -151,15 +316,13 @@ def metadata_from_proto(pb: api_pb2.FetchMetadataResponse) -> Metadata:
             )
             for pid, p in sorted(s.partitions.items())
         }
-        streams[s.name] = StreamInfo(
-            s.name, s.subject, MappingProxyType(parts), s.creationTimestamp
-        )
+        streams[s.name] = StreamInfo(s.name, s.subject, FrozenMap(parts), s.creationTimestamp)
     groups = {
         g.groupId: ConsumerGroupInfo(g.groupId, g.coordinator, g.epoch)
         for g in pb.groupMetadata
         if g.error == api_pb2.ConsumerGroupMetadata.OK
     }
-    return Metadata(brokers, MappingProxyType(streams), MappingProxyType(groups), time.time())
+    return Metadata(brokers, FrozenMap(streams), FrozenMap(groups), time.time())
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +331,22 @@ class EventTimestamps:
 
     first_ns: int
     latest_ns: int
+
+    @property
+    def first(self) -> datetime | None:
+        """``first_ns`` as an aware UTC datetime; None for never."""
+        return timestamp_ns_to_datetime(self.first_ns)
+
+    @property
+    def latest(self) -> datetime | None:
+        """``latest_ns`` as an aware UTC datetime; None for never."""
+        return timestamp_ns_to_datetime(self.latest_ns)
+
+    def __repr__(self) -> str:
+        return (
+            f"EventTimestamps(first={show_datetime(self.first)}, "
+            f"latest={show_datetime(self.latest)})"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +413,7 @@ class MetadataCache:
     def __init__(self, seeds: tuple[str, ...]) -> None:
         self._lock = threading.Lock()  # guards _current
         self._seeds = seeds
-        self._current = Metadata((), MappingProxyType({}), MappingProxyType({}), 0.0)
+        self._current = Metadata((), FrozenMap({}), FrozenMap({}), 0.0)
 
     @property
     def current(self) -> Metadata:

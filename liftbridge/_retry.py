@@ -14,6 +14,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import TracebackType
 from typing import TypeVar
 
 import tenacity
@@ -110,8 +111,10 @@ def call(
         What ``fn`` returned.
 
     Raises:
-        The last exception ``fn`` raised, unchanged, once retrying stops or
-        as soon as ``retry_if`` rejects it.
+        The last exception ``fn`` raised, once retrying stops or as soon as
+        ``retry_if`` rejects it; its traceback goes from here straight into
+        ``fn``, without tenacity's and concurrent.futures' frames (and a gRPC
+        error it was raised from keeps its status, not grpc's frames).
     """
 
     def _before_sleep(state: tenacity.RetryCallState) -> None:
@@ -140,7 +143,35 @@ def call(
         before_sleep=_before_sleep,
         reraise=True,
     )
-    return retrying(fn)
+    try:
+        return retrying(fn)
+    except BaseException as error:
+        # The first entry is this frame, which the raise below adds back.
+        below = error.__traceback__.tb_next if error.__traceback__ is not None else None
+        cause = error.__cause__
+        if cause is not None and type(cause).__module__.startswith("grpc"):
+            # The gRPC error behind an SDK error: its status and details are
+            # worth printing, grpc's own frames are not.
+            cause.with_traceback(_without_frames(cause.__traceback__, ("grpc",)))
+        raise error.with_traceback(_without_frames(below, _MACHINERY)) from cause
+
+
+_MACHINERY = ("tenacity", "concurrent.futures")
+"""Modules whose frames a user's traceback does not need: how the retry ran."""
+
+
+def _without_frames(tb: TracebackType | None, modules: tuple[str, ...]) -> TracebackType | None:
+    """The traceback without the frames of these modules, the rest in order."""
+    kept: list[TracebackType] = []
+    while tb is not None:
+        module = tb.tb_frame.f_globals.get("__name__", "")
+        if not module.startswith(modules):
+            kept.append(tb)
+        tb = tb.tb_next
+    rebuilt: TracebackType | None = None
+    for entry in reversed(kept):
+        rebuilt = TracebackType(rebuilt, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return rebuilt
 
 
 class _StopAt(tenacity.stop.stop_base):

@@ -607,7 +607,14 @@ class Subscription:
         self._error = error
         if self._closed.is_set():
             return
-        if notify:
+        if notify:  # a handler's own exception was logged where it was caught
+            _log.warning(
+                "subscription %s/%s gave up: %s: %s",
+                self._request.stream,
+                self._request.partition,
+                type(error).__name__,
+                error,
+            )
             try:
                 self._handler(None, error)
             except Exception:

@@ -2,7 +2,7 @@
 
 Usage: ``python scripts/gen_proto.py [OUT_DIR]``. With no argument the modules
 are written next to api.proto; the freshness test passes a temporary folder
-and compares. Generator versions are pinned in setup.cfg's ``dev`` extra so
+and compares. Generator versions are pinned in pyproject.toml's ``dev`` extra so
 the output is reproducible byte for byte.
 """
 

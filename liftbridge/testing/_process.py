@@ -47,11 +47,7 @@ def resolve_binary(explicit: str | os.PathLike[str] | None, *, env_var: str, nam
     Raises:
         ServerBinaryNotFoundError: with a message saying how to provide it.
     """
-    how = (
-        f"set {env_var} to its path, put '{name}' on PATH, or run `make server` "
-        "(scripts/install-server.sh) in a checkout of the liftbridge SDK, which "
-        "builds it into .cache/servers/bin/"
-    )
+    how = _how_to_get(name, env_var)
     if explicit is not None:
         return _executable(Path(explicit), f"binary={os.fspath(explicit)!r}", how)
     from_env = os.environ.get(env_var)
@@ -61,6 +57,27 @@ def resolve_binary(explicit: str | os.PathLike[str] | None, *, env_var: str, nam
     if found is None:
         raise ServerBinaryNotFoundError(f"cannot find the {name} server executable: {how}")
     return os.path.abspath(found)
+
+
+_GET_LIFTBRIDGE = (
+    "a release binary of Liftbridge v1.9.0 "
+    "(https://github.com/liftbridge-io/liftbridge/releases, no Go needed), "
+    "`go install github.com/liftbridge-io/liftbridge@v1.9.0`, or `make server` in a checkout "
+    "of this SDK (builds it into .cache/servers/bin/). Without a binary, "
+    "liftbridge.testing.LiftbridgeContainer runs the official liftbridge/standalone-dev "
+    "image in Docker (pip install 'liftbridge[testing]')"
+)
+_GET_NATS = (
+    "a release binary (https://github.com/nats-io/nats-server/releases), your system's "
+    "nats-server package, or `make server` in a checkout of this SDK"
+)
+
+
+def _how_to_get(name: str, env_var: str) -> str:
+    """What a ServerBinaryNotFoundError tells the user to do."""
+    ways = _GET_LIFTBRIDGE if name == "liftbridge" else _GET_NATS if name == "nats-server" else ""
+    how = f"set {env_var} to its path or put '{name}' on PATH"
+    return f"{how}. Ways to get it: {ways}" if ways else how
 
 
 def _executable(path: Path, origin: str, how: str) -> str:

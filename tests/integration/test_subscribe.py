@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -81,7 +81,7 @@ def test_start_positions(
 def test_start_at_time_and_time_delta(client: liftbridge.Client, stream: str) -> None:
     _fill(client, stream, 2)
     time.sleep(0.2)
-    middle = datetime.now(timezone.utc)
+    middle = datetime.now(UTC)
     time.sleep(0.2)
     client.publish(stream, b"late")
     with client.subscribe(stream, start=middle, stop=StopPosition.LATEST) as sub:
@@ -96,9 +96,7 @@ def test_stop_at_offset_and_time(client: liftbridge.Client, stream: str) -> None
     _fill(client, stream, 5)
     with client.subscribe(stream, start=1, stop=3) as sub:
         assert [m.offset for m in sub] == [1, 2, 3]
-    with client.subscribe(
-        stream, start=StartPosition.EARLIEST, stop=datetime.now(timezone.utc)
-    ) as sub:
+    with client.subscribe(stream, start=StartPosition.EARLIEST, stop=datetime.now(UTC)) as sub:
         assert [m.offset for m in sub] == [0, 1, 2, 3, 4]
     with pytest.raises(liftbridge.InvalidArgumentError, match="before start"):
         client.subscribe(stream, start=3, stop=1)
@@ -232,7 +230,7 @@ def test_message_fields(client: liftbridge.Client, unique_name: str) -> None:
         (message,) = list(sub)
     assert (message.stream, message.partition, message.offset) == (unique_name, 1, 0)
     assert message.subject == f"{unique_name}.in.1"
-    assert abs(message.timestamp - datetime.now(timezone.utc)) < timedelta(minutes=1)
+    assert abs(message.timestamp - datetime.now(UTC)) < timedelta(minutes=1)
     with pytest.raises(AttributeError):
         message.value = b"changed"  # type: ignore[misc]
 

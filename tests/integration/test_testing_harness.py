@@ -144,6 +144,10 @@ def test_missing_server_binary_says_how_to_get_one(
     message = str(caught.value)
     assert "LIFTBRIDGE_SERVER_BIN" in message
     assert "make server" in message
+    # A pip user without Go: a release binary or the official Docker image.
+    assert "liftbridge/releases" in message
+    assert "LiftbridgeContainer" in message
+    assert "liftbridge/standalone-dev" in message
     assert isinstance(caught.value, LiftbridgeError)
     assert isinstance(caught.value, FileNotFoundError)
 

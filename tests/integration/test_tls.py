@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,3 +103,24 @@ def test_tls_config_errors(pki: dict[str, Path]) -> None:
         liftbridge.TLSConfig(ca=pki["ca"], cert=pki["client_cert"]).credentials()
     with pytest.raises(liftbridge.InvalidArgumentError, match="cannot read"):
         liftbridge.TLSConfig(ca="/no/such/file.pem").credentials()
+
+
+def test_command_line_over_mutual_tls(mtls_server: LocalServer, pki: dict[str, Path]) -> None:
+    def cli(*tls: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "liftbridge", "-a", mtls_server.address, "--timeout", "3"]
+        return subprocess.run(
+            [*argv, *tls, "streams", "--internal"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    client_cert = ("--tls-cert", str(pki["client_cert"]), "--tls-key", str(pki["client_key"]))
+    done = cli("--tls-ca", str(pki["ca"]), *client_cert)
+    assert done.returncode == 0, done.stderr
+    assert "__cursors" in done.stdout
+    refused = cli("--tls-ca", str(pki["ca"]))  # no client certificate
+    assert refused.returncode == 1 and "UnavailableError" in refused.stderr
+    half = cli("--tls-ca", str(pki["ca"]), "--tls-cert", str(pki["client_cert"]))
+    assert half.returncode == 1 and "together" in half.stderr
