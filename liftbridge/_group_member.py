@@ -48,6 +48,11 @@ OVERFLOW_CHECK = 1.0
 """Seconds between two backlog measurements of an overflow member."""
 _RETRY_SOON = 0.25
 _JOIN_RETRY = 0.5
+_HANDOVER_POLL = 0.05
+"""Seconds between two looks at the cursor of a partition being handed over."""
+_HANDOVER_MARGIN = 0.5
+"""Seconds the hand-over wait allows, beyond a heartbeat period, for the
+previous owner to stop reading and commit."""
 
 
 @dataclass(frozen=True)
@@ -380,10 +385,12 @@ class GroupMember:
         if held - target:
             self._revoke(held - target, final=False)
         gained = tuple(sorted(target - held))
-        if gained and self._heart.membership is not None:
+        m = self._heart.membership
+        if gained and m is not None:
+            handover_until = time.monotonic() + m.heartbeat_interval + _HANDOVER_MARGIN
             with self._lock:
                 for tp in gained:
-                    self._held[tp] = Assigned(tp)
+                    self._held[tp] = Assigned(tp, handover_until=handover_until)
             _log.info("%s assigned %s", self._consumer_id, [str(tp) for tp in gained])
             self._callback("on_assigned", self._options.on_assigned, gained)
 
@@ -423,7 +430,15 @@ class GroupMember:
         this member's own progress, if later)."""
         tp, budget = entry.tp, self._heart.budget()
         try:
-            entry.learn_cursor(self._session.fetch_cursor(tp, budget))
+            committed = self._session.fetch_cursor(tp, budget)
+            if not entry.handed_over(
+                committed,
+                lambda: self._session.partition_offsets(tp, budget)[0],
+                time.monotonic(),
+            ):
+                entry.retry_at = time.monotonic() + _HANDOVER_POLL
+                return
+            entry.learn_cursor(committed)
             plan = plan_start(
                 entry.committed,
                 entry.carried,

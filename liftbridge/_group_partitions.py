@@ -166,6 +166,42 @@ class Assigned:
     """Whether the handler heard of the current run of failures."""
     commit_lock: threading.Lock = field(default_factory=threading.Lock)
     """Serializes commits of this partition; guards ``committed``."""
+    handover_until: float | None = None
+    """While set, the first reading waits (until this ``time.monotonic()``
+    at the latest) for the previous owner's final commit."""
+    handover_from: int | None = None
+    """The group's cursor when the wait for the hand-over began."""
+
+    def handed_over(self, committed: int, high_watermark: Callable[[], int], now: float) -> bool:
+        """Whether the first reading may start: the previous owner, if any,
+        has committed its last progress, or cannot have any left.
+
+        The member losing a partition commits its last progress once it
+        notices the rebalance (when the server ends its reading, or at its
+        next heartbeat), which is after the gaining member learned of it;
+        reading from the cursor at once would handle again everything the
+        loser handled since its previous commit. So the gainer waits,
+        checking the cursor, until it moves (the loser's final commit), or it
+        already covers every message (nothing to hand over), or
+        ``handover_until`` passes (no previous owner, or one that died: it
+        left nothing newer).
+
+        Args:
+            committed: the group's cursor, just fetched.
+            high_watermark: fetches the partition's high watermark.
+            now: ``time.monotonic()``.
+        """
+        if self.handover_until is None:
+            return True
+        if self.handover_from is None:
+            self.handover_from = committed
+            done = committed >= high_watermark()
+        else:
+            done = committed != self.handover_from
+        if done or now >= self.handover_until:
+            self.handover_until = None
+            return True
+        return False
 
     def progress(self) -> int | None:
         """The last offset whose handler returned, None before the first."""

@@ -175,6 +175,29 @@ def test_three_members_share_three_partitions_and_closing_hands_over(
     assert sorted(tally.offsets(2)) == list(range(40))
 
 
+def test_a_clean_join_hands_over_at_the_old_owners_final_commit(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    # No periodic commits: the old owner's only commit of a partition is the
+    # one it makes when it loses it, so the newcomer must start right after it.
+    client.create_stream(unique_name, partitions=2)
+    tally = Tally()
+    old = make_consumer(unique_name, auto_checkpoint=None)
+    old.subscribe(unique_name, tally.handler("old", lambda m: time.sleep(0.005)))
+    wait_for(lambda: len(old.assignment) == 2, 5, "the first member holds both")
+    publish(client, unique_name, 2, 400)  # about 4 s of work: still reading at the join
+    wait_for(lambda: len(tally.by("old")) > 20, 5, "reading")
+    new = make_consumer(unique_name, auto_checkpoint=None)
+    new.subscribe(unique_name, tally.handler("new"))
+    wait_for(lambda: len(new.assignment) == 1, 3 * HEARTBEAT, "the newcomer takes one")
+    moved = new.assignment[0].partition
+    wait_for(lambda: tally.complete({0: 400, 1: 400}), 20, "everything handled")
+    by_old, by_new = tally.by("old", moved), tally.by("new", moved)
+    assert by_new, "the newcomer read the partition it took"
+    assert by_new[0] == max(by_old) + 1  # the old owner's final commit + 1
+    assert sorted(by_old + by_new) == list(range(400))  # nothing handled twice
+
+
 def test_group_offsets_use_the_go_cursor_id(
     client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
 ) -> None:
@@ -529,6 +552,7 @@ def test_overflow_member_joins_under_backlog_and_leaves_when_drained(
     publish(client, unique_name, 2, 60)  # backlog 120 >= 40: the helper joins
     took = wait_for(lambda: helper.assignment != (), 5, "the helper joins")
     print(f"overflow join after the burst: {took:.2f}s")
+    wait_for(lambda: tally.by("helper") != [], 5, "the helper reads while the regular is slow")
     slow.clear()
     wait_for(lambda: tally.complete({0: 70, 1: 70}), 20, "the burst handled")
     took = wait_for(lambda: not helper.member, 5, "the helper leaves when drained")

@@ -407,9 +407,27 @@ def test_consumer_before_subscribe() -> None:
     consumer.close()
     consumer.close()
     assert consumer.closed
-    with pytest.raises(liftbridge.InvalidArgumentError, match="closed"):
+    with pytest.raises(liftbridge.ClientClosedError, match="consumer is closed"):
         consumer.subscribe("s", lambda m, e: None)
     assert not [t for t in threading.enumerate() if t.name.startswith("liftbridge-group")]
+
+
+def test_subscribe_after_the_client_closed() -> None:
+    router = FakeRouter(closed=True).as_router()
+    consumer = Consumer(router, Cursors(router), "orders")
+    with pytest.raises(liftbridge.ClientClosedError, match="client is closed"):
+        consumer.subscribe("s", lambda m, e: None)
+
+
+@pytest.mark.parametrize("streams", [b"name", bytearray(b"name"), [b"name"], [], 7])
+def test_subscribe_names_the_wrong_streams_type(streams: Any) -> None:
+    consumer = _offline_consumer("orders")
+    with pytest.raises(liftbridge.InvalidArgumentError, match="streams") as caught:
+        consumer.subscribe(streams, lambda m, e: None)
+    assert "int" not in str(caught.value)
+    if isinstance(streams, (bytes, bytearray)):
+        assert isinstance(caught.value, liftbridge.ArgumentTypeError)
+        assert type(streams).__name__ in str(caught.value)
 
 
 def test_chosen_ids_are_kept_and_cannot_release() -> None:
@@ -417,3 +435,23 @@ def test_chosen_ids_are_kept_and_cannot_release() -> None:
     assert consumer.consumer_id == "worker-1"
     with pytest.raises(liftbridge.InvalidArgumentError, match="generated consumer id"):
         consumer.release()
+
+
+def test_a_gained_partition_waits_for_the_previous_owners_commit() -> None:
+    entry = Assigned(StreamPartition("s", 0), handover_until=10.0)
+    assert not entry.handed_over(4, lambda: 9, now=1.0)  # behind the high watermark
+    assert not entry.handed_over(4, lambda: 9, now=2.0)  # no commit yet
+    assert entry.handed_over(7, lambda: 9, now=3.0)  # the previous owner committed
+    assert entry.handed_over(7, lambda: 9, now=3.1)  # and stays handed over
+
+
+def test_a_gained_partition_starts_at_once_when_nothing_is_left() -> None:
+    assert Assigned(StreamPartition("s", 0), handover_until=10.0).handed_over(9, lambda: 9, 1.0)
+    assert Assigned(StreamPartition("s", 0), handover_until=10.0).handed_over(-1, lambda: -1, 1.0)
+    assert Assigned(StreamPartition("s", 0)).handed_over(3, lambda: 9, 1.0)  # no wait asked
+
+
+def test_a_gained_partition_stops_waiting_at_the_deadline() -> None:
+    entry = Assigned(StreamPartition("s", 0), handover_until=10.0)
+    assert not entry.handed_over(4, lambda: 9, now=1.0)
+    assert entry.handed_over(4, lambda: 9, now=10.0)
