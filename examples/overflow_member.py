@@ -1,10 +1,10 @@
 """An overflow member: it helps only while the group falls behind.
 
 A regular member handles a two-partition stream slowly. An overflow member
-(``min_pending=60``, ``low_pending=10``) stays out of the group while the
-backlog (messages not yet committed) is below 60, joins when a burst of 200
-messages pushes it to 60 or more, takes a partition, and leaves again once the
-backlog is down to 10 or less.
+(``min_pending=60``, ``low_pending=10``) stays out of the group while fewer
+than 60 messages are pending (not yet given to a member's handler), joins when
+a burst of 200 messages pushes them to 60 or more, takes a partition, and
+leaves again once 10 or fewer are pending.
 
     python examples/overflow_member.py [HOST:PORT]   (default $LIFTBRIDGE_ADDRESS)
 """
@@ -82,7 +82,8 @@ def main() -> int:
             regular.subscribe(stream, work.handler("regular", pause=0.02))
             overflow.subscribe(stream, work.handler("overflow", pause=0.02))
             time.sleep(1.5)
-            print(f"backlog {overflow.backlog()}: overflow member in group: {overflow.member}")
+            pending = overflow.backlog().pending
+            print(f"pending {pending}: overflow member in group: {overflow.member}")
 
             for i in range(BURST):
                 client.publish(stream, f"job {i}".encode(), partition=i % PARTITIONS)

@@ -19,7 +19,13 @@ from liftbridge._activity import (
 )
 from liftbridge._channels import TLSConfig
 from liftbridge._client import Client, ClientState
-from liftbridge._consumer import AssignmentCallback, AutoOffset, Consumer, StreamPartition
+from liftbridge._consumer import (
+    AssignmentCallback,
+    AutoOffset,
+    Backlog,
+    Consumer,
+    StreamPartition,
+)
 from liftbridge._display import Table, messages_table
 from liftbridge._envelope import new_message, unmarshal_ack, unmarshal_message
 from liftbridge._errors import (
@@ -80,6 +86,7 @@ __all__ = [
     "ArgumentTypeError",
     "AssignmentCallback",
     "AutoOffset",
+    "Backlog",
     "BrokerInfo",
     "Client",
     "ClientClosedError",

@@ -918,6 +918,7 @@ class Client:
         on_revoked: AssignmentCallback | None = None,
         min_pending: int | None = None,
         low_pending: int | None = None,
+        min_ack_pending: int | None = None,
         join_timeout: float = 60.0,
     ) -> Consumer:
         """Creates a member of a consumer group; see :class:`Consumer` for the
@@ -946,9 +947,16 @@ class Client:
                 thread and must return well within the server's consumer
                 timeout; exceptions are logged.
             min_pending: makes this an overflow member: it joins only while
-                the group's backlog is at least this many messages.
-            low_pending: an overflow member leaves once the backlog is at most
-                this (default ``min_pending // 2``).
+                the group's pending messages (not yet given to a member's
+                handler) are at least this many, or ``min_ack_pending`` holds.
+            low_pending: an overflow member leaves once the pending messages
+                are at most this (default ``min_pending // 2``) and the ack
+                pending ones at most ``min_ack_pending // 2``.
+            min_ack_pending: makes this an overflow member: it joins only
+                while the group's ack pending messages (given to a handler,
+                not committed) are at least this many, or ``min_pending``
+                holds. Both thresholds can be changed on a running member with
+                :meth:`Consumer.set_overflow`.
             join_timeout: seconds ``subscribe`` keeps retrying while the server
                 still lists ``consumer_id`` as a member (a restart after a
                 crash); keep it above the server's ``groups.consumer.timeout``.
@@ -969,6 +977,7 @@ class Client:
             on_revoked=on_revoked,
             min_pending=min_pending,
             low_pending=low_pending,
+            min_ack_pending=min_ack_pending,
             join_timeout=join_timeout,
         )
         with self._state_lock:

@@ -17,6 +17,7 @@ import enum
 import logging
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 
 from liftbridge import _validate as check
 from liftbridge._cursors import Cursors
@@ -24,6 +25,7 @@ from liftbridge._display import Table
 from liftbridge._errors import ArgumentTypeError, ClientClosedError, InvalidArgumentError
 from liftbridge._group import (
     AutoOffset,
+    Backlog,
     OverflowRule,
     StreamPartition,
     group_cursor_id,
@@ -33,7 +35,7 @@ from liftbridge._group_member import AssignmentCallback, GroupMember, MemberOpti
 from liftbridge._router import Router
 from liftbridge._subscription import Handler
 
-__all__ = ["AssignmentCallback", "AutoOffset", "Consumer", "StreamPartition"]
+__all__ = ["AssignmentCallback", "AutoOffset", "Backlog", "Consumer", "StreamPartition"]
 
 _log = logging.getLogger(__name__)
 
@@ -105,14 +107,25 @@ class Consumer:
     with chosen ids the smallest takes the partition whenever it joins.
 
     **Overflow members** (``min_pending=N``, ``low_pending=L``, default
-    ``N // 2``) stay out of the group while its backlog is below N, join when
-    it is at least N, and leave again, after committing, when it is at most L.
-    The backlog is the sum, over every partition of the member's streams, of
-    the high watermark minus the group's committed offset (all of the
-    partition's messages when it has none), measured every second from the
-    committed offsets, so it lags the members' progress by up to their
-    ``auto_checkpoint``. An overflow member only helps with streams of
-    several partitions: a lone partition stays with the first member by id.
+    ``N // 2``; and/or ``min_ack_pending=A``, low mark ``A // 2``) stay out of
+    the group while its backlog is low, join when ``pending >= N`` or
+    ``ack_pending >= A`` (either is enough, as in NATS ADR-42), and leave
+    again, after committing, when ``pending <= L`` and ``ack_pending <=
+    A // 2``. :meth:`set_overflow` changes the thresholds of a running member.
+    The counts (:meth:`backlog`, measured every second) come from the server:
+    each partition's high watermark, the group's committed offset, and the
+    position the partition's reader last reported (every member writes the
+    last offset it gave to its handler to the cursor
+    ``__group-position:<group id>`` once per heartbeat period, when it moved).
+    ``pending`` is what no member has been given, ``ack_pending`` what was
+    given and not committed yet. **Regular members first**: generated ids of
+    overflow members start with ``~overflow-``, which sorts after every
+    generated regular id, so by the server's rule (fewest partitions, ties to
+    the smaller id) an overflow member in the group takes a partition only
+    when every regular member already holds as many as it would: never while
+    there are no more partitions than regular members, whichever joined
+    first. (A chosen ``consumer_id`` of an overflow member keeps its place in
+    the order; choose one that sorts after the regular members'.)
 
     **User code**: ``on_assigned`` and ``on_revoked`` run on the group thread,
     which is also the heartbeat: they must return well within a third of the
@@ -134,6 +147,7 @@ class Consumer:
         on_revoked: AssignmentCallback | None = None,
         min_pending: int | None = None,
         low_pending: int | None = None,
+        min_ack_pending: int | None = None,
         join_timeout: float = 60.0,
     ) -> None:
         """Checks the options; nothing happens on the network until :meth:`subscribe`.
@@ -163,11 +177,13 @@ class Consumer:
             auto_offset=auto_offset,
             on_assigned=on_assigned,
             on_revoked=on_revoked,
-            overflow=OverflowRule.from_options(min_pending, low_pending),
+            overflow=OverflowRule.from_options(min_pending, low_pending, min_ack_pending),
             join_timeout=check.seconds(join_timeout, arg="join_timeout"),
         )
         self._chosen_id = consumer_id is not None
-        self._consumer_id = consumer_id or new_consumer_id()
+        self._consumer_id = consumer_id or new_consumer_id(
+            overflow=self._options.overflow is not None
+        )
         self._lock = threading.Lock()  # guards _state and _member
         self._state = _State.NEW
         self._member: GroupMember | None = None
@@ -288,9 +304,14 @@ class Consumer:
         if member is not None:
             member.checkpoint(timeout)
 
-    def backlog(self, *, timeout: float | None = None) -> int:
-        """The group's backlog over this member's streams: for every partition,
-        high watermark minus the group's committed offset (see overflow members).
+    def backlog(self, *, timeout: float | None = None) -> Backlog:
+        """The group's backlog over this member's streams (see overflow members).
+
+        Returns:
+            ``pending`` (high watermark minus the group's position, i.e. the
+            later of the committed offset and the position the partition's
+            reader last reported) and ``ack_pending`` (that position minus the
+            committed offset), summed over every partition.
 
         Args:
             timeout: seconds per RPC attempt; None for the client's ``rpc_timeout``.
@@ -303,6 +324,43 @@ class Consumer:
         if member is None:
             raise InvalidArgumentError("backlog() needs subscribe() first")
         return member.backlog(timeout)
+
+    @property
+    def overflow(self) -> OverflowRule | None:
+        """The overflow thresholds in force; None for a regular member."""
+        member = self._member
+        return member.overflow if member is not None else self._options.overflow
+
+    def set_overflow(
+        self,
+        *,
+        min_pending: int | None = None,
+        low_pending: int | None = None,
+        min_ack_pending: int | None = None,
+    ) -> None:
+        """Replaces an overflow member's thresholds while it runs; the next
+        backlog check (within a second) applies them, joining or leaving as
+        they say. Arguments as for :meth:`Client.create_consumer`; at least
+        one of ``min_pending`` and ``min_ack_pending``. Safe from any thread.
+
+        Raises:
+            InvalidArgumentError: not an overflow member, or bad thresholds.
+            ClientClosedError: the consumer is closed.
+        """
+        if self._options.overflow is None:
+            raise InvalidArgumentError(
+                "set_overflow() needs an overflow member (min_pending or min_ack_pending)"
+            )
+        rule = OverflowRule.from_options(min_pending, low_pending, min_ack_pending)
+        if rule is None:
+            raise InvalidArgumentError("set_overflow() needs min_pending or min_ack_pending")
+        with self._lock:
+            if self.closed:
+                raise ClientClosedError("the consumer is closed")
+            self._options = replace(self._options, overflow=rule)
+            member = self._member
+        if member is not None:
+            member.set_overflow(rule)
 
     def release(self) -> None:
         """Hands this member's partitions over: a pinned group's "unpin".

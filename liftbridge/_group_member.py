@@ -24,6 +24,7 @@ from liftbridge._errors import (
 )
 from liftbridge._group import (
     AutoOffset,
+    Backlog,
     OverflowRule,
     Refusal,
     StreamPartition,
@@ -105,9 +106,11 @@ class GroupMember:
             target=self._run, name=f"liftbridge-group-{options.group_id}", daemon=True
         )
         self._heart = Heartbeat(self._session, options.group_id, router.rpc_timeout)
+        self._overflow = options.overflow  # replaced whole by set_overflow(), read by the loop
         # Group-thread state.
         self._want_member = options.overflow is None
         self._next_checkpoint = 0.0
+        self._next_position = 0.0
         self._next_join = 0.0
         self._next_backlog = 0.0
         self._join_failures = 0
@@ -215,7 +218,19 @@ class GroupMember:
         for entry in held:
             entry.commit(self._durable_store(timeout))
 
-    def backlog(self, timeout: float | None) -> int:
+    @property
+    def overflow(self) -> OverflowRule | None:
+        """The overflow rule in force; None for a regular member."""
+        return self._overflow
+
+    def set_overflow(self, rule: OverflowRule) -> None:
+        """Replaces an overflow member's thresholds; the next backlog check
+        (within a second) applies them."""
+        self._overflow = rule
+        self._next_backlog = 0.0
+        self._wake.set()
+
+    def backlog(self, timeout: float | None) -> Backlog:
         """The group's backlog (see overflow members); one attempt per RPC.
 
         Raises:
@@ -254,8 +269,9 @@ class GroupMember:
         while not self._stop.is_set() and not self._router.closed:
             if self._release_done is not None:
                 self._release()
-            if self._options.overflow is not None and time.monotonic() >= self._next_backlog:
-                self._check_backlog(self._options.overflow)
+            overflow = self._overflow
+            if overflow is not None and time.monotonic() >= self._next_backlog:
+                self._check_backlog(overflow)
             if self._heart.membership is None:
                 if self._held:
                     self._revoke(self._held, final=False)
@@ -267,6 +283,7 @@ class GroupMember:
                     self._reconcile()
                     self._tend()
                     self._auto_commit()
+                    self._report_positions()
             self._wake.wait(self._idle_time())
             self._wake.clear()
 
@@ -281,7 +298,7 @@ class GroupMember:
                 wakeups.extend(e.retry_at for e in self._held.values() if not e.reading)
         elif self._want_member:
             wakeups.append(self._next_join)
-        if self._options.overflow is not None:
+        if self._overflow is not None:
             wakeups.append(self._next_backlog)
         return max(0.01, min(wakeups) - now)
 
@@ -334,7 +351,7 @@ class GroupMember:
         try:
             if self._heart.membership is not None:
                 self._leave()
-                self._consumer_id = new_consumer_id()
+                self._consumer_id = new_consumer_id(overflow=self._overflow is not None)
                 self._join()
         finally:
             with self._lock:
@@ -356,23 +373,18 @@ class GroupMember:
         if want == self._want_member:
             return
         self._want_member = want
+        _log.info(
+            "group %s has %d pending and %d ack pending (%s): overflow member %s %s",
+            self._group_id,
+            backlog.pending,
+            backlog.ack_pending,
+            rule,
+            self._consumer_id,
+            "joins" if want else "leaves",
+        )
         if want:
-            _log.info(
-                "backlog of group %s is %d (>= %d): overflow member %s joins",
-                self._group_id,
-                backlog,
-                rule.min_pending,
-                self._consumer_id,
-            )
             self._next_join = 0.0
         else:
-            _log.info(
-                "backlog of group %s is %d (<= %d): overflow member %s leaves",
-                self._group_id,
-                backlog,
-                rule.low_pending,
-                self._consumer_id,
-            )
             self._leave()
 
     # -------------------------------------------------------- partitions --
@@ -454,7 +466,7 @@ class GroupMember:
                 groupId=self._group_id, groupEpoch=epoch, consumerId=m.consumer_id
             )
             subscription = open_reading(
-                self._router, tp, plan.start, consumer, self._deliverer(tp), budget
+                self._router, tp, plan.start, consumer, self._deliverer(entry), budget
             )
         except LiftbridgeError as e:
             if classify(e) is Refusal.FENCED:
@@ -542,6 +554,28 @@ class GroupMember:
             self._commit_quietly(entry, final=False)
             self._heart.keepalive()
 
+    def _report_positions(self) -> None:
+        """Once per heartbeat period, writes how far each held partition was
+        given to the handler to the group's position cursor, so that overflow
+        members measure the backlog from it rather than from commits that lag
+        by up to ``auto_checkpoint``."""
+        m = self._heart.membership
+        if m is None or time.monotonic() < self._next_position:
+            return
+        self._next_position = time.monotonic() + m.heartbeat_interval
+        with self._lock:
+            held = list(self._held.values())
+        for entry in held:
+            position = entry.delivered
+            if position is None or position <= entry.position_reported:
+                continue
+            try:
+                self._session.set_cursor(entry.tp, position, self._heart.budget(), position=True)
+                entry.position_reported = position
+            except LiftbridgeError as e:
+                _log.debug("position of %s not reported: %s", entry.tp, e)
+            self._heart.keepalive()
+
     def _auto_commit(self) -> None:
         every = self._options.auto_checkpoint
         if every is None or time.monotonic() < self._next_checkpoint:
@@ -551,13 +585,14 @@ class GroupMember:
 
     # ------------------------------------------------- user code, safely --
 
-    def _deliverer(self, tp: StreamPartition) -> Handler:
-        handler, local = self._handler, self._in_handler
+    def _deliverer(self, entry: Assigned) -> Handler:
+        handler, local, tp = self._handler, self._in_handler, entry.tp
 
         def deliver(message: Message | None, error: BaseException | None) -> None:
             if message is None:
                 self._reading_failed(tp, error)
                 return
+            entry.delivered = message.offset
             local.depth = getattr(local, "depth", 0) + 1
             try:
                 handler(message, None)

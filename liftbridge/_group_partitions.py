@@ -166,6 +166,11 @@ class Assigned:
     """Whether the handler heard of the current run of failures."""
     commit_lock: threading.Lock = field(default_factory=threading.Lock)
     """Serializes commits of this partition; guards ``committed``."""
+    delivered: int | None = None
+    """The last offset given to the handler (it may still be running);
+    written by the partition's thread."""
+    position_reported: int = -1
+    """The last position written to the group's position cursor."""
     handover_until: float | None = None
     """While set, the first reading waits (until this ``time.monotonic()``
     at the latest) for the previous owner's final commit."""

@@ -19,10 +19,12 @@ from typing import Any
 from liftbridge._cursors import Cursors
 from liftbridge._errors import LiftbridgeError
 from liftbridge._group import (
+    Backlog,
     StreamPartition,
     assignment_from_proto,
     group_backlog,
     group_cursor_id,
+    group_position_id,
 )
 from liftbridge._router import BrokerId, Deadline, Leader, Router
 from liftbridge_api import api_pb2
@@ -77,6 +79,7 @@ class GroupSession:
         self._group_id = group_id
         self._streams = list(streams)
         self._cursor_id = group_cursor_id(group_id)
+        self._position_id = group_position_id(group_id)
 
     def _once(self, method: str, request: Any, timeout: float, target: Any = None) -> Any:
         """One attempt of an RPC within ``timeout`` seconds."""
@@ -165,17 +168,23 @@ class GroupSession:
 
     # ------------------------------------------------------------ cursors --
 
-    def fetch_cursor(self, tp: StreamPartition, timeout: float) -> int:
-        """The group's committed offset of a partition; -1 when none."""
+    def fetch_cursor(self, tp: StreamPartition, timeout: float, *, position: bool = False) -> int:
+        """The group's committed offset of a partition (or, with ``position``,
+        the position its reader last reported); -1 when none."""
+        cursor_id = self._position_id if position else self._cursor_id
         offset = self._cursors.fetch(
-            self._cursor_id, tp.stream, tp.partition, Deadline(timeout), retry=False
+            cursor_id, tp.stream, tp.partition, Deadline(timeout), retry=False
         )
         return -1 if offset is None else offset
 
-    def set_cursor(self, tp: StreamPartition, offset: int, timeout: float) -> None:
-        """Commits the group's offset of a partition."""
+    def set_cursor(
+        self, tp: StreamPartition, offset: int, timeout: float, *, position: bool = False
+    ) -> None:
+        """Commits the group's offset of a partition (or, with ``position``,
+        reports the reader's position)."""
+        cursor_id = self._position_id if position else self._cursor_id
         self._cursors.set(
-            self._cursor_id, tp.stream, tp.partition, offset, Deadline(timeout), retry=False
+            cursor_id, tp.stream, tp.partition, offset, Deadline(timeout), retry=False
         )
 
     def partition_offsets(self, tp: StreamPartition, timeout: float) -> tuple[int, int]:
@@ -193,13 +202,16 @@ class GroupSession:
             count = self._router.refresh(Deadline(timeout)).partition_count(stream)
         return count
 
-    def backlog(self, timeout: float) -> int:
-        """The group's backlog over the member's streams: for every partition,
-        high watermark minus the group's cursor (:func:`group_backlog`)."""
+    def backlog(self, timeout: float) -> Backlog:
+        """The group's :class:`Backlog` over the member's streams: for every
+        partition, from its high watermark, the group's cursor and the
+        position its reader reported (:func:`group_backlog`)."""
         positions = []
         for stream in self._streams:
             for partition in range(self.partition_count(stream, timeout)):
                 tp = StreamPartition(stream, partition)
                 high_watermark, _ = self.partition_offsets(tp, timeout)
-                positions.append((high_watermark, self.fetch_cursor(tp, timeout)))
+                committed = self.fetch_cursor(tp, timeout)
+                reported = self.fetch_cursor(tp, timeout, position=True)
+                positions.append((high_watermark, committed, reported))
         return group_backlog(positions)

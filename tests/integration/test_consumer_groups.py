@@ -212,7 +212,7 @@ def test_group_offsets_use_the_go_cursor_id(
     consumer.checkpoint()
     for partition in (0, 1):
         assert client.fetch_cursor(f"__group:grp-{unique_name}", unique_name, partition) == 4
-    assert consumer.backlog() == 0
+    assert consumer.backlog() == liftbridge.Backlog(0, 0)
 
 
 def test_handler_errors_are_retried_never_skipped(
@@ -562,7 +562,68 @@ def test_overflow_member_joins_under_backlog_and_leaves_when_drained(
         "helper", 1, published_at
     )
     wait_for(lambda: len(regular.assignment) == 2, 5, "the regular member holds both again")
-    assert helper.backlog() <= 4
+    assert helper.backlog().pending <= 4
+
+
+def test_overflow_member_created_first_takes_nothing_from_regular_members(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    client.create_stream(unique_name, partitions=2)
+    tally = Tally()
+    helper = make_consumer(unique_name, min_pending=1000)  # created before the regular ones
+    helper.subscribe(unique_name, tally.handler("helper"))
+    regulars = {}
+    gate = threading.Event()
+
+    def stuck(message: liftbridge.Message) -> None:
+        gate.wait(30)
+
+    for name in ("a", "b"):
+        regulars[name] = make_consumer(unique_name)
+        regulars[name].subscribe(unique_name, tally.handler(name, stuck))
+    wait_for(
+        lambda: all(len(r.assignment) == 1 for r in regulars.values()), 5, "one partition each"
+    )
+    publish(client, unique_name, 2, 50)  # each regular member stuck on its first message
+    time.sleep(2 * HEARTBEAT)  # the backlog (98 pending) is below 1000: the helper stays out
+    assert not helper.member and tally.by("helper") == []
+    wait_for(lambda: helper.backlog().pending == 98, 5, "positions reported")
+
+    # Thresholds lowered on the running member: it joins, and still takes
+    # nothing, for its id sorts after the regular members' (who got here later).
+    helper.set_overflow(min_pending=10, low_pending=0)
+    wait_for(lambda: helper.member, 5, "the helper joins")
+    time.sleep(2 * HEARTBEAT)
+    assert helper.assignment == () and tally.by("helper") == []
+    assert all(len(r.assignment) == 1 for r in regulars.values())
+    assert helper.consumer_id > max(r.consumer_id for r in regulars.values())
+
+    helper.set_overflow(min_pending=1000)  # 98 <= 500: it leaves again
+    wait_for(lambda: not helper.member, 5, "the helper leaves")
+    gate.set()
+    wait_for(lambda: tally.complete({0: 50, 1: 50}), 10, "handled by the regular members")
+    assert tally.by("helper") == []
+
+
+def test_overflow_member_joins_on_ack_pending(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    client.create_stream(unique_name, partitions=2)
+    tally = Tally()
+    regular = make_consumer(unique_name, auto_checkpoint=None)  # commits only when asked
+    regular.subscribe(unique_name, tally.handler("regular"))
+    helper = make_consumer(unique_name, min_ack_pending=20)
+    helper.subscribe(unique_name, tally.handler("helper"))
+    wait_for(lambda: len(regular.assignment) == 2, 5, "the regular member holds both")
+    publish(client, unique_name, 2, 15)
+    wait_for(lambda: tally.complete({0: 15, 1: 15}), 5, "handled, not committed")
+    # Nothing pending, 30 handled and not committed (ack pending): the helper joins.
+    wait_for(lambda: helper.member, 5, "the helper joins on ack pending")
+    backlog = helper.backlog()
+    assert backlog.pending == 0 and backlog.ack_pending > 10
+    regular.checkpoint()
+    wait_for(lambda: helper.backlog() == liftbridge.Backlog(0, 0), 5, "committed")
+    wait_for(lambda: not helper.member, 5, "the helper leaves once it is committed")
 
 
 # ----------------------------------------------------------------- cluster --

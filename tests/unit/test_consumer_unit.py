@@ -13,6 +13,7 @@ from liftbridge._consumer import Consumer
 from liftbridge._cursors import Cursors, cursor_key, cursors_partition
 from liftbridge._group import (
     AutoOffset,
+    Backlog,
     OverflowRule,
     Refusal,
     StreamPartition,
@@ -124,66 +125,122 @@ def test_no_cursors_stream_is_a_clear_error() -> None:
 
 
 @pytest.mark.parametrize(
-    ("high_watermark", "committed", "backlog"),
+    ("high_watermark", "committed", "position", "pending", "ack_pending"),
     [
-        (-1, -1, 0),  # empty partition, no cursor
-        (9, -1, 10),  # no cursor: every message counts
-        (9, 9, 0),  # all committed
-        (9, 4, 5),
-        (3, 7, 0),  # a cursor past the watermark (never negative)
+        (-1, -1, -1, 0, 0),  # empty partition, no cursor
+        (9, -1, -1, 10, 0),  # no cursor: every message counts
+        (9, 9, -1, 0, 0),  # all committed
+        (9, 4, -1, 5, 0),
+        (3, 7, -1, 0, 0),  # a cursor past the watermark (never negative)
+        (9, 4, 7, 2, 3),  # given to a handler up to 7, committed up to 4
+        (9, -1, 2, 7, 3),  # given up to 2, nothing committed
+        (9, 4, 2, 5, 0),  # a stale position behind the cursor
+        (9, 4, 12, 0, 5),  # a position past the watermark counts as the watermark
     ],
 )
-def test_partition_backlog(high_watermark: int, committed: int, backlog: int) -> None:
-    assert partition_backlog(high_watermark, committed) == backlog
+def test_partition_backlog(
+    high_watermark: int, committed: int, position: int, pending: int, ack_pending: int
+) -> None:
+    backlog = partition_backlog(high_watermark, committed, position)
+    assert backlog == Backlog(pending, ack_pending)
+    assert backlog.total == partition_backlog(high_watermark, committed).total
 
 
 def test_group_backlog_sums_partitions() -> None:
-    assert group_backlog([(9, 4), (9, -1), (-1, -1)]) == 15
-    assert group_backlog([]) == 0
+    assert group_backlog([(9, 4, -1), (9, -1, 3), (-1, -1, -1)]) == Backlog(11, 4)
+    assert group_backlog([]) == Backlog(0, 0)
 
 
-def test_overflow_rule_defaults_low_mark_to_half() -> None:
+def test_overflow_rule_defaults_low_marks_to_half() -> None:
     assert OverflowRule.from_options(None, None) is None
     assert OverflowRule.from_options(100, None) == OverflowRule(100, 50)
     assert OverflowRule.from_options(1, None) == OverflowRule(1, 0)
     assert OverflowRule.from_options(10, 3) == OverflowRule(10, 3)
+    assert OverflowRule.from_options(None, None, 40) == OverflowRule(None, 0, 40, 20)
+    assert OverflowRule.from_options(10, 3, 40) == OverflowRule(10, 3, 40, 20)
 
 
 @pytest.mark.parametrize(
-    ("min_pending", "low_pending"), [(0, None), (-5, None), (10, 10), (10, 11), (10, -1)]
+    ("min_pending", "low_pending", "min_ack_pending"),
+    [
+        (0, None, None),
+        (-5, None, None),
+        (10, 10, None),
+        (10, 11, None),
+        (10, -1, None),
+        (None, None, 0),
+        (None, None, -1),
+        (None, 3, 10),
+        (10, None, "5"),
+    ],
 )
-def test_overflow_rule_rejects_bad_marks(min_pending: int, low_pending: int | None) -> None:
+def test_overflow_rule_rejects_bad_marks(
+    min_pending: int | None, low_pending: int | None, min_ack_pending: Any
+) -> None:
     with pytest.raises(liftbridge.InvalidArgumentError):
-        OverflowRule.from_options(min_pending, low_pending)
+        OverflowRule.from_options(min_pending, low_pending, min_ack_pending)
 
 
 def test_overflow_rule_needs_min_pending_for_low_pending() -> None:
     with pytest.raises(liftbridge.InvalidArgumentError, match="min_pending"):
         OverflowRule.from_options(None, 5)
+    with pytest.raises(liftbridge.InvalidArgumentError, match="min_pending or min_ack_pending"):
+        OverflowRule(None)
 
 
 def test_overflow_rule_has_hysteresis() -> None:
     rule = OverflowRule(min_pending=100, low_pending=20)
     # Outside: join at >= 100 only.
-    assert not rule.wants_membership(False, 0)
-    assert not rule.wants_membership(False, 99)
-    assert rule.wants_membership(False, 100)
-    assert rule.wants_membership(False, 5000)
+    assert not rule.wants_membership(False, Backlog(0))
+    assert not rule.wants_membership(False, Backlog(99, 5000))  # ack pending plays no part
+    assert rule.wants_membership(False, Backlog(100))
+    assert rule.wants_membership(False, Backlog(5000))
     # Inside: stay above 20, leave at <= 20.
-    assert rule.wants_membership(True, 99)
-    assert rule.wants_membership(True, 21)
-    assert not rule.wants_membership(True, 20)
-    assert not rule.wants_membership(True, 0)
+    assert rule.wants_membership(True, Backlog(99))
+    assert rule.wants_membership(True, Backlog(21))
+    assert not rule.wants_membership(True, Backlog(20, 5000))
+    assert not rule.wants_membership(True, Backlog(0))
+
+
+def test_overflow_rule_either_threshold_engages() -> None:
+    rule = OverflowRule(min_pending=100, low_pending=20, min_ack_pending=10, low_ack_pending=5)
+    assert not rule.wants_membership(False, Backlog(99, 9))
+    assert rule.wants_membership(False, Backlog(0, 10))  # ack pending alone
+    assert rule.wants_membership(False, Backlog(100, 0))  # pending alone
+    assert rule.wants_membership(True, Backlog(0, 6))  # stays while either is above its low mark
+    assert rule.wants_membership(True, Backlog(21, 0))
+    assert not rule.wants_membership(True, Backlog(20, 5))  # both at their low marks: leaves
 
 
 def test_overflow_rule_with_zero_low_mark_leaves_when_drained() -> None:
     rule = OverflowRule(1, 0)
-    assert rule.wants_membership(False, 1)
-    assert rule.wants_membership(True, 1)
-    assert not rule.wants_membership(True, 0)
+    assert rule.wants_membership(False, Backlog(1))
+    assert rule.wants_membership(True, Backlog(1))
+    assert not rule.wants_membership(True, Backlog(0))
 
 
 # ------------------------------------------------------------ member ids --
+
+
+def test_overflow_ids_sort_after_regular_ids_whenever_made() -> None:
+    overflow = new_consumer_id(1_000, overflow=True)
+    assert overflow.startswith("~overflow-")
+    assert overflow > new_consumer_id(9_999_999_999_999_999_999)
+    assert overflow > "worker-zzz"  # after chosen ids of letters and digits too
+    assert new_consumer_id(1_000, overflow=True) < new_consumer_id(2_000, overflow=True)
+
+
+def test_set_overflow_needs_an_overflow_member() -> None:
+    with pytest.raises(liftbridge.InvalidArgumentError, match="overflow member"):
+        _offline_consumer("g").set_overflow(min_pending=5)
+    helper = _offline_consumer("g", min_pending=10)
+    assert helper.consumer_id.startswith("~overflow-")
+    with pytest.raises(liftbridge.InvalidArgumentError, match="low_pending"):
+        helper.set_overflow(min_pending=5, low_pending=5)
+    with pytest.raises(liftbridge.InvalidArgumentError, match="min_ack_pending"):
+        helper.set_overflow()
+    helper.set_overflow(min_ack_pending=8)
+    assert helper.overflow == OverflowRule(None, 0, 8, 4)
 
 
 def test_generated_consumer_ids_sort_by_creation_time() -> None:
@@ -385,6 +442,7 @@ def _offline_consumer(group: str, **options: Any) -> Consumer:
         ({"consumer_id": ""}, liftbridge.InvalidArgumentError),
         ({"min_pending": 0}, liftbridge.InvalidArgumentError),
         ({"low_pending": 2}, liftbridge.InvalidArgumentError),
+        ({"min_ack_pending": 0}, liftbridge.InvalidArgumentError),
         ({"join_timeout": -1}, liftbridge.InvalidArgumentError),
     ],
 )
