@@ -58,6 +58,7 @@ from liftbridge._errors import (
     UnavailableError,
 )
 from liftbridge._frames import messages_to_arrow, messages_to_pandas
+from liftbridge._group_pin import PinCallback, PinEvent, PinEventKind, PinState, UnpinReason
 from liftbridge._messages import Ack, AckPolicy, Message
 from liftbridge._metadata import (
     BrokerInfo,
@@ -120,6 +121,10 @@ __all__ = [
     "PartitionPausedError",
     "Partitioner",
     "PermissionDeniedError",
+    "PinCallback",
+    "PinEvent",
+    "PinEventKind",
+    "PinState",
     "PublishWindowFullError",
     "ReadonlyPartitionError",
     "RetryPolicy",
@@ -135,6 +140,7 @@ __all__ = [
     "TLSConfig",
     "Table",
     "UnavailableError",
+    "UnpinReason",
     "__version__",
     "activity_event_from_message",
     "decode_activity_event",

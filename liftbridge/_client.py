@@ -34,6 +34,7 @@ from liftbridge._errors import (
     DeadlineExceededError,
     InvalidArgumentError,
 )
+from liftbridge._group_pin import PinCallback, unpin_cursor
 from liftbridge._lanes import Lanes
 from liftbridge._messages import Ack, AckPolicy, ack_from_proto
 from liftbridge._metadata import Metadata, PartitionMetadata
@@ -920,6 +921,9 @@ class Client:
         low_pending: int | None = None,
         min_ack_pending: int | None = None,
         join_timeout: float = 60.0,
+        pinned: bool = False,
+        pin_timeout: float | None = None,
+        on_pin: PinCallback | None = None,
     ) -> Consumer:
         """Creates a member of a consumer group; see :class:`Consumer` for the
         rules (rebalances, at-least-once delivery, pinned groups, overflow).
@@ -960,6 +964,14 @@ class Client:
             join_timeout: seconds ``subscribe`` keeps retrying while the server
                 still lists ``consumer_id`` as a member (a restart after a
                 crash); keep it above the server's ``groups.consumer.timeout``.
+            pinned: makes this a member of a pinned group: one member (the
+                first to stand) reads every partition of every stream, the
+                others wait (see :class:`Consumer`).
+            pin_timeout: seconds a handler call may run before this member
+                gives the pin up (logging why); None for no limit.
+            on_pin: ``callback(event)`` with a :class:`PinEvent` each time
+                this member takes or gives up the pin, in order, on the
+                ``liftbridge-pin-<group_id>`` thread; it must not block.
 
         Raises:
             InvalidArgumentError, ArgumentTypeError: a bad option.
@@ -979,8 +991,39 @@ class Client:
             low_pending=low_pending,
             min_ack_pending=min_ack_pending,
             join_timeout=join_timeout,
+            pinned=pinned,
+            pin_timeout=pin_timeout,
+            on_pin=on_pin,
         )
         with self._state_lock:
             self._check_open()
             self._consumers.add(consumer)
         return consumer
+
+    def unpin(self, group_id: str, *, timeout: float | None = None) -> None:
+        """Moves a pinned group's pin away from whichever member holds it, as
+        NATS ADR-42's UNPIN: that member stops reading, commits, and stands
+        again at the back of the line, so the next member in line takes every
+        partition over at the committed offsets + 1. Works from any client,
+        member or not.
+
+        The request is a counter the pinned member checks once per heartbeat
+        period (a third of the server's ``groups.consumer.timeout``), so the
+        pin moves within about that. Two unpins in the same period may count
+        as one. A group of one member gets the pin straight back.
+
+        Args:
+            group_id: the group (created with ``pinned=True`` members).
+            timeout: seconds for the whole call, retries included; ``None``
+                for the retry policy's ``total_timeout``.
+
+        Raises:
+            InvalidArgumentError, ArgumentTypeError: a bad ``group_id``.
+            ClientClosedError: the client is closed.
+            LiftbridgeError: the counter could not be read or written.
+        """
+        check.stream_name(group_id, arg="group_id")
+        deadline = self._deadline_of(timeout)
+        cursor_id, stream, partition = unpin_cursor(group_id)
+        count = self._cursors.fetch(cursor_id, stream, partition, deadline) or 0
+        self._cursors.set(cursor_id, stream, partition, count + 1, deadline)

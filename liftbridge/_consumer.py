@@ -32,6 +32,7 @@ from liftbridge._group import (
     new_consumer_id,
 )
 from liftbridge._group_member import AssignmentCallback, GroupMember, MemberOptions
+from liftbridge._group_pin import PinCallback, PinState
 from liftbridge._router import Router
 from liftbridge._subscription import Handler
 
@@ -96,8 +97,29 @@ class Consumer:
     with ``auto_checkpoint=0.5`` (122 without): a duplicate remains when the
     loser's periodic commit, rather than its final one, lands first.
 
-    **Pinned groups** (one active member, hot standbys) are groups on a stream
-    with one partition. The partition goes to the member whose consumer id
+    **Pinned groups** (``pinned=True``; NATS ADR-42's ``pinned_client``): one
+    member, the pinned one, reads every partition of every stream, however
+    many; the others wait as hot standbys. Members stand in a pin election
+    (the group ``__pin:<group id>``, in which the server gives partition 0 of
+    the first stream to the smallest consumer id), and only the winner joins
+    the group itself. Generated ids sort by join time, so the first to stand
+    holds the pin and a member standing later never takes it. The pin moves
+    to the next in line when its holder closes, dies (after the server's
+    consumer timeout), calls :meth:`release`, is unpinned by an operator
+    (:meth:`Client.unpin`, from any client, within about a heartbeat
+    period), or has a handler call running longer than ``pin_timeout``: it
+    then logs why, stops reading without waiting for that call (whose message
+    the next holder handles again), and stands again, at the back, once the
+    call returns. A member giving the pin up stands again under a new
+    generated id. :attr:`pin` tells whether this member holds the pin, its
+    pin id and since when; ``on_pin`` receives a :class:`PinEvent` each time
+    it takes or gives up the pin, in order, on a ``liftbridge-pin-<group id>``
+    thread (never the group thread); it must not block. While the pin moves
+    the old and new holder may briefly share the partitions; each partition
+    is read by one member at a time and handed over at the final commit.
+
+    Without ``pinned=True``, a group on a stream with one partition pins
+    the same way through the group itself. The partition goes to the member whose consumer id
     sorts first, and generated ids (``consumer_id=None``) sort by join time:
     the member that joined first is active, the others wait, connected and
     heartbeating, and a member joining later never takes over. When the active
@@ -149,6 +171,9 @@ class Consumer:
         low_pending: int | None = None,
         min_ack_pending: int | None = None,
         join_timeout: float = 60.0,
+        pinned: bool = False,
+        pin_timeout: float | None = None,
+        on_pin: PinCallback | None = None,
     ) -> None:
         """Checks the options; nothing happens on the network until :meth:`subscribe`.
 
@@ -166,7 +191,19 @@ class Consumer:
             raise ArgumentTypeError(
                 f"auto_offset must be an AutoOffset, got {type(auto_offset).__name__}"
             )
-        for name, callback in (("on_assigned", on_assigned), ("on_revoked", on_revoked)):
+        if not isinstance(pinned, bool):
+            raise ArgumentTypeError(f"pinned must be a bool, got {type(pinned).__name__}")
+        if pin_timeout is not None:
+            pin_timeout = check.seconds(pin_timeout, arg="pin_timeout")
+        if not pinned and (pin_timeout is not None or on_pin is not None):
+            raise InvalidArgumentError("pin_timeout and on_pin need pinned=True")
+        if pinned and (min_pending is not None or min_ack_pending is not None):
+            raise InvalidArgumentError("a pinned member cannot be an overflow member")
+        for name, callback in (
+            ("on_assigned", on_assigned),
+            ("on_revoked", on_revoked),
+            ("on_pin", on_pin),
+        ):
             if callback is not None and not callable(callback):
                 raise ArgumentTypeError(f"{name} must be callable or None")
         self._router = router
@@ -179,6 +216,9 @@ class Consumer:
             on_revoked=on_revoked,
             overflow=OverflowRule.from_options(min_pending, low_pending, min_ack_pending),
             join_timeout=check.seconds(join_timeout, arg="join_timeout"),
+            pinned=pinned,
+            pin_timeout=pin_timeout,
+            on_pin=on_pin,
         )
         self._chosen_id = consumer_id is not None
         self._consumer_id = consumer_id or new_consumer_id(
@@ -273,7 +313,7 @@ class Consumer:
             member = GroupMember(
                 self._router, self._cursors, self._options, self._consumer_id, names, handler
             )
-            if self._options.overflow is None:
+            if self._options.overflow is None and not self._options.pinned:
                 member.join_first(self._closing)
             with self._lock:
                 self._member = member
@@ -324,6 +364,16 @@ class Consumer:
         if member is None:
             raise InvalidArgumentError("backlog() needs subscribe() first")
         return member.backlog(timeout)
+
+    @property
+    def pin(self) -> PinState | None:
+        """Whether this member holds its group's pin, since when and under
+        which pin id; None unless created with ``pinned=True``."""
+        member = self._member
+        if not self._options.pinned:
+            return None
+        state = member.pin if member is not None else None
+        return state if state is not None else PinState(False, self.consumer_id)
 
     @property
     def overflow(self) -> OverflowRule | None:

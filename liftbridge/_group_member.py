@@ -34,6 +34,14 @@ from liftbridge._group import (
 )
 from liftbridge._group_heartbeat import Heartbeat
 from liftbridge._group_partitions import Assigned, open_reading, plan_start, transient
+from liftbridge._group_pin import (
+    PinCallback,
+    PinElection,
+    PinEvent,
+    PinEvents,
+    PinState,
+    UnpinReason,
+)
 from liftbridge._group_session import GroupSession
 from liftbridge._messages import Message
 from liftbridge._router import Router
@@ -67,6 +75,9 @@ class MemberOptions:
     on_revoked: AssignmentCallback | None
     overflow: OverflowRule | None
     join_timeout: float
+    pinned: bool = False
+    pin_timeout: float | None = None
+    on_pin: PinCallback | None = None
 
 
 class GroupMember:
@@ -107,8 +118,17 @@ class GroupMember:
         )
         self._heart = Heartbeat(self._session, options.group_id, router.rpc_timeout)
         self._overflow = options.overflow  # replaced whole by set_overflow(), read by the loop
+        self._events = (
+            PinEvents(options.group_id, options.on_pin) if options.on_pin is not None else None
+        )
+        self._pin = (
+            PinElection(router, cursors, options.group_id, streams[0], self._emit)
+            if options.pinned
+            else None
+        )
         # Group-thread state.
-        self._want_member = options.overflow is None
+        self._want_member = options.overflow is None and not options.pinned
+        self._abandoned: list[Assigned] = []  # dropped while a handler call was stuck
         self._next_checkpoint = 0.0
         self._next_position = 0.0
         self._next_join = 0.0
@@ -219,6 +239,11 @@ class GroupMember:
             entry.commit(self._durable_store(timeout))
 
     @property
+    def pin(self) -> PinState | None:
+        """The pin state of a pinned member; None otherwise."""
+        return self._pin.state if self._pin is not None else None
+
+    @property
     def overflow(self) -> OverflowRule | None:
         """The overflow rule in force; None for a regular member."""
         return self._overflow
@@ -241,8 +266,10 @@ class GroupMember:
     def on_own_thread(self) -> bool:
         """True on the group thread or in the handler, where waiting for the
         group thread could deadlock."""
-        return threading.current_thread() is self._thread or (
-            getattr(self._in_handler, "depth", 0) > 0
+        return (
+            threading.current_thread() is self._thread
+            or getattr(self._in_handler, "depth", 0) > 0
+            or (self._events is not None and self._events.on_thread())
         )
 
     # ---------------------------------------------------------- the loop --
@@ -264,11 +291,15 @@ class GroupMember:
                 done, self._release_done = self._release_done, None
             if done is not None:
                 done.set()
+            if self._events is not None:
+                self._events.close()
 
     def _loop(self) -> None:
         while not self._stop.is_set() and not self._router.closed:
             if self._release_done is not None:
                 self._release()
+            if self._pin is not None:
+                self._tend_pin(self._pin)
             overflow = self._overflow
             if overflow is not None and time.monotonic() >= self._next_backlog:
                 self._check_backlog(overflow)
@@ -300,16 +331,27 @@ class GroupMember:
             wakeups.append(self._next_join)
         if self._overflow is not None:
             wakeups.append(self._next_backlog)
+        if self._pin is not None:
+            wakeups.append(self._pin.due)
+            pin_timeout = self._options.pin_timeout
+            if pin_timeout is not None:
+                with self._lock:
+                    since = [e.handling_since for e in self._held.values()]
+                wakeups.extend(s + pin_timeout for s in since if s is not None)
         return max(0.01, min(wakeups) - now)
 
     def _finish(self) -> None:
         """The last work: stop reading, commit and leave (just stop when abandoned)."""
         if self._abandon or self._router.closed:
             for entry in self._drop(self._held):
-                entry.stop()
+                entry.stop(wait=not self._stuck(entry))
             self._heart.left()
+            if self._pin is not None:
+                self._pin.resign(UnpinReason.CLOSED, leave=False)
             return
         self._leave()
+        if self._pin is not None:
+            self._pin.resign(UnpinReason.CLOSED)
 
     # --------------------------------------------------------- membership --
 
@@ -349,7 +391,10 @@ class GroupMember:
         with self._lock:
             done = self._release_done
         try:
-            if self._heart.membership is not None:
+            if self._pin is not None:
+                if self._pin.member:
+                    self._give_up_pin(self._pin, UnpinReason.RELEASED)
+            elif self._heart.membership is not None:
                 self._leave()
                 self._consumer_id = new_consumer_id(overflow=self._overflow is not None)
                 self._join()
@@ -358,6 +403,58 @@ class GroupMember:
                 self._release_done = None
             if done is not None:
                 done.set()
+
+    # ---------------------------------------------------------------- pin --
+
+    def _tend_pin(self, pin: PinElection) -> None:
+        """Follows the pin election: joins the group when this member holds
+        the pin, leaves it when not, and gives the pin up when a handler is
+        stuck past ``pin_timeout`` or an operator asked for it."""
+        if pin.state.pinned:
+            with self._lock:
+                stuck = [e.tp for e in self._held.values() if self._stuck(e)]
+            if stuck:
+                _log.warning(
+                    "%s gives up the pin of group %s: the handler has not returned "
+                    "within pin_timeout (%gs) on %s",
+                    self._consumer_id,
+                    self._group_id,
+                    self._options.pin_timeout,
+                    ", ".join(map(str, stuck)),
+                )
+                self._give_up_pin(pin, UnpinReason.TIMEOUT)
+                return
+        # A member that gave the pin up for a stuck handler waits for it to
+        # return before it stands again.
+        self._abandoned = [e for e in self._abandoned if e.handling_since is not None]
+        if pin.tend(self._consumer_id, may_join=not self._abandoned):
+            _log.info("%s gives up the pin of %s: unpinned", self._consumer_id, self._group_id)
+            self._give_up_pin(pin, UnpinReason.ADMIN)
+            return
+        want = pin.state.pinned
+        if want != self._want_member:
+            self._want_member = want
+            if want:
+                self._next_join = 0.0
+            else:
+                self._leave()
+
+    def _give_up_pin(self, pin: PinElection, reason: UnpinReason) -> None:
+        """Stops reading, commits, leaves the group and the election, and
+        stands again under a new id, which sorts after every other member's."""
+        self._want_member = False
+        self._leave()
+        pin.resign(reason)
+        self._consumer_id = new_consumer_id()
+
+    def _stuck(self, entry: Assigned) -> bool:
+        """True when the entry's handler call has run for ``pin_timeout`` or more."""
+        since, limit = entry.handling_since, self._options.pin_timeout
+        return since is not None and limit is not None and time.monotonic() - since >= limit
+
+    def _emit(self, event: PinEvent) -> None:
+        if self._events is not None:
+            self._events.emit(event)
 
     def _check_backlog(self, rule: OverflowRule) -> None:
         """An overflow member joins or leaves by the group's backlog."""
@@ -510,7 +607,11 @@ class GroupMember:
         if not dropped:
             return
         for entry in dropped:
-            entry.stop()
+            if self._stuck(entry):
+                entry.stop(wait=False)  # the call keeps running; its offset is not committed
+                self._abandoned.append(entry)
+            else:
+                entry.stop()
             if not final:
                 self._heart.keepalive()
         lost = tuple(entry.tp for entry in dropped)
@@ -593,11 +694,13 @@ class GroupMember:
                 self._reading_failed(tp, error)
                 return
             entry.delivered = message.offset
+            entry.handling_since = time.monotonic()
             local.depth = getattr(local, "depth", 0) + 1
             try:
                 handler(message, None)
             finally:
                 local.depth -= 1
+                entry.handling_since = None
 
         return deliver
 

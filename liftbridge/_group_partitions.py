@@ -169,6 +169,9 @@ class Assigned:
     delivered: int | None = None
     """The last offset given to the handler (it may still be running);
     written by the partition's thread."""
+    handling_since: float | None = None
+    """``time.monotonic()`` when the handler call in progress began; None
+    between calls. Written by the partition's thread."""
     position_reported: int = -1
     """The last position written to the group's position cursor."""
     handover_until: float | None = None
@@ -247,10 +250,15 @@ class Assigned:
         self.retry_at = time.monotonic() + delay
         return delay
 
-    def stop(self) -> None:
-        """Stops the reading, if any (waits for a running handler call)."""
+    def stop(self, *, wait: bool = True) -> None:
+        """Stops the reading, if any.
+
+        Args:
+            wait: False to leave a handler call in progress running (a
+                handler stuck past ``pin_timeout``) instead of waiting for it.
+        """
         if self.subscription is not None:
-            self.subscription.close()
+            self.subscription.close(None if wait else 0.0)
 
     def commit(self, store: Callable[[StreamPartition, int], None], *, wait: float = -1) -> bool:
         """Commits the progress if it is past the known cursor.

@@ -522,6 +522,148 @@ def test_release_needs_a_generated_id(
         chosen.release()
 
 
+class PinLog:
+    """One member's pin events, and the threads they arrived on; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # guards events and threads
+        self.events: list[liftbridge.PinEvent] = []
+        self.threads: set[str] = set()
+
+    def callback(self, event: liftbridge.PinEvent) -> None:
+        with self._lock:
+            self.events.append(event)
+            self.threads.add(threading.current_thread().name)
+
+    def kinds(self) -> list[tuple[str, str | None]]:
+        """``(kind, reason)`` of every event so far."""
+        with self._lock:
+            return [(e.kind.value, e.reason.value if e.reason else None) for e in self.events]
+
+
+def pinned_member(
+    make_consumer: Callable[..., Consumer], group: str, **options: object
+) -> tuple[Consumer, PinLog]:
+    log = PinLog()
+    return make_consumer(group, pinned=True, on_pin=log.callback, **options), log
+
+
+def pinned_holder(members: dict[str, Consumer]) -> str | None:
+    pinned = [name for name, c in members.items() if c.pin is not None and c.pin.pinned]
+    assert len(pinned) <= 1, f"pinned: {pinned}"
+    return pinned[0] if pinned else None
+
+
+def test_pinned_group_of_three_partitions_moves_whole_on_release(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    client.create_stream(unique_name, partitions=3)
+    tally = Tally()
+    members, logs = {}, {}
+    for name in ("first", "second", "third"):
+        members[name], logs[name] = pinned_member(make_consumer, unique_name)
+        members[name].subscribe(unique_name, tally.handler(name))
+        time.sleep(0.01)  # distinct join times
+    parts = tuple(StreamPartition(unique_name, p) for p in range(3))
+    wait_for(lambda: members["first"].assignment == parts, 5, "the first holds all three")
+    assert members["second"].assignment == () and members["third"].assignment == ()
+    state = members["first"].pin
+    assert state is not None and state.pinned and state.pin_id and state.since
+    assert state.consumer_id == members["first"].consumer_id
+    publish(client, unique_name, 3, 10)
+    wait_for(lambda: tally.complete({0: 10, 1: 10, 2: 10}), 5, "handled by the pinned member")
+    assert len(tally.by("first")) == 30
+
+    members["first"].release()  # the pin moves whole to the next in line
+    wait_for(lambda: members["second"].assignment == parts, 5, "the second holds all three")
+    wait_for(lambda: members["first"].assignment == (), 5, "the first holds nothing")
+    assert pinned_holder(members) == "second"
+    publish(client, unique_name, 3, 10)
+    wait_for(lambda: tally.complete({0: 20, 1: 20, 2: 20}), 10, "handled after the move")
+    for p in range(3):
+        assert tally.by("second", p) == list(range(10, 20))  # committed + 1, nothing twice
+    wait_for(lambda: len(logs["second"].kinds()) == 1, 5, "the pinned event")
+    assert logs["first"].kinds() == [("pinned", None), ("unpinned", "released")]
+    assert logs["second"].kinds() == [("pinned", None)]
+    assert logs["third"].kinds() == []
+    for log in logs.values():
+        assert log.threads <= {f"liftbridge-pin-{unique_name}"}  # never the group thread
+
+
+def test_stuck_handler_loses_the_pin_within_pin_timeout(
+    client: liftbridge.Client,
+    unique_name: str,
+    make_consumer: Callable[..., Consumer],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client.create_stream(unique_name, partitions=2)
+    tally = Tally()
+    gate = threading.Event()
+
+    def stick_at_5(message: liftbridge.Message) -> None:
+        if message.offset == 5 and message.partition == 0:
+            gate.wait(30)
+
+    stuck, log = pinned_member(make_consumer, unique_name, pin_timeout=1.5)
+    stuck.subscribe(unique_name, tally.handler("stuck", stick_at_5))
+    time.sleep(0.01)
+    standby, _ = pinned_member(make_consumer, unique_name)
+    standby.subscribe(unique_name, tally.handler("standby"))
+    wait_for(lambda: len(stuck.assignment) == 2, 5, "the first member is pinned")
+    try:
+        publish(client, unique_name, 2, 10)
+        wait_for(lambda: len(tally.by("stuck", 0)) == 5, 5, "stuck at offset 5")
+        stuck_at = time.monotonic()
+        took = wait_for(
+            lambda: len(standby.assignment) == 2, 1.5 + 4 * HEARTBEAT, "the standby takes over"
+        )
+        print(f"pin moved {took:.2f}s after the handler stuck (pin_timeout 1.5s)")
+        wait_for(lambda: tally.complete({0: 10, 1: 10}), 10, "handled by the standby")
+        assert tally.by("standby", 0)[0] <= 5  # the stuck message is handled again
+        assert time.monotonic() - stuck_at < 1.5 + 6 * HEARTBEAT
+        assert "pin_timeout" in caplog.text
+        assert log.kinds()[:2] == [("pinned", None), ("unpinned", "timeout")]
+    finally:
+        gate.set()
+    wait_for(lambda: stuck.pin is not None and stuck.member is False, 5, "the stuck one waits")
+
+
+def test_unpin_from_outside_moves_the_pin_and_events_come_in_order(
+    client: liftbridge.Client,
+    server: LocalServer,
+    unique_name: str,
+    make_consumer: Callable[..., Consumer],
+) -> None:
+    client.create_stream(unique_name)
+    tally = Tally()
+    members, logs = {}, {}
+    for name in ("a", "b"):
+        members[name], logs[name] = pinned_member(make_consumer, unique_name)
+        members[name].subscribe(unique_name, tally.handler(name))
+        time.sleep(0.01)
+    wait_for(lambda: pinned_holder(members) == "a", 5, "a is pinned")
+    first_pin = members["a"].pin
+    assert first_pin is not None and first_pin.pin_id
+    with liftbridge.Client(server.addresses) as operator:  # not a member
+        operator.unpin(unique_name)
+        took = wait_for(lambda: pinned_holder(members) == "b", 3 * HEARTBEAT, "b is pinned")
+        print(f"pin moved {took:.2f}s after unpin")
+        second_pin = members["b"].pin
+        assert second_pin is not None and second_pin.pin_id != first_pin.pin_id
+        assert second_pin.since is not None and first_pin.since is not None
+        assert second_pin.since > first_pin.since
+        operator.unpin(unique_name)  # back to a: b now stands behind it
+        wait_for(lambda: pinned_holder(members) == "a", 3 * HEARTBEAT, "a is pinned again")
+    publish(client, unique_name, 1, 5)
+    wait_for(lambda: tally.complete({0: 5}), 5, "handled")
+    assert tally.by("a") == list(range(5)) and tally.by("b") == []
+    wait_for(lambda: len(logs["a"].kinds()) == 3, 5, "a's third event")
+    assert logs["a"].kinds() == [("pinned", None), ("unpinned", "admin"), ("pinned", None)]
+    assert logs["b"].kinds() == [("pinned", None), ("unpinned", "admin")]
+    with pytest.raises(liftbridge.ArgumentTypeError, match="group_id"):
+        client.unpin(3)  # type: ignore[arg-type]
+
+
 # ---------------------------------------------------------------- overflow --
 
 

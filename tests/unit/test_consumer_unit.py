@@ -359,7 +359,7 @@ class _FakeSubscription:
         self.error = error
         self.closed = False
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
         self.closed = True
 
 
