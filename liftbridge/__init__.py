@@ -58,6 +58,7 @@ from liftbridge._errors import (
     UnavailableError,
 )
 from liftbridge._frames import messages_to_arrow, messages_to_pandas
+from liftbridge._group_describe import GroupDescription, GroupMemberInfo
 from liftbridge._group_pin import PinCallback, PinEvent, PinEventKind, PinState, UnpinReason
 from liftbridge._messages import Ack, AckPolicy, Message
 from liftbridge._metadata import (
@@ -100,6 +101,8 @@ __all__ = [
     "EncryptionError",
     "EnvelopeError",
     "EventTimestamps",
+    "GroupDescription",
+    "GroupMemberInfo",
     "Handler",
     "HandlerError",
     "IncorrectOffsetError",

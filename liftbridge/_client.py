@@ -34,6 +34,7 @@ from liftbridge._errors import (
     DeadlineExceededError,
     InvalidArgumentError,
 )
+from liftbridge._group_describe import GroupDescription, describe_group
 from liftbridge._group_pin import PinCallback, unpin_cursor
 from liftbridge._lanes import Lanes
 from liftbridge._messages import Ack, AckPolicy, ack_from_proto
@@ -999,6 +1000,39 @@ class Client:
             self._check_open()
             self._consumers.add(consumer)
         return consumer
+
+    def describe_group(
+        self, group_id: str, *, timeout: float | None = None
+    ) -> GroupDescription | None:
+        """Describes a consumer group from outside: its coordinator and epoch
+        (from the server), its members with the streams they joined with and
+        the partitions each holds, and for a pinned group who holds the pin.
+
+        Liftbridge's API tells only the coordinator and epoch; the members
+        are replayed from the activity stream (``__activity``: the server
+        needs ``activity.stream.enabled``, otherwise ``members`` is None),
+        every join and leave since the stream began, through the server's
+        assignment rule (see :class:`GroupDescription`). The read is the
+        whole activity stream, so it costs more on a server with a long
+        history; the members may trail the epoch by the moment the server
+        takes to publish a change.
+
+        Args:
+            group_id: the group.
+            timeout: seconds for the whole call; ``None`` for the retry
+                policy's ``total_timeout``.
+
+        Returns:
+            The description, or None when the server does not know the group
+            (no members).
+
+        Raises:
+            InvalidArgumentError, ArgumentTypeError: a bad ``group_id``.
+            DeadlineExceededError: not within ``timeout``.
+            LiftbridgeError: the metadata or the activity stream could not be read.
+        """
+        check.stream_name(group_id, arg="group_id")
+        return describe_group(self._router, group_id, self._deadline_of(timeout))
 
     def unpin(self, group_id: str, *, timeout: float | None = None) -> None:
         """Moves a pinned group's pin away from whichever member holds it, as

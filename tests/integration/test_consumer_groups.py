@@ -664,6 +664,78 @@ def test_unpin_from_outside_moves_the_pin_and_events_come_in_order(
         client.unpin(3)  # type: ignore[arg-type]
 
 
+# ------------------------------------------------------------ group state --
+
+
+def test_describe_group_during_a_rebalance(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    client.create_stream(unique_name, partitions=3)
+    assert client.describe_group(unique_name) is None  # no such group yet
+    tally = Tally()
+    members = {}
+    for name in ("a", "b"):
+        members[name] = make_consumer(unique_name)
+        members[name].subscribe(unique_name, tally.handler(name))
+    wait_for(lambda: sum(len(m.assignment) for m in members.values()) == 3, 5, "assigned")
+
+    def views_agree(description: liftbridge.GroupDescription | None) -> bool:
+        assert description is not None and description.members is not None
+        described = {m.consumer_id: m.assignment for m in description.members}
+        own = {m.consumer_id: m.assignment for m in members.values()}
+        return described == own
+
+    before = client.describe_group(unique_name)
+    assert before is not None and before.coordinator == client.metadata.brokers[0].id
+    wait_for(lambda: views_agree(client.describe_group(unique_name)), 5, "a and b described")
+
+    # A third member joins; describe the group while the rebalance goes on.
+    members["c"] = make_consumer(unique_name)
+    members["c"].subscribe(unique_name, tally.handler("c"))
+    epochs, seen = [before.epoch], []
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        now = client.describe_group(unique_name, timeout=5)
+        assert now is not None and now.members is not None
+        epochs.append(now.epoch)
+        seen.append(len(now.members))
+        if len(now.members) == 3 and views_agree(now):
+            break
+    else:
+        pytest.fail(f"descriptions never matched the members' own views: {seen}")
+    assert epochs == sorted(epochs) and epochs[-1] > before.epoch
+    described = client.describe_group(unique_name)
+    assert described is not None and described.members is not None
+    assert [m.consumer_id for m in described.members] == [
+        members[n].consumer_id for n in ("a", "b", "c")
+    ]  # join order
+    assert all(m.streams == (unique_name,) for m in described.members)
+    assert described.pinned is None
+
+
+def test_describe_group_tells_who_holds_the_pin(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    client.create_stream(unique_name, partitions=2)
+    members = {}
+    for name in ("a", "b"):
+        members[name], _ = pinned_member(make_consumer, unique_name)
+        members[name].subscribe(unique_name, Tally().handler(name))
+        time.sleep(0.01)
+    wait_for(lambda: pinned_holder(members) == "a", 5, "a is pinned")
+
+    def pinned_is(name: str) -> bool:
+        description = client.describe_group(unique_name)
+        return description is not None and description.pinned == members[name].consumer_id
+
+    wait_for(lambda: pinned_is("a"), 5, "described as pinned")
+    description = client.describe_group(unique_name)
+    assert description is not None and description.members is not None
+    assert [m.consumer_id for m in description.members] == [members["a"].consumer_id]
+    client.unpin(unique_name)
+    wait_for(lambda: pinned_is("b"), 3 * HEARTBEAT + 5, "b described as pinned")
+
+
 # ---------------------------------------------------------------- overflow --
 
 

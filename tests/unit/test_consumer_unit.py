@@ -9,6 +9,7 @@ from typing import Any, cast
 import pytest
 
 import liftbridge
+from liftbridge._activity import ActivityEvent, ActivityOp
 from liftbridge._consumer import Consumer
 from liftbridge._cursors import Cursors, cursor_key, cursors_partition
 from liftbridge._group import (
@@ -24,6 +25,7 @@ from liftbridge._group import (
     new_consumer_id,
     partition_backlog,
 )
+from liftbridge._group_describe import AssignmentReplay, pin_holder
 from liftbridge._group_partitions import Assigned, StartPlan, backoff, plan_start, transient
 from liftbridge._router import Deadline, Leader
 from liftbridge._subscription import StartPosition, Subscription
@@ -513,3 +515,63 @@ def test_a_gained_partition_stops_waiting_at_the_deadline() -> None:
     entry = Assigned(StreamPartition("s", 0), handover_until=10.0)
     assert not entry.handed_over(4, lambda: 9, now=1.0)
     assert entry.handed_over(4, lambda: 9, now=10.0)
+
+
+# ---------------------------------------------------------- describe_group --
+
+
+def _join(event_id: int, group: str, consumer: str, *streams: str) -> ActivityEvent:
+    return ActivityEvent(
+        event_id,
+        ActivityOp.JOIN_CONSUMER_GROUP,
+        group_id=group,
+        consumer_id=consumer,
+        streams=streams,
+    )
+
+
+def _leave(event_id: int, group: str, consumer: str) -> ActivityEvent:
+    return ActivityEvent(
+        event_id,
+        ActivityOp.LEAVE_CONSUMER_GROUP,
+        group_id=group,
+        consumer_id=consumer,
+        expired=False,
+    )
+
+
+def _held(replay: AssignmentReplay) -> dict[str, list[str]]:
+    return {m.consumer_id: [str(tp) for tp in m.assignment] for m in replay.members()}
+
+
+def test_replay_follows_the_servers_rule_through_joins_and_leaves() -> None:
+    replay = AssignmentReplay(lambda stream: {"s": 3}.get(stream, 0))
+    replay.apply(_join(1, "g", "b", "s"), "g")
+    assert _held(replay) == {"b": ["s/0", "s/1", "s/2"]}
+    replay.apply(_join(2, "g", "a", "s"), "g")  # sorts first: takes partition 0 and 2
+    assert _held(replay) == {"b": ["s/1"], "a": ["s/0", "s/2"]}
+    replay.apply(_join(3, "other", "z", "s"), "g")  # another group's event
+    replay.apply(_join(4, "g", "c", "s"), "g")
+    assert _held(replay) == {"b": ["s/1"], "a": ["s/0"], "c": ["s/2"]}
+    replay.apply(_leave(5, "g", "a"), "g")
+    assert _held(replay) == {"b": ["s/0", "s/2"], "c": ["s/1"]}
+    replay.apply(_leave(5, "g", "b"), "g")  # an event read twice: applied once
+    assert [m.consumer_id for m in replay.members()] == ["b", "c"]
+
+
+def test_replay_counts_partitions_over_every_stream() -> None:
+    replay = AssignmentReplay(lambda stream: 2)
+    replay.apply(_join(1, "g", "x", "s", "t"), "g")
+    replay.apply(_join(2, "g", "y", "t"), "g")
+    # y holds nothing while x holds four: both of t's partitions go to y.
+    assert _held(replay) == {"x": ["s/0", "s/1"], "y": ["t/0", "t/1"]}
+    replay.apply(ActivityEvent(3, ActivityOp.DELETE_STREAM, stream="s"), "g")
+    assert _held(replay) == {"x": ["t/0"], "y": ["t/1"]}
+
+
+def test_pin_holder_is_the_member_with_partition_0() -> None:
+    replay = AssignmentReplay(lambda stream: 3)
+    replay.apply(_join(1, "__pin:g", "b", "s"), "__pin:g")
+    replay.apply(_join(2, "__pin:g", "a", "s"), "__pin:g")
+    assert pin_holder(replay.members()) == "a"
+    assert pin_holder(()) is None
