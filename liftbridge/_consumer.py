@@ -16,13 +16,18 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 from liftbridge import _validate as check
 from liftbridge._cursors import Cursors
 from liftbridge._display import Table
-from liftbridge._errors import ArgumentTypeError, ClientClosedError, InvalidArgumentError
+from liftbridge._errors import (
+    ArgumentTypeError,
+    ClientClosedError,
+    InvalidArgumentError,
+    LiftbridgeError,
+)
 from liftbridge._group import (
     AutoOffset,
     Backlog,
@@ -33,6 +38,8 @@ from liftbridge._group import (
 )
 from liftbridge._group_member import AssignmentCallback, GroupMember, MemberOptions
 from liftbridge._group_pin import PinCallback, PinState
+from liftbridge._group_pull import PullBuffer, next_message
+from liftbridge._messages import Message
 from liftbridge._router import Router
 from liftbridge._subscription import Handler
 
@@ -42,6 +49,9 @@ _log = logging.getLogger(__name__)
 
 _WAIT = 30.0
 """Seconds ``close()`` and ``release()`` wait for the group thread."""
+_ITER_WAIT = 1.0
+"""Seconds an iteration waits for messages before looking again whether the
+consumer closed."""
 
 
 class _State(enum.Enum):
@@ -149,6 +159,14 @@ class Consumer:
     first. (A chosen ``consumer_id`` of an overflow member keeps its place in
     the order; choose one that sorts after the regular members'.)
 
+    **Pulling** (NATS ADR-42's pull consumers): :meth:`subscribe` without a
+    handler buffers the messages of the partitions held (1,000 at most over
+    all of them) for :meth:`fetch`, :meth:`next` and iteration. A message
+    counts as handled once the caller comes back for more (the next
+    ``fetch``/``next``) or calls :meth:`checkpoint`, as Kafka's ``poll``;
+    commits cover only those. A minimal version: the SDK's general pull API
+    (``Client.pull``) was not on main yet when this was written.
+
     **User code**: ``on_assigned`` and ``on_revoked`` run on the group thread,
     which is also the heartbeat: they must return well within a third of the
     server's consumer timeout. The handler runs on the partition's thread,
@@ -227,6 +245,7 @@ class Consumer:
         self._lock = threading.Lock()  # guards _state and _member
         self._state = _State.NEW
         self._member: GroupMember | None = None
+        self._pull: PullBuffer | None = None
         self._closing = threading.Event()  # close() was called
 
     # -------------------------------------------------------- properties --
@@ -266,8 +285,12 @@ class Consumer:
 
     # ---------------------------------------------------------- operations --
 
-    def subscribe(self, streams: str | Sequence[str], handler: Handler) -> None:
+    def subscribe(self, streams: str | Sequence[str], handler: Handler | None = None) -> None:
         """Joins the group for these streams and consumes in the background.
+
+        Without a handler, messages wait in a buffer (1,000 at most; a full
+        one slows the server down) for :meth:`fetch`, :meth:`next` or
+        iteration.
 
         The first join happens on the caller's thread (an overflow member joins
         later, under backlog). While the server still lists this consumer id
@@ -283,7 +306,7 @@ class Consumer:
                 read for a reason that needs attention (:class:`NoCursorError`,
                 a deleted stream, a paused partition), once per run of
                 failures; the member keeps retrying it. Transient failures and
-                rebalances are handled quietly.
+                rebalances are handled quietly. None to pull messages instead.
 
         Raises:
             InvalidArgumentError, ArgumentTypeError: bad streams or handler, or
@@ -294,8 +317,8 @@ class Consumer:
             ClientClosedError: the consumer or the client was closed.
         """
         names = _stream_list(streams)
-        if not callable(handler):
-            raise ArgumentTypeError("handler must be callable")
+        if handler is not None and not callable(handler):
+            raise ArgumentTypeError("handler must be callable or None")
         with self._lock:
             if self.closed or self._router.closed:
                 raise ClientClosedError(
@@ -310,13 +333,21 @@ class Consumer:
             deadline = self._router.deadline(None)
             for name in names:
                 self._router.partition_info(name, 0, deadline)  # NoSuchStreamError if missing
+            pull = PullBuffer() if handler is None else None
             member = GroupMember(
-                self._router, self._cursors, self._options, self._consumer_id, names, handler
+                self._router,
+                self._cursors,
+                self._options,
+                self._consumer_id,
+                names,
+                handler or _pull_errors(pull),
+                pull,
             )
             if self._options.overflow is None and not self._options.pinned:
                 member.join_first(self._closing)
             with self._lock:
                 self._member = member
+                self._pull = pull
                 member.start()
                 closing = self._closing.is_set()
             if closing:  # close() came while joining: leave again
@@ -340,9 +371,59 @@ class Consumer:
         """
         if self._state is _State.CLOSED:
             raise ClientClosedError("the consumer is closed")
+        pull = self._pull
+        if pull is not None:
+            pull.done()
         member = self._member
         if member is not None:
             member.checkpoint(timeout)
+
+    def fetch(self, max_messages: int = 100, *, timeout: float = 5.0) -> list[Message]:
+        """Takes up to ``max_messages`` messages of the partitions this member
+        holds, waiting up to ``timeout`` seconds for the first (an empty list
+        when none came). Needs :meth:`subscribe` without a handler.
+
+        The messages this member handed out before (by ``fetch``, ``next`` or
+        iteration) count as handled from this call on, so they are committed
+        with the next commit; call :meth:`checkpoint` to mark them handled
+        and commit at once. Messages taken and not yet marked are handled
+        again by the next owner after a rebalance or a crash (at least once,
+        never skipped). One taker at a time; safe from any thread.
+
+        Raises:
+            InvalidArgumentError: not subscribed for pulling, or a bad argument.
+            ClientClosedError: the consumer is closed.
+            LiftbridgeError: a partition could not be read (raised once, as a
+                handler would be told).
+        """
+        check.positive_int(max_messages, arg="max_messages")
+        return self._pulling().fetch(max_messages, check.seconds(timeout, arg="timeout"))
+
+    def next(self, timeout: float = 5.0) -> Message:
+        """Takes one message, waiting up to ``timeout`` seconds (see :meth:`fetch`).
+
+        Raises:
+            DeadlineExceededError: none within ``timeout``.
+            InvalidArgumentError, ClientClosedError, LiftbridgeError: as :meth:`fetch`.
+        """
+        return next_message(self._pulling(), check.seconds(timeout, arg="timeout"))
+
+    def __iter__(self) -> Iterator[Message]:
+        """Messages as they come (see :meth:`fetch`), until the consumer closes."""
+        pull = self._pulling()
+        while True:
+            try:
+                yield from pull.fetch(100, _ITER_WAIT)
+            except ClientClosedError:
+                return
+
+    def _pulling(self) -> PullBuffer:
+        pull = self._pull
+        if pull is None:
+            if self._state is _State.CLOSED:
+                raise ClientClosedError("the consumer is closed")
+            raise InvalidArgumentError("pulling needs subscribe(streams) without a handler")
+        return pull
 
     def backlog(self, *, timeout: float | None = None) -> Backlog:
         """The group's backlog over this member's streams (see overflow members).
@@ -489,6 +570,8 @@ class Consumer:
         if member is None:
             return
         member.stop(abandon=abandon, wait=_WAIT)
+        if self._pull is not None:
+            self._pull.close()
         if not member.alive:
             with self._lock:
                 self._state = _State.CLOSED
@@ -505,3 +588,13 @@ def _stream_list(streams: str | Sequence[str]) -> tuple[str, ...]:
         raise InvalidArgumentError("streams must be a stream name or a non-empty list of them")
     names = [check.stream_name(s, arg=f"streams[{i}]") for i, s in enumerate(streams)]
     return tuple(dict.fromkeys(names))
+
+
+def _pull_errors(pull: PullBuffer | None) -> Handler:
+    """The handler of a pulling member: errors wait for the next fetch."""
+
+    def keep(message: Message | None, error: BaseException | None) -> None:
+        if pull is not None and isinstance(error, LiftbridgeError):
+            pull.fail(error)
+
+    return keep

@@ -42,6 +42,7 @@ from liftbridge._group_pin import (
     PinState,
     UnpinReason,
 )
+from liftbridge._group_pull import PullBuffer
 from liftbridge._group_session import GroupSession
 from liftbridge._messages import Message
 from liftbridge._router import Router
@@ -96,6 +97,7 @@ class GroupMember:
         consumer_id: str,
         streams: tuple[str, ...],
         handler: Handler,
+        pull: PullBuffer | None = None,
     ) -> None:
         self._router = router
         self._cursors = cursors
@@ -105,6 +107,7 @@ class GroupMember:
         self._consumer_id = consumer_id
         self._streams = streams
         self._handler = handler
+        self._pull = pull
         self._session = GroupSession(router, cursors, options.group_id, streams)
         self._lock = threading.Lock()  # guards _held, _release_done, Assigned.reported
         self._held: dict[StreamPartition, Assigned] = {}
@@ -344,6 +347,7 @@ class GroupMember:
         """The last work: stop reading, commit and leave (just stop when abandoned)."""
         if self._abandon or self._router.closed:
             for entry in self._drop(self._held):
+                entry.revoked = True
                 entry.stop(wait=not self._stuck(entry))
             self._heart.left()
             if self._pin is not None:
@@ -499,7 +503,9 @@ class GroupMember:
             handover_until = time.monotonic() + m.heartbeat_interval + _HANDOVER_MARGIN
             with self._lock:
                 for tp in gained:
-                    self._held[tp] = Assigned(tp, handover_until=handover_until)
+                    self._held[tp] = Assigned(
+                        tp, handover_until=handover_until, pulled=self._pull is not None
+                    )
             _log.info("%s assigned %s", self._consumer_id, [str(tp) for tp in gained])
             self._callback("on_assigned", self._options.on_assigned, gained)
 
@@ -607,6 +613,7 @@ class GroupMember:
         if not dropped:
             return
         for entry in dropped:
+            entry.revoked = True
             if self._stuck(entry):
                 entry.stop(wait=False)  # the call keeps running; its offset is not committed
                 self._abandoned.append(entry)
@@ -687,13 +694,16 @@ class GroupMember:
     # ------------------------------------------------- user code, safely --
 
     def _deliverer(self, entry: Assigned) -> Handler:
-        handler, local, tp = self._handler, self._in_handler, entry.tp
+        handler, local, tp, pull = self._handler, self._in_handler, entry.tp, self._pull
 
         def deliver(message: Message | None, error: BaseException | None) -> None:
             if message is None:
                 self._reading_failed(tp, error)
                 return
             entry.delivered = message.offset
+            if pull is not None:
+                pull.offer(entry, message)
+                return
             entry.handling_since = time.monotonic()
             local.depth = getattr(local, "depth", 0) + 1
             try:

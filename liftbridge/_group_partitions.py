@@ -174,6 +174,12 @@ class Assigned:
     between calls. Written by the partition's thread."""
     position_reported: int = -1
     """The last position written to the group's position cursor."""
+    pulled: bool = False
+    """Read for ``fetch``/``next``: progress is what the caller marked done."""
+    handled: int | None = None
+    """For a pulled partition, the last offset the caller finished with."""
+    revoked: bool = False
+    """Set once the member let the partition go (a pulled message of it is dropped)."""
     handover_until: float | None = None
     """While set, the first reading waits (until this ``time.monotonic()``
     at the latest) for the previous owner's final commit."""
@@ -212,7 +218,10 @@ class Assigned:
         return False
 
     def progress(self) -> int | None:
-        """The last offset whose handler returned, None before the first."""
+        """The last offset whose handler returned (for a pulled partition,
+        that the caller finished with), None before the first."""
+        if self.pulled:
+            return self.handled if self.handled is not None else self.carried
         subscription = self.subscription
         last = subscription.last_offset if subscription is not None else None
         return last if last is not None else self.carried

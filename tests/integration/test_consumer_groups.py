@@ -736,6 +736,67 @@ def test_describe_group_tells_who_holds_the_pin(
     wait_for(lambda: pinned_is("b"), 3 * HEARTBEAT + 5, "b described as pinned")
 
 
+# -------------------------------------------------------------------- pull --
+
+
+def test_pulling_members_share_partitions_and_commit_what_was_taken_before(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    client.create_stream(unique_name, partitions=2)
+    first = make_consumer(unique_name, auto_checkpoint=None)
+    first.subscribe(unique_name)  # no handler: pull
+    wait_for(lambda: len(first.assignment) == 2, 5, "the first member holds both")
+    publish(client, unique_name, 2, 10)
+    taken: list[tuple[int, int]] = []
+    while len(taken) < 20:
+        batch = first.fetch(7, timeout=5)
+        assert batch, "messages within the timeout"
+        assert len(batch) <= 7
+        taken += [(m.partition, m.offset) for m in batch]
+    assert sorted(taken) == [(p, o) for p in range(2) for o in range(10)]
+    cursor = f"__group:{unique_name}"
+    first.checkpoint()  # marks the last batch handled and commits
+    assert [client.fetch_cursor(cursor, unique_name, p) for p in range(2)] == [9, 9]
+    with pytest.raises(liftbridge.DeadlineExceededError):
+        first.next(timeout=0.2)
+
+    # A second pulling member takes a partition over at the commit + 1.
+    second = make_consumer(unique_name, auto_checkpoint=None)
+    second.subscribe(unique_name)
+    wait_for(lambda: len(second.assignment) == 1, 3 * HEARTBEAT, "the second takes one")
+    moved = second.assignment[0].partition
+    publish(client, unique_name, 2, 5)
+    message = second.next(timeout=5)
+    assert (message.partition, message.offset) == (moved, 10)
+    second.checkpoint()  # marks what was taken as handled, and commits it
+    assert client.fetch_cursor(cursor, unique_name, moved) == 10
+    got = [first.next(timeout=5) for _ in range(5)]
+    assert {(m.partition, m.offset) for m in got} == {(1 - moved, o) for o in range(10, 15)}
+    second.close()
+    first.close()
+    with pytest.raises(liftbridge.ClientClosedError):
+        first.fetch(timeout=0.1)
+
+
+def test_iterating_a_pulling_member_ends_when_it_closes(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    client.create_stream(unique_name)
+    consumer = make_consumer(unique_name)
+    consumer.subscribe(unique_name)
+    publish(client, unique_name, 1, 3)
+    offsets = []
+    for message in consumer:
+        offsets.append(message.offset)
+        if len(offsets) == 3:
+            consumer.close()
+    assert offsets == [0, 1, 2]
+    handler_member = make_consumer(unique_name)
+    handler_member.subscribe(unique_name, Tally().handler("h"))
+    with pytest.raises(liftbridge.InvalidArgumentError, match="without a handler"):
+        handler_member.fetch()
+
+
 # ---------------------------------------------------------------- overflow --
 
 
