@@ -27,6 +27,8 @@ from liftbridge._group import (
 )
 from liftbridge._group_describe import AssignmentReplay, pin_holder
 from liftbridge._group_partitions import Assigned, StartPlan, backoff, plan_start, transient
+from liftbridge._group_pin import PinState
+from liftbridge._group_pull import PullBuffer, next_message
 from liftbridge._router import Deadline, Leader
 from liftbridge._subscription import StartPosition, Subscription
 from liftbridge_api import api_pb2
@@ -575,3 +577,70 @@ def test_pin_holder_is_the_member_with_partition_0() -> None:
     replay.apply(_join(2, "__pin:g", "a", "s"), "__pin:g")
     assert pin_holder(replay.members()) == "a"
     assert pin_holder(()) is None
+
+
+# ------------------------------------------------------------- pin, pull --
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"pin_timeout": 5.0}, liftbridge.InvalidArgumentError, "pinned=True"),
+        ({"on_pin": print}, liftbridge.InvalidArgumentError, "pinned=True"),
+        ({"pinned": 1}, liftbridge.ArgumentTypeError, "pinned"),
+        ({"pinned": True, "pin_timeout": 0}, liftbridge.InvalidArgumentError, "pin_timeout"),
+        ({"pinned": True, "on_pin": 3}, liftbridge.ArgumentTypeError, "on_pin"),
+        ({"pinned": True, "min_pending": 9}, liftbridge.InvalidArgumentError, "overflow"),
+    ],
+)
+def test_pin_options_fail_fast(options: dict[str, Any], error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        _offline_consumer("g", **options)
+
+
+def test_pin_state_before_subscribe() -> None:
+    assert _offline_consumer("g").pin is None
+    pinned = _offline_consumer("g", pinned=True)
+    assert pinned.pin == PinState(False, pinned.consumer_id)
+
+
+def test_pull_buffer_marks_what_the_previous_fetch_returned() -> None:
+    buffer = PullBuffer(size=10)
+    entry = Assigned(StreamPartition("s", 0), pulled=True)
+    for offset in range(5):
+        buffer.offer(entry, _message(offset))
+    assert [m.offset for m in buffer.fetch(3, 1.0)] == [0, 1, 2]
+    assert entry.progress() is None  # taken, not yet handled
+    assert [m.offset for m in buffer.fetch(3, 1.0)] == [3, 4]
+    assert entry.progress() == 2  # the first batch is handled now
+    buffer.done()
+    assert entry.progress() == 4
+    assert buffer.fetch(3, 0.01) == []
+
+
+def test_pull_buffer_drops_revoked_partitions_and_raises_errors_once() -> None:
+    buffer = PullBuffer(size=10)
+    kept = Assigned(StreamPartition("s", 0), pulled=True)
+    lost = Assigned(StreamPartition("s", 1), pulled=True)
+    buffer.offer(lost, _message(0, partition=1))
+    buffer.offer(kept, _message(0))
+    lost.revoked = True
+    buffer.offer(lost, _message(1, partition=1))  # revoked: not even queued
+    buffer.fail(liftbridge.NoCursorError("no cursor"))
+    with pytest.raises(liftbridge.NoCursorError):
+        buffer.fetch(5, 0.01)
+    assert [(m.partition, m.offset) for m in buffer.fetch(5, 0.01)] == [(0, 0)]
+    buffer.close()
+    with pytest.raises(liftbridge.ClientClosedError):
+        buffer.fetch(5, 0.01)
+    with pytest.raises(liftbridge.ClientClosedError):
+        next_message(buffer, 0.01)
+
+
+def test_next_message_times_out() -> None:
+    with pytest.raises(liftbridge.DeadlineExceededError):
+        next_message(PullBuffer(), 0.01)
+
+
+def _message(offset: int, partition: int = 0) -> liftbridge.Message:
+    return liftbridge.Message(offset=offset, value=b"", stream="s", partition=partition)
