@@ -93,19 +93,22 @@ class Consumer:
     ones gained and starts reading those. A member that stops heartbeating is
     expired after the consumer timeout and its partitions move.
 
-    **Duplicates on a clean rebalance**: at a rebalance the server ends the
-    reading of the member losing a partition, which then commits what its
-    handler finished (at once, or at its next heartbeat at the latest). A
-    member gaining the partition that read the cursor at once would handle
-    again everything since the loser's previous commit. So before its first
-    reading the gaining member waits for the loser's final commit: it starts
-    once the group's cursor moves, or at once when the cursor already covers
-    every message, and at the latest a heartbeat period + 0.5 s after it
-    learned of the partition (the wait for a member that is gone). Measured at
-    1,000 messages/s over 4 partitions, a join gave 0 duplicates per moved
+    **Duplicates on a clean rebalance**: the member losing a partition learns
+    of the rebalance only at its next heartbeat (the server does not end its
+    reading), reads on until then, and then commits what its handler
+    finished. A member gaining the partition that read the cursor at once
+    would handle again everything since the loser's previous commit. So
+    before its first reading the gaining member waits for the loser's final
+    commit: it starts once the group's cursor moves, or at once when the
+    cursor already covers every message, and at the latest a heartbeat
+    period + 0.5 s after it learned of the partition. Measured at 1,000
+    messages/s over 4 partitions, a join gave 0 duplicates per moved
     partition with ``auto_checkpoint=5`` (580-1,083 without the wait) and 2
     with ``auto_checkpoint=0.5`` (122 without): a duplicate remains when the
-    loser's periodic commit, rather than its final one, lands first.
+    loser's periodic commit, rather than its final one, lands first. The
+    price is paid after a crash: a partition taken over from an expired
+    member, with messages past its committed offset, waits out that period
+    for a final commit that never comes.
 
     **Pinned groups** (``pinned=True``; NATS ADR-42's ``pinned_client``): one
     member, the pinned one, reads every partition of every stream, however
