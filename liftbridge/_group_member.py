@@ -121,9 +121,7 @@ class GroupMember:
         )
         self._heart = Heartbeat(self._session, options.group_id, router.rpc_timeout)
         self._overflow = options.overflow  # replaced whole by set_overflow(), read by the loop
-        self._events = (
-            PinEvents(options.group_id, options.on_pin) if options.on_pin is not None else None
-        )
+        self._events: PinEvents | None = None  # started with the group thread
         self._pin = (
             PinElection(router, cursors, options.group_id, streams[0], self._emit)
             if options.pinned
@@ -204,7 +202,9 @@ class GroupMember:
                     raise ClientClosedError("the consumer was closed while joining") from e
 
     def start(self) -> None:
-        """Starts the group thread."""
+        """Starts the group thread (and the pin-event thread, if any)."""
+        if self._options.on_pin is not None:
+            self._events = PinEvents(self._group_id, self._options.on_pin)
         self._thread.start()
 
     def stop(self, *, abandon: bool, wait: float) -> None:

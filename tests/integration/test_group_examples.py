@@ -24,3 +24,11 @@ def test_overflow_member_example(server: LocalServer) -> None:
     assert "overflow member in group: False" in output
     assert "overflow member joined" in output
     assert "the overflow member handled" in output and "and left" in output
+
+
+def test_pinned_group_example(server: LocalServer) -> None:
+    output = run_example("pinned_group.py", server.address, timeout=100)
+    assert "primary: pinned" in output
+    assert "pinned: primary=True" in output
+    assert "primary: unpinned (admin)" in output and "standby: pinned" in output
+    assert "the pin moved whole: every partition, each message once" in output
