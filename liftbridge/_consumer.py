@@ -132,14 +132,16 @@ class Consumer:
     is read by one member at a time and handed over at the final commit.
 
     Without ``pinned=True``, a group on a stream with one partition pins
-    the same way through the group itself. The partition goes to the member whose consumer id
-    sorts first, and generated ids (``consumer_id=None``) sort by join time:
-    the member that joined first is active, the others wait, connected and
-    heartbeating, and a member joining later never takes over. When the active
-    member closes (or dies and is expired), the next in join order takes the
-    partition over at the committed offset + 1. :meth:`release` hands over on
-    purpose: see there. Use generated ids for every member of a pinned group;
-    with chosen ids the smallest takes the partition whenever it joins.
+    the same way through the group itself (without ``pin_timeout``, unpin or
+    pin events): the partition goes to the member whose consumer id sorts
+    first, and generated ids (``consumer_id=None``) sort by join time: the
+    member that joined first is active, the others wait, connected and
+    heartbeating, and a member joining later never takes over. When the
+    active member closes (or dies and is expired), the next in join order
+    takes the partition over at the committed offset + 1. :meth:`release`
+    hands over on purpose: see there. Use generated ids for every member of
+    a pinned group; with chosen ids the smallest takes the pin (or the
+    partition) whenever it joins.
 
     **Overflow members** (``min_pending=N``, ``low_pending=L``, default
     ``N // 2``; and/or ``min_ack_pending=A``, low mark ``A // 2``) stay out of
@@ -505,8 +507,10 @@ class Consumer:
         server gives the partition to the next member in join order, which
         resumes at the committed offset + 1, and this member waits at the back
         of the line. Alone in the group, it gets the partition straight back.
-        Blocks until it is back in the group (at most 30 s), unless called
-        from the handler or a callback.
+        A ``pinned=True`` member gives up the pin the same way (leaving the
+        group and the pin election, then standing again), with an UNPINNED
+        event of reason RELEASED. Blocks until that is done (at most 30 s),
+        unless called from the handler or a callback.
 
         Raises:
             InvalidArgumentError: the member has a chosen ``consumer_id`` (its
