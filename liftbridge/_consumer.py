@@ -418,7 +418,9 @@ class Consumer:
         pull = self._pulling()
         while True:
             try:
-                yield from pull.fetch(100, _ITER_WAIT)
+                # One at a time: taking the next marks the one before handled,
+                # so a loop left early never marks a message it did not see.
+                yield from pull.fetch(1, _ITER_WAIT)
             except ClientClosedError:
                 return
 

@@ -784,10 +784,16 @@ def test_iterating_a_pulling_member_ends_when_it_closes(
     client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
 ) -> None:
     client.create_stream(unique_name)
-    consumer = make_consumer(unique_name)
+    consumer = make_consumer(unique_name, auto_checkpoint=None)
     consumer.subscribe(unique_name)
     publish(client, unique_name, 1, 3)
     offsets = []
+    for message in consumer:
+        offsets.append(message.offset)
+        if len(offsets) == 2:
+            break  # left early: the third, buffered, was not seen
+    consumer.checkpoint()
+    assert client.fetch_cursor(consumer.cursor_id, unique_name, 0) == 1
     for message in consumer:
         offsets.append(message.offset)
         if len(offsets) == 3:
