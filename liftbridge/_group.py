@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from liftbridge import _validate as check
-from liftbridge._errors import InvalidArgumentError
+from liftbridge._errors import InvalidArgumentError, LiftbridgeError, Refusal
 from liftbridge_api import api_pb2
 
 GROUP_CURSOR_PREFIX = "__group:"
@@ -106,33 +106,10 @@ def assignment_from_proto(
 # ------------------------------------------------------------ refusals ----
 
 
-class Refusal(enum.Enum):
-    """Why the server refused a consumer-group request, told apart by its text
-    (Liftbridge v1.9.0 sends them all as FAILED_PRECONDITION or NOT_FOUND)."""
-
-    STALE_EPOCH = "client-provided group epoch differs from broker group epoch"
-    NOT_COORDINATOR = "broker is not the consumer group coordinator"
-    ALREADY_MEMBER = "consumer is already a member of the consumer group"
-    NOT_MEMBER = "is not a member of"
-    NO_GROUP = "consumer group does not exist"
-    GROUP_EXISTS = "consumer group already exists"
-    NO_STREAM = "stream does not exist"
-    FENCED = "consumer is not currently assigned this partition"
-    COORDINATOR_CHANGED = "coordinator generation mismatch"
-
-
-_NO_GROUP_TEXTS = ("consumer group does not exist", "no such consumer group")
-
-
 def classify(error: BaseException) -> Refusal | None:
-    """The group refusal an error reports, or None when it is not one."""
-    text = str(error).lower()
-    if any(t in text for t in _NO_GROUP_TEXTS):
-        return Refusal.NO_GROUP
-    for refusal in Refusal:
-        if refusal is not Refusal.NO_GROUP and refusal.value in text:
-            return refusal
-    return None
+    """The group refusal an error reports (as :func:`from_rpc_error` found
+    it), or None when it is not one."""
+    return error.refusal if isinstance(error, LiftbridgeError) else None
 
 
 # ------------------------------------------------------------- backlog ----

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import time
 
-from liftbridge._errors import LiftbridgeError
-from liftbridge._group import Refusal, StreamPartition, classify
+from liftbridge._errors import LiftbridgeError, Refusal
+from liftbridge._group import StreamPartition, classify
 from liftbridge._group_session import GroupSession, Membership
 
 _log = logging.getLogger(__name__)

@@ -21,12 +21,12 @@ from liftbridge._errors import (
     ConsumerGroupError,
     LiftbridgeError,
     NoSuchStreamError,
+    Refusal,
 )
 from liftbridge._group import (
     AutoOffset,
     Backlog,
     OverflowRule,
-    Refusal,
     StreamPartition,
     classify,
     group_cursor_id,

@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from liftbridge._cursors import CURSORS_STREAM, Cursors
-from liftbridge._errors import LiftbridgeError
-from liftbridge._group import Refusal, StreamPartition, classify
+from liftbridge._errors import LiftbridgeError, Refusal
+from liftbridge._group import StreamPartition, classify
 from liftbridge._group_heartbeat import Heartbeat
 from liftbridge._group_session import GroupSession
 from liftbridge._router import Deadline, Router

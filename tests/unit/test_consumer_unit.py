@@ -6,17 +6,18 @@ from __future__ import annotations
 import threading
 from typing import Any, cast
 
+import grpc
 import pytest
 
 import liftbridge
 from liftbridge._activity import ActivityEvent, ActivityOp
 from liftbridge._consumer import Consumer
 from liftbridge._cursors import Cursors, cursor_key, cursors_partition
+from liftbridge._errors import Refusal, from_rpc_error
 from liftbridge._group import (
     AutoOffset,
     Backlog,
     OverflowRule,
-    Refusal,
     StreamPartition,
     assignment_from_proto,
     classify,
@@ -32,7 +33,7 @@ from liftbridge._group_pull import PullBuffer, next_message
 from liftbridge._router import Deadline, Leader
 from liftbridge._subscription import StartPosition, Subscription
 from liftbridge_api import api_pb2
-from tests.unit.fake_router import FakeRouter, metadata_with
+from tests.unit.fake_router import FakeRouter, FakeRpcError, metadata_with
 
 
 def crc32_ieee(data: bytes) -> int:
@@ -287,7 +288,11 @@ def test_generated_consumer_ids_sort_by_creation_time() -> None:
 def test_classify_tells_the_servers_group_refusals_apart(
     text: str, refusal: Refusal | None
 ) -> None:
-    assert classify(liftbridge.ConsumerGroupError(text)) is refusal
+    # The one mapping from gRPC errors recognises the refusal; classify reads it.
+    error = from_rpc_error(FakeRpcError(grpc.StatusCode.FAILED_PRECONDITION, text))
+    assert error.refusal is refusal
+    assert classify(error) is refusal
+    assert classify(liftbridge.ConsumerGroupError(text)) is None  # not from the server
 
 
 def test_transient_failures() -> None:
