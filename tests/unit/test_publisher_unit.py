@@ -13,9 +13,9 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future
-from typing import Any, cast
+from typing import cast
 
 import grpc
 import pytest
@@ -27,37 +27,7 @@ from liftbridge._publisher import Publisher
 from liftbridge._retry import DEFAULT_RETRY_POLICY
 from liftbridge._router import Router
 from liftbridge_api import api_pb2
-
-
-class FakeRpcError(grpc.RpcError, grpc.Call):
-    def __init__(self, code: grpc.StatusCode) -> None:
-        self._code = code
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return "fake broken"
-
-    # Any: grpc's stubs type these three more narrowly than real calls, which
-    # may return None; the fake returns None.
-    def initial_metadata(self) -> Any:
-        return None
-
-    def trailing_metadata(self) -> Any:
-        return None
-
-    def is_active(self) -> bool:
-        return False
-
-    def time_remaining(self) -> Any:
-        return None
-
-    def cancel(self) -> bool:
-        return False
-
-    def add_callback(self, cb: Callable[[], None]) -> bool:
-        return False
+from tests.unit.fake_router import FakeRpcError
 
 
 class FakeCall:
@@ -103,7 +73,7 @@ class FakeCall:
 
     def break_(self) -> None:
         self._broken = True
-        self._responses.put(FakeRpcError(grpc.StatusCode.UNAVAILABLE))
+        self._responses.put(FakeRpcError(grpc.StatusCode.UNAVAILABLE, "fake broken"))
 
     def __iter__(self) -> FakeCall:
         return self
@@ -116,7 +86,7 @@ class FakeCall:
 
     def cancel(self) -> bool:
         self._broken = True
-        self._responses.put(FakeRpcError(grpc.StatusCode.CANCELLED))
+        self._responses.put(FakeRpcError(grpc.StatusCode.CANCELLED, "fake broken"))
         return True
 
 
