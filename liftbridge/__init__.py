@@ -26,6 +26,7 @@ from liftbridge._consumer import (
     Consumer,
     StreamPartition,
 )
+from liftbridge._direct import Batch
 from liftbridge._display import Table, messages_table
 from liftbridge._envelope import new_message, unmarshal_ack, unmarshal_message
 from liftbridge._errors import (
@@ -47,9 +48,11 @@ from liftbridge._errors import (
     NoSuchPartitionError,
     NoSuchStreamError,
     NotLeaderError,
+    OffsetNotFoundError,
     PartitionPausedError,
     PermissionDeniedError,
     PublishWindowFullError,
+    PullTimeoutError,
     ReadonlyPartitionError,
     ServerError,
     StopPositionReached,
@@ -73,6 +76,7 @@ from liftbridge._metadata import (
 from liftbridge._nats import NatsPublisher
 from liftbridge._partitioner import PartitionByKey, PartitionByRoundRobin, Partitioner
 from liftbridge._publisher import AckHandler
+from liftbridge._pull import ConsumeHandle, FromCursor, PullConsumer, Stall, StallCallback
 from liftbridge._retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from liftbridge._subscription import Handler, StartPosition, StopPosition, Subscription
 
@@ -89,11 +93,13 @@ __all__ = [
     "AssignmentCallback",
     "AutoOffset",
     "Backlog",
+    "Batch",
     "BrokerInfo",
     "Client",
     "ClientClosedError",
     "ClientState",
     "ConnectionLostError",
+    "ConsumeHandle",
     "Consumer",
     "ConsumerGroupError",
     "ConsumerGroupInfo",
@@ -101,6 +107,7 @@ __all__ = [
     "EncryptionError",
     "EnvelopeError",
     "EventTimestamps",
+    "FromCursor",
     "GroupDescription",
     "GroupMemberInfo",
     "Handler",
@@ -117,6 +124,7 @@ __all__ = [
     "NoSuchPartitionError",
     "NoSuchStreamError",
     "NotLeaderError",
+    "OffsetNotFoundError",
     "PartitionByKey",
     "PartitionByRoundRobin",
     "PartitionInfo",
@@ -129,9 +137,13 @@ __all__ = [
     "PinEventKind",
     "PinState",
     "PublishWindowFullError",
+    "PullConsumer",
+    "PullTimeoutError",
     "ReadonlyPartitionError",
     "RetryPolicy",
     "ServerError",
+    "Stall",
+    "StallCallback",
     "StartPosition",
     "StopPosition",
     "StopPositionReached",

@@ -18,8 +18,9 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
+from datetime import datetime
 
-from liftbridge import _admin
+from liftbridge import _admin, _direct
 from liftbridge import _validate as check
 from liftbridge._admin import Admin
 from liftbridge._callbacks import CallbackRunner
@@ -27,6 +28,7 @@ from liftbridge._channels import TLSConfig
 from liftbridge._consumer import AssignmentCallback, AutoOffset, Consumer
 from liftbridge._cursors import Cursors
 from liftbridge._deadlines import AckTimer
+from liftbridge._direct import Batch
 from liftbridge._errors import (
     AckTimeoutError,
     ArgumentTypeError,
@@ -37,10 +39,11 @@ from liftbridge._errors import (
 from liftbridge._group_describe import GroupDescription, describe_group
 from liftbridge._group_pin import PinCallback, unpin_cursor
 from liftbridge._lanes import Lanes
-from liftbridge._messages import Ack, AckPolicy, ack_from_proto
+from liftbridge._messages import Ack, AckPolicy, Message, ack_from_proto
 from liftbridge._metadata import Metadata, PartitionMetadata
 from liftbridge._partitioner import PartitionByKey, Partitioner
 from liftbridge._publisher import AckHandler, Publisher
+from liftbridge._pull import PullConsumer, PullStart, StallCallback
 from liftbridge._retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from liftbridge._router import ANY, Deadline, Router
 from liftbridge._subscription import (
@@ -48,6 +51,7 @@ from liftbridge._subscription import (
     Start,
     StartPosition,
     Stop,
+    StopPosition,
     Subscription,
     _Request,
     close_all,
@@ -1061,3 +1065,185 @@ class Client:
         cursor_id, stream, partition = unpin_cursor(group_id)
         count = self._cursors.fetch(cursor_id, stream, partition, deadline) or 0
         self._cursors.set(cursor_id, stream, partition, count + 1, deadline)
+
+    # ------------------------------------------------ pull and direct reads --
+    # (owned by liftbridge/_pull.py and liftbridge/_direct.py; thin delegations)
+
+    def pull(
+        self,
+        stream: str,
+        *,
+        partitions: Sequence[int] | None = None,
+        start: PullStart = StartPosition.NEW_ONLY,
+        stop: StopPosition | int | None = None,
+        read_replica: bool = False,
+        max_buffered_messages: int | None = None,
+        max_buffered_bytes: int | None = None,
+        refill_threshold: int | None = None,
+        stall_timeout: float | None = 30.0,
+        on_stall: StallCallback | None = None,
+    ) -> PullConsumer:
+        """A pull consumer over one stream: take messages when you want them
+        (``fetch``, ``next``, iteration) or feed a handler (``consume``).
+
+        Args:
+            stream: the stream.
+            partitions: the partitions to read; None for all of them. Order:
+                offset order within a partition, arrival order across them.
+            start: as in :meth:`subscribe` (default NEW_ONLY), or
+                ``FromCursor(cursor_id)`` to resume after a committed position.
+            stop: None (run until closed), StopPosition.LATEST (the newest
+                offset of each partition now) or an int offset (inclusive,
+                every partition).
+            read_replica: read from random in-sync replicas instead of the
+                leaders (no read-after-write guarantee).
+            max_buffered_messages: bound of the pre-fetch buffer in messages
+                (default 512); give this or ``max_buffered_bytes``, not both.
+            max_buffered_bytes: bound of the buffer in bytes of values and keys.
+            refill_threshold: reading from the server resumes once a full
+                buffer has fallen to this level (same unit as the bound;
+                default half the bound; 0 means empty).
+            stall_timeout: seconds without a message, while the partition's
+                high watermark says there is one, before the partition is
+                resubscribed from its leader; None turns the check off.
+            on_stall: ``on_stall(stall)`` with a :class:`Stall` after each
+                such resubscribe; runs on ``liftbridge-pull-<stream>-calls``
+                and should return quickly.
+
+        Raises:
+            NoSuchPartitionError: the stream or a partition does not exist.
+            InvalidArgumentError: a bad option.
+        """
+        self._check_open()
+        return PullConsumer(
+            self,
+            stream,
+            partitions=partitions,
+            start=start,
+            stop=stop,
+            read_replica=read_replica,
+            max_buffered_messages=max_buffered_messages,
+            max_buffered_bytes=max_buffered_bytes,
+            refill_threshold=refill_threshold,
+            stall_timeout=stall_timeout,
+            on_stall=on_stall,
+        )
+
+    def get(
+        self,
+        stream: str,
+        offset: int,
+        *,
+        partition: int = 0,
+        read_replica: bool = False,
+        timeout: float | None = None,
+    ) -> Message:
+        """Reads one message by offset.
+
+        Args:
+            stream: the stream.
+            offset: the message's offset.
+            partition: the partition, default 0.
+            read_replica: read from a random in-sync replica instead of the
+                leader (spreads load; no read-after-write guarantee: a
+                follower may not have the newest messages yet).
+            timeout: seconds for the whole call; None for the retry policy's
+                ``total_timeout``.
+
+        Returns:
+            The message.
+
+        Raises:
+            OffsetNotFoundError: the offset was removed by retention or
+                compaction, or is beyond the newest offset.
+            NotLeaderError: the partition has no leader.
+            DeadlineExceededError: the read did not finish within ``timeout``.
+            NoSuchPartitionError: the stream or partition does not exist.
+        """
+        return _direct.get(
+            self._router,
+            self._admin,
+            stream,
+            offset,
+            partition=partition,
+            read_replica=read_replica,
+            deadline=self._deadline_of(timeout),
+        )
+
+    def get_batch(
+        self,
+        stream: str,
+        start: int,
+        *,
+        partition: int = 0,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        read_replica: bool = False,
+        timeout: float | None = None,
+    ) -> Batch:
+        """Reads a page of a partition from offset ``start``: up to
+        ``max_messages`` messages (default 100) or up to ``max_bytes`` bytes
+        of values and keys (at least one message), never past the high
+        watermark. Offsets removed by compaction are skipped.
+
+        Page through a partition with ``start = batch.last_offset + 1``
+        while ``batch.pending``. ``read_replica`` and ``timeout`` as in
+        :meth:`get`.
+
+        Raises:
+            InvalidArgumentError: both limits given, or a bad value.
+            NotLeaderError, DeadlineExceededError, NoSuchPartitionError: as in :meth:`get`.
+        """
+        return _direct.get_batch(
+            self._router,
+            self._admin,
+            stream,
+            start,
+            partition=partition,
+            max_messages=max_messages,
+            max_bytes=max_bytes,
+            read_replica=read_replica,
+            deadline=self._deadline_of(timeout),
+        )
+
+    def get_last_by_key(
+        self,
+        stream: str,
+        *,
+        keys: Iterable[bytes | str] | None = None,
+        prefix: bytes | str | None = None,
+        up_to_offset: int | Mapping[int, int] | None = None,
+        up_to_time: datetime | None = None,
+        read_replica: bool = False,
+        timeout: float | None = None,
+    ) -> dict[bytes, Message]:
+        """The latest message per key as of a point, across the stream's
+        partitions: a point-in-time, multi-key read for keyed (typically
+        compacted) streams. Reads each partition involved from its oldest
+        offset, so it suits compacted streams rather than long logs.
+
+        Args:
+            stream: the stream.
+            keys: only these keys; their partitions are found with the Go
+                client's key partitioner (:class:`PartitionByKey`) and only
+                those are read. None: every key.
+            prefix: only keys starting with it (not with ``keys``).
+            up_to_offset: ignore messages after this offset: one int for every
+                partition, or a mapping of partition to offset.
+            up_to_time: ignore messages received after this timezone-aware time.
+            read_replica, timeout: as in :meth:`get` (one deadline for all partitions).
+
+        Returns:
+            Key to its latest :class:`Message`; keys without a message are absent.
+        """
+        return _direct.get_last_by_key(
+            self._router,
+            self._admin,
+            stream,
+            keys=keys,
+            prefix=prefix,
+            up_to_offset=up_to_offset,
+            up_to_time=up_to_time,
+            read_replica=read_replica,
+            deadline=self._deadline_of(timeout),
+        )

@@ -107,6 +107,10 @@ class AckTimeoutError(DeadlineExceededError):
     maybe_applied = True
 
 
+class PullTimeoutError(DeadlineExceededError):
+    """``PullConsumer.next`` found no message within its timeout."""
+
+
 class PublishWindowFullError(DeadlineExceededError):
     """The in-flight window stayed full (``max_inflight`` publishes awaiting
     acks) for the whole timeout; the message was not sent."""
@@ -149,6 +153,25 @@ class NoSuchStreamError(NoSuchPartitionError):
 
 class StreamDeletedError(NoSuchStreamError):
     """The stream was deleted while a subscription was reading it."""
+
+
+class OffsetNotFoundError(LiftbridgeError, LookupError):
+    """A direct read asked for an offset the partition does not hold: removed
+    by retention or compaction, or beyond the newest offset.
+
+    Not a :class:`NoSuchPartitionError`: the partition exists.
+
+    Attributes:
+        stream: the stream read.
+        partition: the partition read.
+        offset: the offset asked for.
+    """
+
+    def __init__(self, stream: str, partition: int, offset: int, why: str) -> None:
+        super().__init__(f"offset {offset} of {stream!r} partition {partition} not found: {why}")
+        self.stream = stream
+        self.partition = partition
+        self.offset = offset
 
 
 class NotLeaderError(LiftbridgeError):

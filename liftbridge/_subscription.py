@@ -235,9 +235,10 @@ class Subscription:
         self._handler: Handler = handler
         self._closed = threading.Event()
         self._done = threading.Event()
-        self._lock = threading.Lock()  # guards _call and _broker
+        self._lock = threading.Lock()  # guards _call, _broker and _last_broker
         self._call: StreamCall[api_pb2.Message] | None = None
         self._broker: str | None = None
+        self._last_broker: str | None = None
         # Offset of the last message the handler took (the iterating thread
         # takes it from the buffer); _read_to: the last one read from the
         # stream, where a re-subscription resumes after. Equal with a handler.
@@ -274,6 +275,12 @@ class Subscription:
         """Address of the broker serving the subscription now (the leader, or
         an in-sync replica with ``read_isr_replica``); None when not connected."""
         return self._broker
+
+    @property
+    def last_broker(self) -> str | None:
+        """Address of the broker the subscription was read from last, also
+        after it ended (:attr:`broker` is None then); None before it opened."""
+        return self._last_broker
 
     @property
     def error(self) -> BaseException | None:
@@ -404,6 +411,7 @@ class Subscription:
         with self._lock:
             self._call = call
             self._broker = address
+            self._last_broker = address
         if self._closed.is_set():
             call.cancel()
         try:

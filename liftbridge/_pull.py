@@ -1,0 +1,990 @@
+"""Pull consumption: a consumer over one stream that you ask for messages
+(``fetch``, ``next``, iteration) or that feeds a handler from a bounded
+pre-fetch buffer (``consume``).
+
+Underneath, each partition read is an ordinary subscription (so leader
+failover and broker loss resume from the last offset + 1: no gap, no
+duplicate). Its handler puts messages into one buffer shared by the
+partitions, bounded by a message count or a byte count (never both). When the
+buffer is full the subscription threads wait, which holds the gRPC streams
+back (flow control), until the buffer has fallen to the refill threshold
+(default half the bound). Messages leave the buffer through the consumer.
+
+Order: within a partition, offset order; across partitions, the order in
+which messages arrived (partitions are not interleaved by any rule).
+
+Liveness: Liftbridge sends no heartbeats, so a read that silently hangs (a
+broker frozen but its TCP connection open) is only visible from outside. A
+watcher thread asks a partition's leader for its high watermark when nothing
+arrived for ``stall_timeout`` seconds while the buffer had room; when the
+watermark is past what arrived (or moved since the last look), the partition
+is resubscribed from its leader at the last offset + 1 and ``on_stall`` is
+told.
+
+Threads: ``liftbridge-sub-<stream>-<partition>`` (one per partition, SDK
+code only), ``liftbridge-pull-<stream>-watch`` (liveness),
+``liftbridge-pull-<stream>-calls`` (runs ``on_stall``), and while
+``consume`` runs, ``liftbridge-pull-<stream>`` (runs your handler).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from liftbridge import _validate as check
+from liftbridge._direct import message_size
+from liftbridge._errors import (
+    ArgumentTypeError,
+    ClientClosedError,
+    HandlerError,
+    InvalidArgumentError,
+    LiftbridgeError,
+    PullTimeoutError,
+    StopPositionReached,
+)
+from liftbridge._messages import Message
+from liftbridge._metadata import Metadata, PartitionMetadata
+from liftbridge._subscription import Handler, StartPosition, StopPosition, Subscription
+
+_log = logging.getLogger(__name__)
+
+_JOIN_TIMEOUT = 5.0
+_WAIT_SLICE = 0.5
+"""Seconds of one bounded wait inside a longer wait that re-checks state."""
+
+DEFAULT_MAX_BUFFERED_MESSAGES = 512
+DEFAULT_FETCH_MESSAGES = 100
+
+
+@dataclass(frozen=True)
+class FromCursor:
+    """``start=`` for :meth:`Client.pull`: resume every partition after the
+    offset stored in a cursor (see :meth:`PullConsumer.commit`).
+
+    Attributes:
+        cursor_id: the cursor.
+        otherwise: where partitions without a stored cursor start.
+    """
+
+    cursor_id: str
+    otherwise: StartPosition | int = StartPosition.EARLIEST
+
+
+Start = StartPosition | int | datetime | timedelta
+PullStart = Start | FromCursor
+
+
+@dataclass(frozen=True)
+class Stall:
+    """What :meth:`Client.pull`'s ``on_stall`` callback is told.
+
+    Attributes:
+        stream: the stream.
+        partition: the partition that stalled.
+        last_offset: the last offset that arrived before it (None: none did).
+        high_watermark: the leader's high watermark seen.
+        idle: seconds nothing had arrived.
+        resumed_from: the offset it was resubscribed from (None: the start
+            position), or None with ``error`` set when resubscribing failed
+            (it is tried again at the next look).
+        error: why resubscribing failed, else None.
+    """
+
+    stream: str
+    partition: int
+    last_offset: int | None
+    high_watermark: int
+    idle: float
+    resumed_from: int | None
+    error: BaseException | None = None
+
+
+StallCallback = Callable[[Stall], None]
+
+
+class PullSource(Protocol):
+    """What a pull consumer needs from the client."""
+
+    @property
+    def metadata(self) -> Metadata: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def fetch_metadata(self, *, timeout: float | None = None) -> Metadata: ...
+
+    def fetch_partition_metadata(
+        self, stream: str, partition: int = 0, *, timeout: float | None = None
+    ) -> PartitionMetadata: ...
+
+    def subscribe(
+        self,
+        stream: str,
+        handler: Handler | None = None,
+        *,
+        partition: int = 0,
+        start: Start = StartPosition.NEW_ONLY,
+        stop: StopPosition | int | datetime | None = None,
+        read_isr_replica: bool = False,
+        resume: bool = False,
+    ) -> Subscription: ...
+
+    def set_cursor(
+        self,
+        cursor_id: str,
+        stream: str,
+        partition: int,
+        offset: int,
+        *,
+        timeout: float | None = None,
+    ) -> None: ...
+
+    def fetch_cursor(
+        self, cursor_id: str, stream: str, partition: int, *, timeout: float | None = None
+    ) -> int | None: ...
+
+
+class _Reader:
+    """One partition's state. Fields guarded by the consumer's lock."""
+
+    def __init__(self, partition: int, start: Start) -> None:
+        self.partition = partition
+        self.start = start
+        self.subscription: Subscription | None = None
+        self.generation = 0
+        self.received: int | None = None  # last offset put into the buffer
+        self.delivered: int | None = None  # last offset handed to the user
+        self.arrivals = 0  # messages put into the buffer, ever
+        self.seen_arrivals = 0  # arrivals at the watcher's last look
+        self.quiet_since = time.monotonic()  # since when arrivals have not changed
+        self.watermark: int | None = None  # high watermark at the last look
+        self.finished = False  # reached the stop offset
+        self.read_replica = False
+
+
+class PullConsumer:
+    """Messages of one stream, pulled when you want them. Thread-safe.
+
+    Made by :meth:`Client.pull`. Take messages with :meth:`fetch` (a list),
+    :meth:`next` (one), by iterating, or hand them to a handler with
+    :meth:`consume`. Use it as a context manager, or call :meth:`close`.
+
+    :meth:`position` is the last offset handed out per partition;
+    :meth:`commit` stores it in a cursor, and ``Client.pull(...,
+    start=FromCursor(id))`` resumes after it.
+
+    When a partition's subscription fails for good (stream deleted, partition
+    paused...), the messages already buffered are still handed out, then
+    ``fetch``, ``next`` and iteration raise that error.
+    """
+
+    def __init__(
+        self,
+        source: PullSource,
+        stream: str,
+        *,
+        partitions: Sequence[int] | None,
+        start: PullStart,
+        stop: StopPosition | int | None,
+        read_replica: bool,
+        max_buffered_messages: int | None,
+        max_buffered_bytes: int | None,
+        refill_threshold: int | None,
+        stall_timeout: float | None,
+        on_stall: StallCallback | None,
+    ) -> None:
+        check.stream_name(stream)
+        if not isinstance(read_replica, bool):
+            raise ArgumentTypeError("read_replica must be a bool")
+        if on_stall is not None and not callable(on_stall):
+            raise ArgumentTypeError("on_stall must be callable or None")
+        if max_buffered_messages is not None and max_buffered_bytes is not None:
+            raise InvalidArgumentError("give max_buffered_messages or max_buffered_bytes, not both")
+        self._by_bytes = max_buffered_bytes is not None
+        if max_buffered_bytes is not None:
+            self._limit = check.positive_int(max_buffered_bytes, arg="max_buffered_bytes")
+        else:
+            self._limit = (
+                DEFAULT_MAX_BUFFERED_MESSAGES
+                if max_buffered_messages is None
+                else check.positive_int(max_buffered_messages, arg="max_buffered_messages")
+            )
+        if refill_threshold is None:
+            self._threshold = self._limit // 2
+        else:
+            self._threshold = check.positive_int(
+                refill_threshold, arg="refill_threshold", minimum=0
+            )
+            if self._threshold >= self._limit:
+                raise InvalidArgumentError(
+                    f"refill_threshold must be below the buffer bound {self._limit}, "
+                    f"got {self._threshold}"
+                )
+        self._stall_timeout = (
+            None if stall_timeout is None else check.seconds(stall_timeout, arg="stall_timeout")
+        )
+        if not (stop is None or isinstance(stop, StopPosition)) and (
+            isinstance(stop, bool) or not isinstance(stop, int) or stop < 0
+        ):
+            raise InvalidArgumentError(
+                f"stop must be None, StopPosition.LATEST or an int offset >= 0, got {stop!r}"
+            )
+        if isinstance(start, FromCursor):
+            check.stream_name(start.cursor_id, arg="cursor_id")
+        self._source = source
+        self._stream = stream
+        self._read_replica = read_replica
+        self._on_stall = on_stall
+        # _mutex guards everything below and every _Reader; the hot paths take
+        # it directly (cheaper than through a Condition), the rest through
+        # _lock (takers wait on it for messages) or _room (subscription
+        # threads wait on it for room).
+        self._mutex = threading.Lock()
+        self._lock = threading.Condition(self._mutex)
+        self._room = threading.Condition(self._mutex)
+        self._needs: list[int] = []  # how many messages each waiting taker wants
+        self._need = 0  # the smallest of them; 0 when no taker waits
+        self._buffer: collections.deque[Message] = collections.deque()
+        self._level = 0  # messages or bytes in _buffer, per _by_bytes
+        self._full = False  # producers wait until the level falls to the threshold
+        self._closed = False
+        self._error: BaseException | None = None
+        self._consuming = False
+        self._stops: dict[int, int | None] = {}
+        self._readers: dict[int, _Reader] = {}
+        self._watch_stop = threading.Event()
+        self._calls: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        count = source.metadata.partition_count(stream)
+        if count == 0:
+            count = source.fetch_metadata().partition_count(stream)
+        if count == 0:
+            source.fetch_partition_metadata(stream, 0)  # raises the right "no such" error
+            count = source.metadata.partition_count(stream)
+        chosen = list(range(count)) if partitions is None else check.partitions(partitions)
+        if not chosen:
+            raise InvalidArgumentError("partitions must name at least one partition")
+        for partition in chosen:
+            if partition >= count:
+                raise InvalidArgumentError(
+                    f"stream {stream!r} has {count} partition(s); no partition {partition}"
+                )
+        try:
+            for partition in dict.fromkeys(chosen):
+                reader = _Reader(partition, self._pin_start(partition, start))
+                reader.read_replica = read_replica
+                self._stops[partition] = self._pin_stop(partition, stop)
+                self._readers[partition] = reader
+                last = self._stops[partition]
+                if last is not None and isinstance(reader.start, int) and last < reader.start:
+                    reader.finished = True  # e.g. resuming after the stop already
+                    continue
+                if last == -1:  # stop=LATEST on an empty partition
+                    reader.finished = True
+                    continue
+                self._subscribe(reader, reader.start)
+        except BaseException:
+            self.close()
+            raise
+        self._watcher = threading.Thread(
+            target=self._watch, name=f"liftbridge-pull-{stream}-watch", daemon=True
+        )
+        self._caller = threading.Thread(
+            target=self._call_loop, name=f"liftbridge-pull-{stream}-calls", daemon=True
+        )
+        self._caller.start()
+        self._watcher.start()
+
+    # --------------------------------------------------------- setting up --
+
+    def _pin_start(self, partition: int, start: PullStart) -> Start:
+        """An offset where one can be known now, so a resubscribe before the
+        first message (a stall) resumes at the same place."""
+        if isinstance(start, FromCursor):
+            stored = self._source.fetch_cursor(start.cursor_id, self._stream, partition)
+            start = start.otherwise if stored is None else stored + 1
+        if start in (StartPosition.NEW_ONLY, StartPosition.LATEST):
+            newest = self._source.fetch_partition_metadata(self._stream, partition).newest_offset
+            return newest + 1 if start is StartPosition.NEW_ONLY else max(newest, 0)
+        if isinstance(start, (StartPosition, datetime, timedelta)):
+            return start
+        if isinstance(start, bool) or not isinstance(start, int):
+            raise ArgumentTypeError(
+                "start must be a StartPosition, an int offset, a datetime, a timedelta "
+                f"or a FromCursor, got {type(start).__name__}"
+            )
+        if start < 0:
+            raise InvalidArgumentError(f"start offset must be >= 0, got {start}")
+        return start
+
+    def _pin_stop(self, partition: int, stop: StopPosition | int | None) -> int | None:
+        if isinstance(stop, StopPosition):
+            return self._source.fetch_partition_metadata(self._stream, partition).newest_offset
+        return stop
+
+    def _subscribe(self, reader: _Reader, start: Start) -> None:
+        """Opens (or reopens) a partition's subscription. Not under the lock:
+        it makes RPCs."""
+        with self._lock:
+            reader.generation += 1
+            generation = reader.generation
+            reader.seen_arrivals = reader.arrivals
+            reader.quiet_since = time.monotonic()
+        # The server's stop offset is exact (a compacted one would never end
+        # the subscription), so stops are applied here, not sent.
+        subscription = self._source.subscribe(
+            self._stream,
+            self._handler(reader, generation),
+            partition=reader.partition,
+            start=start,
+            read_isr_replica=reader.read_replica,
+        )
+        with self._lock:
+            if self._closed or reader.generation != generation:
+                stale = True
+            else:
+                stale = False
+                reader.subscription = subscription
+        if stale:
+            subscription.close()
+
+    def _handler(self, reader: _Reader, generation: int) -> Handler:
+        """The subscription's handler: runs on its thread, only SDK code."""
+        lock, buffer, notify = self._mutex, self._buffer, self._lock.notify_all
+        stop = self._stops[reader.partition]
+        by_bytes = self._by_bytes
+
+        def handle(message: Message | None, error: BaseException | None) -> None:
+            if message is not None:
+                if not by_bytes and stop is None:
+                    # The hot path, kept short: a count-bounded buffer with room.
+                    offset = message.offset
+                    with lock:
+                        if (
+                            not self._full
+                            and reader.generation == generation
+                            and not self._closed
+                            and (reader.received is None or offset > reader.received)
+                        ):
+                            buffer.append(message)
+                            self._level += 1
+                            reader.received = offset
+                            reader.arrivals += 1
+                            if self._level >= self._limit:
+                                self._full = True
+                                notify()
+                            elif self._need and len(buffer) >= self._need:
+                                notify()
+                            return
+                self._offer(reader, generation, message)
+            elif error is not None:
+                with self._lock:
+                    if reader.generation == generation and self._error is None:
+                        self._error = error
+                    self._wake_all()
+
+        return handle
+
+    def _offer(self, reader: _Reader, generation: int, message: Message) -> None:
+        weight = message_size(message) if self._by_bytes else 1
+        stop = self._stops[reader.partition]
+        with self._lock:
+            while True:
+                if self._closed or reader.generation != generation or reader.finished:
+                    return
+                if reader.received is not None and message.offset <= reader.received:
+                    return  # a late copy from a replaced subscription
+                if stop is not None and message.offset > stop:
+                    self._finish(reader)  # the stop offset itself was compacted away
+                    return
+                room = self._level == 0 or (not self._full and self._level + weight <= self._limit)
+                if room:
+                    break
+                if not self._full:
+                    self._full = True
+                    self._lock.notify_all()  # a taker wanting more than fits
+                self._room.wait(_WAIT_SLICE)
+            buffer = self._buffer
+            buffer.append(message)
+            self._level += weight
+            reader.received = message.offset
+            reader.arrivals += 1
+            if self._level >= self._limit:
+                self._full = True
+                self._lock.notify_all()
+            elif self._need and len(buffer) >= self._need:
+                # Takers are woken when what they wait for is there, not per
+                # message: a wake-up per message costs more than the message.
+                self._lock.notify_all()
+            if stop is not None and message.offset >= stop:
+                self._finish(reader)
+
+    def _finish(self, reader: _Reader) -> None:
+        """The reader reached its stop offset. Under the lock."""
+        reader.finished = True
+        subscription = reader.subscription
+        if subscription is not None:
+            # Closing from the subscription's own thread returns at once.
+            subscription.close()
+        self._lock.notify_all()
+
+    def _wake_all(self) -> None:
+        """Wakes every waiting thread to look at the state again. Under the lock."""
+        self._lock.notify_all()
+        self._room.notify_all()
+
+    def _wait_for(self, need: int, timeout: float) -> None:
+        """Waits (under the lock) until ``need`` messages are buffered, the
+        buffer is full, something ends, or ``timeout`` passes."""
+        needs = self._needs
+        needs.append(need)
+        self._need = min(needs)
+        try:
+            self._lock.wait(timeout)
+        finally:
+            needs.remove(need)
+            self._need = min(needs) if needs else 0
+
+    # ------------------------------------------------------------- taking --
+
+    def _exhausted(self) -> bool:
+        """Every partition reached its stop and nothing is buffered. Under the lock."""
+        return not self._buffer and all(r.finished for r in self._readers.values())
+
+    def _ended(self) -> bool:
+        """Nothing more can arrive: closed, or the client closed. Under the lock."""
+        return self._closed or self._source.closed
+
+    def _pop(self) -> Message:
+        """Takes the first buffered message. Under the lock."""
+        message = self._buffer.popleft()
+        self._level -= message_size(message) if self._by_bytes else 1
+        self._taken()
+        return message
+
+    def _taken(self) -> None:
+        """After messages left the buffer: lets the subscription threads fill
+        it again once it fell to the threshold. Under the lock."""
+        if self._full and self._level <= self._threshold:
+            self._full = False
+            self._room.notify_all()
+
+    def _mark_delivered(self, batch: list[Message]) -> None:
+        """Positions after handing out ``batch`` (offset order per partition). Under the lock."""
+        if not batch:
+            return
+        if len(self._readers) == 1:
+            self._delivered(batch[-1])
+            return
+        for message in batch:
+            self._delivered(message)
+
+    def _unpop(self, message: Message) -> None:
+        """Puts back a message a handler failed on. Under the lock."""
+        self._buffer.appendleft(message)
+        self._level += message_size(message) if self._by_bytes else 1
+
+    def _delivered(self, message: Message) -> None:
+        reader = self._readers.get(message.partition)
+        if reader is not None and (reader.delivered is None or message.offset > reader.delivered):
+            reader.delivered = message.offset
+
+    def fetch(
+        self,
+        max_messages: int | None = None,
+        *,
+        max_bytes: int | None = None,
+        timeout: float = 5.0,
+    ) -> list[Message]:
+        """Takes up to ``max_messages`` messages, or up to ``max_bytes`` bytes
+        of values and keys (at least one message), waiting up to ``timeout``
+        seconds to fill the batch.
+
+        Like confluent-kafka's ``consume(num_messages, timeout)`` and nats.py's
+        ``fetch``. Give one limit at most; none means
+        ``max_messages=100``.
+
+        Returns:
+            The messages, possibly fewer than asked (the timeout passed or
+            every partition reached its stop), possibly none.
+
+        Raises:
+            LiftbridgeError: a subscription failed for good and nothing is
+                buffered any more (see the class docstring).
+            ClientClosedError: the consumer is closed.
+            InvalidArgumentError: both limits, or a bad value.
+        """
+        if max_messages is not None and max_bytes is not None:
+            raise InvalidArgumentError("give max_messages or max_bytes, not both")
+        count_limit: int | None = None
+        byte_limit: int | None = None
+        if max_bytes is not None:
+            byte_limit = check.positive_int(max_bytes, arg="max_bytes")
+        else:
+            count_limit = (
+                DEFAULT_FETCH_MESSAGES
+                if max_messages is None
+                else check.positive_int(max_messages, arg="max_messages")
+            )
+        deadline = time.monotonic() + check.seconds(timeout, arg="timeout", allow_zero=True)
+        batch: list[Message] = []
+        size = 0
+        buffer = self._buffer
+        with self._mutex:
+            self._check_usable()
+            try:
+                while True:
+                    if buffer:
+                        if count_limit is not None and not self._by_bytes:
+                            # The common case, in bulk: count limits, count-bounded buffer.
+                            take = min(len(buffer), count_limit - len(batch))
+                            popleft = buffer.popleft
+                            batch.extend([popleft() for _ in range(take)])
+                            self._level -= take
+                            self._taken()
+                        elif byte_limit is None:
+                            batch.append(self._pop())
+                        else:
+                            weight = message_size(buffer[0])
+                            if batch and size + weight > byte_limit:
+                                break
+                            size += weight
+                            batch.append(self._pop())
+                        if count_limit is not None and len(batch) >= count_limit:
+                            break
+                        continue
+                    if self._ended() or self._exhausted():
+                        break
+                    if self._error is not None:
+                        if batch:
+                            break
+                        raise self._error
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    need = 1 if count_limit is None else count_limit - len(batch)
+                    self._wait_for(need, min(left, _WAIT_SLICE))
+            finally:
+                self._mark_delivered(batch)
+        return batch
+
+    def next(self, timeout: float = 5.0) -> Message:
+        """Takes one message, waiting up to ``timeout`` seconds.
+
+        Raises:
+            PullTimeoutError: no message within the timeout (a
+                :class:`DeadlineExceededError`, so also a ``TimeoutError``).
+            StopPositionReached: every partition reached its stop.
+            LiftbridgeError: a subscription failed for good (see the class).
+            ClientClosedError: the consumer is closed.
+        """
+        batch = self.fetch(1, timeout=timeout)
+        if batch:
+            return batch[0]
+        with self._lock:
+            if self._exhausted():
+                raise StopPositionReached("every partition reached its stop offset")
+            self._check_usable()
+        raise PullTimeoutError(f"no message within {timeout:g}s")
+
+    def __iter__(self) -> Iterator[Message]:
+        """Yields messages as they come; ends when every partition reached
+        its stop, or when the consumer is closed. Raises a subscription's
+        terminal error (see the class)."""
+        while True:
+            with self._lock:
+                while not self._buffer:
+                    if self._ended() or self._exhausted():
+                        return
+                    if self._error is not None:
+                        raise self._error
+                    self._wait_for(1, _WAIT_SLICE)
+                message = self._pop()
+                self._delivered(message)
+            yield message
+
+    def _check_usable(self) -> None:
+        if self._ended() and not self._buffer:
+            raise ClientClosedError("the pull consumer is closed")
+        if self._consuming:
+            raise InvalidArgumentError("the consumer is feeding a consume() handler")
+
+    # ------------------------------------------------------------ consume --
+
+    def consume(
+        self,
+        handler: Callable[[Message], None],
+        *,
+        on_error: Callable[[BaseException], None] | None = None,
+    ) -> ConsumeHandle:
+        """Hands every message to ``handler(message)`` on the thread
+        ``liftbridge-pull-<stream>``, one at a time, from the pre-fetch
+        buffer (bounded by ``max_buffered_messages`` or ``max_buffered_bytes``
+        and refilled when it falls to ``refill_threshold``).
+
+        ``position()`` advances once the handler returned. If the handler
+        raises, consumption stops (no message is skipped): the handle's
+        ``error`` is a :class:`HandlerError` and ``on_error`` is called with
+        it; that message stays first in the buffer for whoever reads next.
+        ``on_error`` is also called with a subscription's terminal error.
+        Both run on ``liftbridge-pull-<stream>``.
+
+        While it runs, ``fetch``/``next``/iteration are refused.
+
+        Returns:
+            A :class:`ConsumeHandle`: ``stop()`` discards what is buffered,
+            ``drain()`` delivers it first; both then close this consumer.
+        """
+        if not callable(handler):
+            raise ArgumentTypeError("handler must be callable")
+        if on_error is not None and not callable(on_error):
+            raise ArgumentTypeError("on_error must be callable or None")
+        with self._lock:
+            self._check_usable()
+            self._consuming = True
+        return ConsumeHandle(self, handler, on_error)
+
+    def _next_for_handler(self, handle: ConsumeHandle) -> Message | BaseException | None:
+        """The consume thread's next message, or the error that ends it, or
+        None when consumption is over."""
+        with self._lock:
+            while True:
+                if handle._discard:
+                    self._buffer.clear()
+                    self._level = 0
+                    return None
+                if self._buffer:
+                    return self._pop()
+                if self._ended() or self._exhausted():
+                    return None
+                if self._error is not None:
+                    return self._error
+                self._wait_for(1, _WAIT_SLICE)
+
+    # ----------------------------------------------------------- position --
+
+    @property
+    def stream(self) -> str:
+        """The stream read."""
+        return self._stream
+
+    @property
+    def partitions(self) -> tuple[int, ...]:
+        """The partitions read."""
+        return tuple(self._readers)
+
+    @property
+    def buffered(self) -> int:
+        """Messages in the pre-fetch buffer now."""
+        with self._lock:
+            return len(self._buffer)
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of values and keys in the pre-fetch buffer now."""
+        with self._lock:
+            return sum(message_size(m) for m in self._buffer)
+
+    def position(self) -> dict[int, int | None]:
+        """Partition to the offset of the last message handed out (returned
+        by ``fetch``/``next``/iteration, or whose handler returned); None for
+        a partition with none yet."""
+        with self._lock:
+            return {p: r.delivered for p, r in self._readers.items()}
+
+    def brokers(self) -> dict[int, str | None]:
+        """Partition to the address of the broker serving its reads (the last
+        one, for a partition that reached its stop); None before any."""
+        with self._lock:
+            return {
+                p: None if r.subscription is None else r.subscription.last_broker
+                for p, r in self._readers.items()
+            }
+
+    def commit(self, cursor_id: str, *, timeout: float | None = None) -> dict[int, int]:
+        """Stores :meth:`position` in cursor ``cursor_id`` (partitions with a
+        position), so ``Client.pull(..., start=FromCursor(cursor_id))``
+        resumes after it.
+
+        Returns:
+            Partition to the offset stored.
+        """
+        check.stream_name(cursor_id, arg="cursor_id")
+        stored: dict[int, int] = {}
+        for partition, offset in self.position().items():
+            if offset is not None:
+                self._source.set_cursor(cursor_id, self._stream, partition, offset, timeout=timeout)
+                stored[partition] = offset
+        return stored
+
+    # ----------------------------------------------------------- liveness --
+
+    def _watch(self) -> None:
+        """Thread ``liftbridge-pull-<stream>-watch``."""
+        if self._stall_timeout is None:
+            self._calls.put(None)
+            return
+        period = max(0.05, self._stall_timeout / 4)
+        next_look = time.monotonic() + period
+        try:
+            # Short waits, so that the thread ends soon after the client closes.
+            while not self._watch_stop.wait(min(period, _WAIT_SLICE)):
+                if self._source.closed:
+                    return
+                if time.monotonic() < next_look:
+                    continue
+                next_look = time.monotonic() + period
+                for reader in list(self._readers.values()):
+                    self._look(reader)
+        except BaseException:  # never die silently
+            _log.exception("the pull watcher of %s failed; stalls are no longer detected", self)
+        finally:
+            self._calls.put(None)  # the callback thread ends with it
+
+    def _look(self, reader: _Reader) -> None:
+        assert self._stall_timeout is not None
+        with self._lock:
+            now = time.monotonic()
+            if self._full or reader.arrivals != reader.seen_arrivals:
+                # Something arrived, or the buffer is full (waiting for room
+                # is not a stall): quiet from now on, if at all.
+                reader.seen_arrivals = reader.arrivals
+                reader.quiet_since = now
+                return
+            if self._closed or reader.finished or reader.subscription is None:
+                return
+            if reader.subscription.done:
+                return  # failed for good: the error is reported, nothing to resume
+            idle = now - reader.quiet_since
+            if idle < self._stall_timeout:
+                return
+            received = reader.received
+            previous = reader.watermark
+        try:
+            watermark = self._source.fetch_partition_metadata(
+                self._stream, reader.partition, timeout=self._stall_timeout
+            ).high_watermark
+        except LiftbridgeError as e:
+            _log.debug("stall check of %s/%s failed: %s", self._stream, reader.partition, e)
+            return
+        with self._lock:
+            reader.watermark = watermark
+            if received is not None:
+                behind = watermark > received
+            elif isinstance(reader.start, int):
+                behind = watermark >= reader.start
+            else:
+                behind = previous is not None and watermark > previous
+            if not behind or self._closed or reader.received != received:
+                return
+            old = reader.subscription
+            reader.read_replica = False  # the leader answered; read from it now
+        resume = reader.start if received is None else received + 1
+        _log.warning(
+            "%s/%s: nothing arrived for %.1fs while the high watermark is %d (last offset %s); "
+            "resubscribing from %s",
+            self._stream,
+            reader.partition,
+            idle,
+            watermark,
+            received,
+            resume,
+        )
+        if old is not None:
+            old.close()
+        error: BaseException | None = None
+        try:
+            self._subscribe(reader, resume)
+        except LiftbridgeError as e:
+            _log.warning("resubscribing %s/%s failed: %s", self._stream, reader.partition, e)
+            error = e
+        report = Stall(
+            self._stream,
+            reader.partition,
+            received,
+            watermark,
+            idle,
+            None if error is not None or not isinstance(resume, int) else resume,
+            error,
+        )
+        if self._on_stall is not None:
+            callback = self._on_stall
+            self._calls.put(lambda: callback(report))
+
+    def _call_loop(self) -> None:
+        """Thread ``liftbridge-pull-<stream>-calls``: runs ``on_stall``."""
+        while True:
+            call = self._calls.get()
+            if call is None:
+                return
+            try:
+                call()
+            except Exception:
+                _log.exception("on_stall raised")
+
+    # ---------------------------------------------------------- lifecycle --
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called (buffered messages may remain)."""
+        return self._closed
+
+    def close(self, *, discard: bool = True) -> None:
+        """Ends every subscription and the helper threads. Idempotent.
+
+        Args:
+            discard: drop buffered messages (default); False keeps them for
+                ``fetch``/``next``/iteration.
+        """
+        self._close_subscriptions(discard=discard)
+        self._watch_stop.set()
+        self._calls.put(None)
+        current = threading.current_thread()
+        for thread in (getattr(self, "_watcher", None), getattr(self, "_caller", None)):
+            if thread is None or thread is current or not thread.is_alive():
+                continue
+            thread.join(_JOIN_TIMEOUT)
+            if thread.is_alive():
+                _log.warning("%s did not stop within %.0fs", thread.name, _JOIN_TIMEOUT)
+
+    def _close_subscriptions(self, *, discard: bool) -> None:
+        with self._lock:
+            self._closed = True
+            if discard:
+                self._buffer.clear()
+                self._level = 0
+            subscriptions = [r.subscription for r in self._readers.values() if r.subscription]
+            for reader in self._readers.values():
+                reader.generation += 1  # late messages from these are dropped
+            self._wake_all()
+        for subscription in subscriptions:
+            subscription.close()
+
+    def __enter__(self) -> PullConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<PullConsumer {self._stream} partitions={list(self._readers)} {state}>"
+
+
+class ConsumeHandle:
+    """A running :meth:`PullConsumer.consume`. Thread-safe.
+
+    ``stop()`` ends it at once, discarding buffered messages; ``drain()``
+    stops reading from the server, delivers what is buffered, then ends.
+    Either closes the consumer. Context manager: leaving the block stops it.
+    """
+
+    def __init__(
+        self,
+        consumer: PullConsumer,
+        handler: Callable[[Message], None],
+        on_error: Callable[[BaseException], None] | None,
+    ) -> None:
+        self._consumer = consumer
+        self._handler = handler
+        self._on_error = on_error
+        self._discard = False  # read under the consumer's lock
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"liftbridge-pull-{consumer.stream}", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why consumption ended early (a HandlerError or a subscription's
+        terminal error); None while running or after stop/drain/exhaustion."""
+        return self._error
+
+    @property
+    def done(self) -> bool:
+        """True once the handler thread finished."""
+        return self._done.is_set()
+
+    def stop(self) -> None:
+        """Ends consumption now, discarding buffered messages, and closes the
+        consumer. The handler call in progress (if any) completes. Safe from
+        the handler itself (then it does not wait)."""
+        with self._consumer._lock:
+            self._discard = True
+        self._consumer.close()
+        self._join()
+
+    def drain(self) -> None:
+        """Stops reading from the server, lets the handler take every
+        buffered message, then ends and closes the consumer. Waits for the
+        handler thread (with a bound) unless called from the handler."""
+        self._consumer.close(discard=False)
+        self._join()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Blocks until consumption ended. Returns False on timeout."""
+        return self._done.wait(timeout)
+
+    def _join(self) -> None:
+        if self._thread is threading.current_thread():
+            return
+        self._thread.join(_JOIN_TIMEOUT)
+        if self._thread.is_alive():
+            _log.warning("%s did not stop within %.0fs", self._thread.name, _JOIN_TIMEOUT)
+
+    def __enter__(self) -> ConsumeHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        """Thread ``liftbridge-pull-<stream>``: runs the user's handler."""
+        consumer = self._consumer
+        try:
+            while True:
+                item = consumer._next_for_handler(self)
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    self._fail(item)
+                    return
+                try:
+                    self._handler(item)
+                except Exception as e:
+                    _log.exception(
+                        "pull handler raised on %s/%s offset %d; consumption stops",
+                        item.stream,
+                        item.partition,
+                        item.offset,
+                    )
+                    with consumer._lock:
+                        consumer._unpop(item)  # not handled: it stays next
+                    self._fail(HandlerError(item.offset, e))
+                    return
+                with consumer._lock:
+                    consumer._delivered(item)
+        except BaseException as e:  # never die silently
+            _log.exception("the pull handler thread failed")
+            self._error = e
+        finally:
+            with consumer._lock:
+                consumer._consuming = False
+            self._done.set()
+
+    def _fail(self, error: BaseException) -> None:
+        self._error = error
+        if self._on_error is not None:
+            try:
+                self._on_error(error)
+            except Exception:
+                _log.exception("on_error raised")

@@ -1,0 +1,165 @@
+"""Direct reads on a real server: get, get_batch and get_last_by_key, also on
+a compacted stream whose old offsets are gone."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+import liftbridge
+
+TOTAL = 60
+
+
+def _key(i: int) -> bytes:
+    """Every fifth message has a key of its own (it survives compaction); the
+    others share three keys (only the last of each survives)."""
+    return f"u{i}".encode() if i % 5 == 0 else f"k{i % 3}".encode()
+
+
+@pytest.fixture
+def compacted(client: liftbridge.Client, unique_name: str) -> str:
+    """A stream whose compaction has removed the overwritten offsets."""
+    client.create_stream(
+        unique_name, compact_enabled=True, segment_max_bytes=512, cleaner_interval=1.0
+    )
+    for i in range(TOTAL):
+        client.publish(unique_name, f"v{i}".encode(), key=_key(i))
+    deadline = time.monotonic() + 30
+    while True:  # until the first 25 offsets are compacted
+        page = client.get_batch(unique_name, 0, max_messages=5)
+        if [m.offset for m in page.messages] == [0, 5, 10, 15, 20]:
+            return unique_name
+        assert time.monotonic() < deadline, "compaction did not happen within 30s"
+        time.sleep(0.2)
+
+
+def _survivors() -> list[int]:
+    last = {_key(i): i for i in range(TOTAL)}
+    return sorted(last.values())
+
+
+def test_get_returns_the_message_at_an_offset(client: liftbridge.Client, stream: str) -> None:
+    for i in range(5):
+        client.publish(stream, f"m{i}".encode(), key=b"k")
+    message = client.get(stream, 3)
+    assert (message.offset, message.value, message.key) == (3, b"m3", b"k")
+    assert client.get(stream, 0).value == b"m0"
+
+
+def test_get_beyond_the_newest_offset_is_not_found(client: liftbridge.Client, stream: str) -> None:
+    client.publish(stream, b"only")
+    with pytest.raises(liftbridge.OffsetNotFoundError) as caught:
+        client.get(stream, 1)
+    assert caught.value.offset == 1 and caught.value.partition == 0
+    assert "beyond the newest" in str(caught.value)
+
+
+def test_get_on_an_empty_partition_is_not_found(client: liftbridge.Client, stream: str) -> None:
+    with pytest.raises(liftbridge.OffsetNotFoundError):
+        client.get(stream, 0)
+
+
+def test_get_bad_input_fails_before_any_rpc(client: liftbridge.Client) -> None:
+    with pytest.raises(liftbridge.InvalidArgumentError, match="offset"):
+        client.get("no-such-stream-at-all", -1)
+    with pytest.raises(liftbridge.ArgumentTypeError, match="offset"):
+        client.get("no-such-stream-at-all", "3")  # type: ignore[arg-type]
+    with pytest.raises(liftbridge.InvalidArgumentError, match="not both"):
+        client.get_batch("s", 0, max_messages=1, max_bytes=1)
+    with pytest.raises(liftbridge.InvalidArgumentError, match="not both"):
+        client.get_last_by_key("s", keys=[b"a"], prefix=b"a")
+
+
+def test_get_from_a_missing_stream(client: liftbridge.Client, unique_name: str) -> None:
+    with pytest.raises(liftbridge.NoSuchPartitionError):
+        client.get(unique_name, 0, timeout=5)
+
+
+def test_get_batch_pages_through_a_partition(client: liftbridge.Client, stream: str) -> None:
+    for i in range(25):
+        client.publish(stream, f"m{i:02d}".encode())
+    seen: list[int] = []
+    start = 0
+    pages = 0
+    while True:
+        batch = client.get_batch(stream, start, max_messages=10)
+        pages += 1
+        seen.extend(m.offset for m in batch.messages)
+        assert batch.last_offset is not None
+        assert batch.pending == 24 - batch.last_offset
+        if not batch.pending:
+            break
+        start = batch.last_offset + 1
+    assert seen == list(range(25)) and pages == 3
+    past = client.get_batch(stream, 25)
+    assert (past.messages, past.pending, past.last_offset) == ((), 0, None)
+
+
+def test_get_batch_by_bytes(client: liftbridge.Client, stream: str) -> None:
+    for _ in range(10):
+        client.publish(stream, b"x" * 100)
+    batch = client.get_batch(stream, 2, max_bytes=350)
+    assert [m.offset for m in batch.messages] == [2, 3, 4]
+    assert (batch.pending, batch.last_offset) == (5, 4)
+    # One message larger than the limit still comes (a page is never empty).
+    assert [m.offset for m in client.get_batch(stream, 0, max_bytes=1).messages] == [0]
+
+
+def test_compacted_offsets_are_not_found(client: liftbridge.Client, compacted: str) -> None:
+    survivors = _survivors()
+    for offset in (1, 2, 3):  # overwritten by later messages with the same keys
+        assert offset not in survivors
+        with pytest.raises(liftbridge.OffsetNotFoundError, match="removed"):
+            client.get(compacted, offset)
+    assert client.get(compacted, 5).key == b"u5"
+
+
+def test_get_batch_skips_compacted_gaps(client: liftbridge.Client, compacted: str) -> None:
+    survivors = _survivors()
+    batch = client.get_batch(compacted, 1, max_messages=4)
+    assert [m.offset for m in batch.messages] == [o for o in survivors if o >= 1][:4]
+    assert batch.last_offset is not None
+    assert batch.pending == TOTAL - 1 - batch.last_offset
+    everything = client.get_batch(compacted, 0, max_messages=1000)
+    assert [m.offset for m in everything.messages] == survivors
+    assert everything.pending == 0
+
+
+def test_get_last_by_key_on_a_compacted_stream(client: liftbridge.Client, compacted: str) -> None:
+    latest = client.get_last_by_key(compacted)
+    expected = {_key(i): f"v{i}".encode() for i in range(TOTAL)}
+    assert {k: m.value for k, m in latest.items()} == expected
+    some = client.get_last_by_key(compacted, keys=[b"u10", "k2", b"missing"])
+    assert {k: m.value for k, m in some.items()} == {
+        b"u10": expected[b"u10"],
+        b"k2": expected[b"k2"],
+    }
+    by_prefix = client.get_last_by_key(compacted, prefix=b"u")
+    assert set(by_prefix) == {_key(i) for i in range(0, TOTAL, 5)}
+    # Offset 12 was compacted away (key k0, overwritten later): the read
+    # still ends there and sees only what existed up to it.
+    early = client.get_last_by_key(compacted, up_to_offset=12)
+    assert {k: m.offset for k, m in early.items()} == {b"u0": 0, b"u5": 5, b"u10": 10}
+
+
+def test_get_last_by_key_across_partitions_as_of_a_time(
+    client: liftbridge.Client, unique_name: str
+) -> None:
+    client.create_stream(unique_name, partitions=3)
+    for i in range(6):
+        client.publish(unique_name, f"a{i}".encode(), key=f"key{i}".encode())
+    time.sleep(0.05)
+    cut = datetime.now(timezone.utc)
+    time.sleep(0.05)
+    for i in range(6):
+        client.publish(unique_name, f"b{i}".encode(), key=f"key{i}".encode())
+    now = client.get_last_by_key(unique_name)
+    assert {k: m.value for k, m in now.items()} == {
+        f"key{i}".encode(): f"b{i}".encode() for i in range(6)
+    }
+    assert len({m.partition for m in now.values()}) > 1
+    then = client.get_last_by_key(unique_name, keys=[b"key1", b"key4"], up_to_time=cut)
+    assert {k: m.value for k, m in then.items()} == {b"key1": b"a1", b"key4": b"a4"}
