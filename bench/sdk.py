@@ -180,3 +180,84 @@ class SdkEndToEnd:
 
     def close(self) -> None:
         pass
+
+
+class SdkPullFetch:
+    """Workload 7: ``Client.pull`` from the earliest offset to ``last_offset``,
+    taking messages with ``fetch(batch)`` and reading each message's offset."""
+
+    def __init__(
+        self,
+        client: liftbridge.Client,
+        stream: str,
+        last_offset: int,
+        value_size: int,
+        batch: int = 500,
+    ) -> None:
+        self._client = client
+        self._stream = stream
+        self._last_offset = last_offset
+        self._value_size = value_size
+        self._batch = batch
+
+    def run(self, count: int) -> Run:
+        """Reads the whole partition; ``count`` is how many messages it holds."""
+        received = 0
+        last = -1
+        watch = Stopwatch()
+        with self._client.pull(
+            self._stream,
+            start=liftbridge.StartPosition.EARLIEST,
+            stop=self._last_offset,
+            max_buffered_messages=2 * self._batch,
+        ) as consumer:
+            fetch, batch = consumer.fetch, self._batch
+            while received < count:
+                messages = fetch(batch, timeout=_WAIT)
+                if not messages:
+                    break
+                for message in messages:
+                    last = message.offset
+                received += len(messages)
+        seconds, cpu = watch.stop()
+        if received != count or last != self._last_offset:
+            raise SdkError(f"pulled {received} messages up to offset {last}, expected {count}")
+        return Run(received, seconds, received * self._value_size, cpu)
+
+    def close(self) -> None:
+        pass
+
+
+class SdkGet:
+    """Workload 8: ``Client.get`` of one offset after another (cycling through
+    ``offsets``), from the leader or from a random in-sync replica."""
+
+    def __init__(
+        self, client: liftbridge.Client, stream: str, offsets: int, *, read_replica: bool
+    ) -> None:
+        self._client = client
+        self._stream = stream
+        self._offsets = offsets
+        self._read_replica = read_replica
+        self._next = 0
+
+    def run(self, count: int) -> Run:
+        get, stream, replica = self._client.get, self._stream, self._read_replica
+        latencies = []
+        clock = time.perf_counter
+        size = 0
+        watch = Stopwatch()
+        for _ in range(count):
+            offset = self._next
+            self._next = (offset + 1) % self._offsets
+            sent = clock()
+            message = get(stream, offset, read_replica=replica)
+            latencies.append(clock() - sent)
+            if message.offset != offset:
+                raise SdkError(f"get({offset}) returned offset {message.offset}")
+            size += len(message.value)
+        seconds, cpu = watch.stop()
+        return Run(count, seconds, size, cpu, tuple(latencies))
+
+    def close(self) -> None:
+        pass

@@ -25,7 +25,7 @@ from bench.stats import Run, summarise
 from liftbridge.testing import LocalCluster, LocalServer
 from liftbridge_api import api_pb2_grpc
 
-WORKLOADS = ("publish", "publish_async", "subscribe", "e2e", "nats", "rss", "cluster")
+WORKLOADS = ("publish", "publish_async", "subscribe", "pull", "e2e", "nats", "rss", "cluster")
 """Names for ``--only``; ``cluster`` is workload 6 (3 nodes, RF=3, AckPolicy.ALL)."""
 
 
@@ -52,6 +52,9 @@ class Plan:
     subscribe_messages: int = 200_000
     subscribe_reps: int = 3
     subscribe_warmup_messages: int = 10_000
+    pull_batch: int = 500
+    get_count: int = 500
+    get_reps: int = 5
     e2e_count: int = 1_000
     e2e_rate: float = 500.0
     nats_count: int = 500
@@ -80,6 +83,8 @@ QUICK = Plan(
     subscribe_messages=2_000,
     subscribe_reps=2,
     subscribe_warmup_messages=200,
+    get_count=50,
+    get_reps=2,
     e2e_count=50,
     e2e_rate=500.0,
     nats_count=50,
@@ -227,6 +232,8 @@ class Suite:
                     )
                 elif workload == "subscribe":
                     self._subscribe(client, stub)
+                elif workload == "pull":
+                    self._pull(client, stub)
                 elif workload == "e2e":
                     self._end_to_end(client, stub)
                 elif workload == "nats":
@@ -362,6 +369,40 @@ class Suite:
             client.delete_stream(stream)
             client.delete_stream(warm_stream)
 
+    def _pull(self, client: liftbridge.Client, stub: api_pb2_grpc.APIStub) -> None:
+        """``PullConsumer.fetch`` next to ``subscribe``: both through the SDK,
+        the subscribe figures in the "bare" column, so the ratio is pull/subscribe."""
+        total = self.plan.subscribe_messages
+        for size in self.plan.sizes:
+            value = b"p" * size
+            stream = self._stream(client, "pull", "all", size)
+            floor.fill_partition(stub, stream, value, total)
+            pull = sdk.SdkPullFetch(client, stream, total - 1, size, self.plan.pull_batch)
+            push = sdk.SdkSubscribe(client, stream, total - 1, size)
+            for driver in (pull, push):  # warm-up: the page cache, the code paths
+                driver.run(total)
+            setting = f"fetch({self.plan.pull_batch}) vs subscribe"
+            entries = [
+                _Entry("pull", setting, size, SDK, pull, _PIPELINED_SHOWN),
+                _Entry("pull", setting, size, BARE, push, _PIPELINED_SHOWN),
+            ]
+            self._measure(entries, total, self.plan.subscribe_reps, 0)
+            client.delete_stream(stream)
+
+    def _get_latency(self, client: liftbridge.Client) -> None:
+        """``Client.get`` from the leader and from random in-sync replicas (RF=3)."""
+        count = self.plan.get_count
+        for size in self.plan.sizes[:1]:
+            stream = self._stream(client, "get", "rf3", size, replication_factor=3)
+            value = b"g" * size
+            for _ in range(count):
+                client.publish(stream, value, ack_policy=liftbridge.AckPolicy.ALL)
+            for read_replica, setting in ((False, "leader"), (True, "read_replica")):
+                driver = sdk.SdkGet(client, stream, count, read_replica=read_replica)
+                entry = _Entry("get RF=3", setting, size, SDK, driver, _PUBLISH_SHOWN)
+                self._measure([entry], count, self.plan.get_reps, self.plan.warmup(count))
+            client.delete_stream(stream)
+
     def _end_to_end(self, client: liftbridge.Client, stub: api_pb2_grpc.APIStub) -> None:
         count, rate = self.plan.e2e_count, self.plan.e2e_rate
         setting = f"{rate:g} msgs/s"
@@ -474,5 +515,6 @@ class Suite:
                     windows=self.plan.cluster_windows,
                     count=self.plan.cluster_pipelined_count,
                 )
+                self._get_latency(client)
             finally:
                 channel.close()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-QUICK_WORKLOADS = ("publish", "publish_async", "subscribe", "e2e", "nats", "rss")
+QUICK_WORKLOADS = ("publish", "publish_async", "subscribe", "pull", "e2e", "nats", "rss")
 
 
 def test_quick_bench_writes_figures_for_every_workload(tmp_path: Path) -> None:
@@ -72,7 +72,7 @@ def test_quick_bench_writes_figures_for_every_workload(tmp_path: Path) -> None:
     assert {"python", "grpcio", "protobuf", "platform"} <= document["machine"].keys()
 
     workloads = {(r["workload"], r["variant"]) for r in document["results"]}
-    for workload in ("publish", "publish_async", "subscribe", "e2e latency"):
+    for workload in ("publish", "publish_async", "subscribe", "pull", "e2e latency"):
         assert (workload, "sdk") in workloads
         assert (workload, "bare") in workloads
     assert ("nats publish_async", "sdk") in workloads
