@@ -410,6 +410,9 @@ class PullConsumer:
                 if not self._full:
                     self._full = True
                     self._lock.notify_all()  # a taker wanting more than fits
+                subscription = reader.subscription
+                if subscription is not None and subscription.closed:
+                    return  # e.g. the client is closing: do not hold its thread
                 self._room.wait(_WAIT_SLICE)
             buffer = self._buffer
             buffer.append(message)

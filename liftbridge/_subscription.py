@@ -293,6 +293,12 @@ class Subscription:
         return self._stop_reached
 
     @property
+    def closed(self) -> bool:
+        """True once ``close()`` was called (also by the client closing); the
+        thread may still be finishing."""
+        return self._closed.is_set()
+
+    @property
     def done(self) -> bool:
         """True once the subscription has ended."""
         return self._done.is_set()

@@ -260,3 +260,20 @@ def test_closing_the_client_ends_iteration(server_address: str, unique_name: str
     consumer.close()
     with pytest.raises(liftbridge.ClientClosedError):
         client.pull(unique_name)
+
+
+def test_closing_the_client_frees_a_subscription_held_by_a_full_buffer(
+    server_address: str, unique_name: str
+) -> None:
+    client = liftbridge.Client(server_address)
+    client.create_stream(unique_name)
+    _publish(client, unique_name, 20)
+    consumer = client.pull(unique_name, start=EARLIEST, max_buffered_messages=2)
+    _until(lambda: consumer.buffered == 2, "the buffer did not fill")
+    client.close()  # the subscription thread waits for room: close must free it
+    readers = [t for t in threading.enumerate() if t.name == f"liftbridge-sub-{unique_name}-0"]
+    for thread in readers:
+        thread.join(5)
+    assert not any(t.is_alive() for t in readers)
+    assert [m.offset for m in consumer.fetch(5, timeout=0)] == [0, 1]  # what was buffered
+    consumer.close()
