@@ -99,7 +99,14 @@ def plan_with(plan: Plan, *, reps: int | None) -> Plan:
     """The plan with every repetition count replaced, when ``reps`` is given."""
     if reps is None:
         return plan
-    return replace(plan, reps=reps, publish_reps=reps, pipelined_reps=reps, subscribe_reps=reps)
+    return replace(
+        plan,
+        reps=reps,
+        publish_reps=reps,
+        pipelined_reps=reps,
+        subscribe_reps=reps,
+        get_reps=reps,
+    )
 
 
 @dataclass(frozen=True)

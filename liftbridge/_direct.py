@@ -1,5 +1,6 @@
 """Direct reads: messages by offset, pages of a partition, and the latest
-value per key, each a short bounded subscription under one deadline.
+value per key, each a short Subscribe stream read on the calling thread
+under the call's one deadline (no thread is started).
 
 Liftbridge has no "get" RPC; a read here is a Subscribe with a start offset
 that ends as soon as the wanted messages arrived. Three server facts shape it:
@@ -22,37 +23,44 @@ Thread-safety: every function is safe to call from any thread.
 
 from __future__ import annotations
 
-import threading
+import logging
+import random
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+import grpc
+
 from liftbridge import _validate as check
 from liftbridge._admin import Admin
+from liftbridge._channels import StreamCall
 from liftbridge._errors import (
     ArgumentTypeError,
     ClientClosedError,
+    ConnectionLostError,
     DeadlineExceededError,
     InvalidArgumentError,
     LiftbridgeError,
     NotLeaderError,
     OffsetNotFoundError,
+    PartitionPausedError,
+    ServerError,
+    StopPositionReached,
+    UnavailableError,
+    from_rpc_error,
 )
-from liftbridge._messages import Message
+from liftbridge._messages import Message, message_from_proto
 from liftbridge._partitioner import PartitionByKey
-from liftbridge._router import Deadline, Router
-from liftbridge._subscription import (
-    Start,
-    StartPosition,
-    Stop,
-    StopPosition,
-    Subscription,
-    _Request,
-    start_subscription,
-    subscribe_request,
-)
+from liftbridge._router import Deadline, Leader, Replica, Router
+from liftbridge._subscription import Start, StartPosition, Stop, StopPosition, subscribe_request
+from liftbridge_api import api_pb2
+
+_log = logging.getLogger(__name__)
 
 _BY_KEY = PartitionByKey()
+_REFRESH_WAIT = 2.0
+"""Deadline of one metadata refresh between attempts."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,15 @@ class _Scan:
     stop_reached: bool = False
 
 
+def _worth_retrying(error: LiftbridgeError) -> bool:
+    """Failures a new Subscribe (to a fresh leader or replica) may cure."""
+    if isinstance(error, (UnavailableError, NotLeaderError)):
+        return not isinstance(error, ClientClosedError)
+    if isinstance(error, PartitionPausedError) and error.segment_closed:
+        return True  # compaction or retention replaced the segment being opened
+    return isinstance(error, ServerError) and error.code == "INTERNAL"  # a leader stepping down
+
+
 def _scan(
     router: Router,
     stream: str,
@@ -100,54 +117,75 @@ def _scan(
     deadline: Deadline,
     take: Callable[[Message], bool],
 ) -> _Scan:
-    """Runs one subscription from ``start``; ``take(message)`` returns False
-    to end it. ``take`` runs on the subscription's thread (SDK code only).
+    """Reads a partition from ``start`` on the calling thread until
+    ``take(message)`` returns False or the stop position is reached. The gRPC
+    stream carries the call's deadline, so nothing waits past it; a broker
+    failure is retried from the last offset read + 1 within it.
 
     Raises:
         DeadlineExceededError: the read did not end within the deadline.
         NotLeaderError: the partition has no leader within the deadline.
+        PartitionPausedError: the partition is paused.
     """
-    request = subscribe_request(stream, partition, start, stop, read_replica, False)
-    failure: list[BaseException] = []
-    holder: list[Subscription] = []
-    enough = threading.Event()
-
-    def handler(message: Message | None, error: BaseException | None) -> None:
-        if error is not None:
-            failure.append(error)
-        elif message is not None and not enough.is_set() and not take(message):
-            enough.set()
-            if holder:  # else the opening thread closes it once it has it
-                holder[0].close()
-
-    left = _left(deadline)
-    try:
-        subscription = start_subscription(
-            router,
-            _Request(stream, partition, request),
-            handler,
-            resubscribe_wait=left,
-            open_timeout=left,
-        )
-    except ClientClosedError:
+    base = subscribe_request(stream, partition, start, stop, read_replica, False)
+    target = Replica(stream, partition) if read_replica else Leader(stream, partition)
+    # Nothing below the start offset, and no offset twice (see Subscription).
+    floor = base.startOffset - 1 if base.startPosition == api_pb2.OFFSET else -1
+    request = base
+    broker: str | None = None
+    attempt = 0
+    while True:
+        try:
+            broker = router.address(target, deadline)
+            call: StreamCall[api_pb2.Message] = router.stub(broker).Subscribe(  # type: ignore[assignment]
+                request, timeout=_left(deadline)
+            )
+            try:
+                next(call)  # the empty handshake; errors arrive here
+                for pb in call:
+                    if pb.offset <= floor:
+                        continue
+                    floor = pb.offset
+                    if not take(message_from_proto(pb)):
+                        call.cancel()
+                        return _Scan(broker, False)
+                error: LiftbridgeError = ConnectionLostError("the server ended the read")
+            except StopIteration:
+                error = ConnectionLostError("the server ended the read during the handshake")
+            except grpc.RpcError as e:
+                error = from_rpc_error(e)
+            except ValueError:  # grpc raises it on a channel closed meanwhile
+                error = ClientClosedError("the client is closed")
+        except LiftbridgeError as e:
+            error = e
+        if isinstance(error, StopPositionReached):
+            return _Scan(broker, True)
         if router.closed:
-            raise
-        raise DeadlineExceededError("the read did not open within its deadline") from None
-    except LiftbridgeError as e:
-        if deadline.expired and not isinstance(e, NotLeaderError):
-            raise DeadlineExceededError(f"the read did not open within its deadline: {e}") from e
-        raise
-    holder.append(subscription)
-    try:
-        if enough.is_set():
-            subscription.close()
-        if not subscription.wait(deadline.remaining()):
-            raise DeadlineExceededError("the read did not finish within its deadline")
-    finally:
-        subscription.close()
-    if failure:
-        raise failure[0]
-    return _Scan(subscription.last_broker, subscription.stop_position_reached)
+            raise ClientClosedError("the client is closed") from error
+        if isinstance(error, DeadlineExceededError) or deadline.expired:
+            if isinstance(error, (DeadlineExceededError, UnavailableError, ServerError)):
+                raise DeadlineExceededError(
+                    f"the read of {stream!r} partition {partition} did not finish within its "
+                    f"deadline ({error})"
+                ) from error
+            raise error
+        if not (_worth_retrying(error) or isinstance(error, ConnectionLostError)):
+            raise error
+        attempt += 1
+        _log.debug("read of %s/%s failed (%s); retrying", stream, partition, error)
+        pause = min(random.uniform(0.01, min(0.5, 0.05 * 2**attempt)), deadline.remaining())
+        time.sleep(pause)  # the calling thread's own wait, bounded by the deadline
+        router.refresh_quietly(Deadline(min(_REFRESH_WAIT, deadline.remaining() / 2)))
+        # A paused partition has no active leader and a closed log: final.
+        if isinstance(error, (NotLeaderError, PartitionPausedError)) and router.is_paused(
+            stream, partition
+        ):
+            raise PartitionPausedError(f"partition {partition} of {stream!r} is paused") from error
+        if floor >= 0 and (base.startPosition != api_pb2.OFFSET or floor >= base.startOffset):
+            request = api_pb2.SubscribeRequest()
+            request.CopyFrom(base)
+            request.startPosition = api_pb2.OFFSET
+            request.startOffset = floor + 1
 
 
 def _require_leader(router: Router, stream: str, partition: int, deadline: Deadline) -> None:

@@ -73,6 +73,15 @@ def test_get_bad_input_fails_before_any_rpc(client: liftbridge.Client) -> None:
         client.get_last_by_key("s", keys=[b"a"], prefix=b"a")
 
 
+def test_reads_of_a_paused_partition_fail_typed(client: liftbridge.Client, stream: str) -> None:
+    client.publish(stream, b"x")
+    client.pause_stream(stream)
+    with pytest.raises(liftbridge.PartitionPausedError):
+        client.get(stream, 0, timeout=20)
+    with pytest.raises(liftbridge.PartitionPausedError):
+        client.get_batch(stream, 0, timeout=20)
+
+
 def test_get_from_a_missing_stream(client: liftbridge.Client, unique_name: str) -> None:
     with pytest.raises(liftbridge.NoSuchPartitionError):
         client.get(unique_name, 0, timeout=5)
