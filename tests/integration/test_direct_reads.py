@@ -4,7 +4,7 @@ a compacted stream whose old offsets are gone."""
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -161,7 +161,7 @@ def test_get_last_by_key_across_partitions_as_of_a_time(
     for i in range(6):
         client.publish(unique_name, f"a{i}".encode(), key=f"key{i}".encode())
     time.sleep(0.05)
-    cut = datetime.now(timezone.utc)
+    cut = datetime.now(UTC)
     time.sleep(0.05)
     for i in range(6):
         client.publish(unique_name, f"b{i}".encode(), key=f"key{i}".encode())
