@@ -173,9 +173,11 @@ class _Reader:
 class PullConsumer:
     """Messages of one stream, pulled when you want them. Thread-safe.
 
-    Made by :meth:`Client.pull`. Take messages with :meth:`fetch` (a list),
-    :meth:`next` (one), by iterating, or hand them to a handler with
-    :meth:`consume`. Use it as a context manager, or call :meth:`close`.
+    Made by :meth:`Client.pull`. Take messages with :meth:`fetch` (a list,
+    like nats.py's ``fetch`` and confluent-kafka's ``consume``), :meth:`next`
+    (one, or a timeout error), :meth:`poll` (one, or None), by iterating (like
+    nats.py's ``messages()``), or hand them to a handler with :meth:`consume`.
+    Use it as a context manager, or call :meth:`close`.
 
     :meth:`position` is the last offset handed out per partition;
     :meth:`commit` stores it in a cursor, and ``Client.pull(...,
@@ -596,6 +598,17 @@ class PullConsumer:
                 raise StopPositionReached("every partition reached its stop offset")
             self._check_usable()
         raise PullTimeoutError(f"no message within {timeout:g}s")
+
+    def poll(self, timeout: float = 5.0) -> Message | None:
+        """Takes one message like confluent-kafka's ``poll``: None when none
+        came within ``timeout`` seconds or every partition reached its stop.
+
+        Raises:
+            LiftbridgeError: a subscription failed for good (see the class).
+            ClientClosedError: the consumer is closed.
+        """
+        batch = self.fetch(1, timeout=timeout)
+        return batch[0] if batch else None
 
     def __iter__(self) -> Iterator[Message]:
         """Yields messages as they come; ends when every partition reached

@@ -84,6 +84,10 @@ def test_next_gives_one_message_or_a_typed_timeout(client: liftbridge.Client, st
         assert isinstance(caught.value, TimeoutError)
         client.publish(stream, b"hello")
         assert consumer.next(timeout=10).value == b"hello"
+        assert consumer.poll(timeout=0.2) is None
+        client.publish(stream, b"again")
+        polled = consumer.poll(timeout=10)
+        assert polled is not None and polled.value == b"again"
 
 
 def test_iteration_merges_partitions_and_ends_at_the_stop(
