@@ -167,6 +167,7 @@ class _Reader:
         self.quiet_since = time.monotonic()  # since when arrivals have not changed
         self.watermark: int | None = None  # high watermark at the last look
         self.finished = False  # reached the stop offset
+        self.pending_resume: Start | None = None  # where a failed resubscribe must retry
         self.read_replica = False
 
 
@@ -767,6 +768,19 @@ class PullConsumer:
     def _look(self, reader: _Reader) -> None:
         assert self._stall_timeout is not None
         with self._lock:
+            if self._closed or reader.finished:
+                return
+            pending = reader.pending_resume
+        if pending is not None:  # the last resubscribe after a stall failed: again
+            try:
+                self._subscribe(reader, pending)
+            except LiftbridgeError as e:
+                _log.warning("resubscribing %s/%s failed: %s", self._stream, reader.partition, e)
+                return
+            with self._lock:
+                reader.pending_resume = None
+            return
+        with self._lock:
             now = time.monotonic()
             if self._full or reader.arrivals != reader.seen_arrivals:
                 # Something arrived, or the buffer is full (waiting for room
@@ -821,6 +835,8 @@ class PullConsumer:
         except LiftbridgeError as e:
             _log.warning("resubscribing %s/%s failed: %s", self._stream, reader.partition, e)
             error = e
+            with self._lock:
+                reader.pending_resume = resume
         report = Stall(
             self._stream,
             reader.partition,
