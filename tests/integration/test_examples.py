@@ -34,3 +34,19 @@ def test_resume_from_cursor_continues_where_it_stopped(
     assert "cursor at 4; resuming at 5" in second
     assert "processed offset 5: job 5" in second and "processed offset 7: job 7" in second
     assert "offset 4:" not in second
+
+
+def test_pull_worker_resumes_after_its_commit(server: LocalServer, unique_name: str) -> None:
+    import liftbridge
+
+    with liftbridge.Client(server.address) as client:
+        client.create_stream(unique_name)
+        for i in range(6):
+            client.publish(unique_name, b"job %d" % i)
+        first = run_example("pull_worker.py", server.address, unique_name, "--batch", "4")
+        assert "batch of 4: offsets 0..3" in first and "batch of 2: offsets 4..5" in first
+        assert "position {0: 5}" in first and "offset 0 holds 'job 0'" in first
+        for i in range(6, 9):
+            client.publish(unique_name, b"job %d" % i)
+    second = run_example("pull_worker.py", server.address, unique_name, "--batch", "4")
+    assert "batch of 3: offsets 6..8" in second and "offsets 0.." not in second
