@@ -152,6 +152,38 @@ class PullSource(Protocol):
     ) -> int | None: ...
 
 
+def _check_start(start: object) -> None:
+    """Validates ``start=`` before any RPC.
+
+    Raises:
+        ArgumentTypeError: a type ``start`` cannot be.
+        InvalidArgumentError: a negative offset or delta, a naive datetime.
+    """
+    if isinstance(start, FromCursor):
+        check.stream_name(start.cursor_id, arg="cursor_id")
+        start = start.otherwise
+        if not isinstance(start, (StartPosition, int)) or isinstance(start, bool):
+            raise ArgumentTypeError("FromCursor.otherwise must be a StartPosition or an int offset")
+    if isinstance(start, StartPosition):
+        return
+    if isinstance(start, int) and not isinstance(start, bool):
+        if start < 0:
+            raise InvalidArgumentError(f"start offset must be >= 0, got {start}")
+        return
+    if isinstance(start, datetime):
+        if start.tzinfo is None:
+            raise InvalidArgumentError("start must be timezone-aware (e.g. datetime.now(UTC))")
+        return
+    if isinstance(start, timedelta):
+        if start < timedelta(0):
+            raise InvalidArgumentError(f"start time delta must be >= 0, got {start}")
+        return
+    raise ArgumentTypeError(
+        "start must be a StartPosition, an int offset, a datetime, a timedelta or a "
+        f"FromCursor, got {type(start).__name__}"
+    )
+
+
 class _Reader:
     """One partition's state. Fields guarded by the consumer's lock."""
 
@@ -240,8 +272,8 @@ class PullConsumer:
             raise InvalidArgumentError(
                 f"stop must be None, StopPosition.LATEST or an int offset >= 0, got {stop!r}"
             )
-        if isinstance(start, FromCursor):
-            check.stream_name(start.cursor_id, arg="cursor_id")
+        _check_start(start)
+        chosen_partitions = None if partitions is None else check.partitions(partitions)
         self._source = source
         self._stream = stream
         self._read_replica = read_replica
@@ -271,7 +303,7 @@ class PullConsumer:
         if count == 0:
             source.fetch_partition_metadata(stream, 0)  # raises the right "no such" error
             count = source.metadata.partition_count(stream)
-        chosen = list(range(count)) if partitions is None else check.partitions(partitions)
+        chosen = list(range(count)) if chosen_partitions is None else chosen_partitions
         if not chosen:
             raise InvalidArgumentError("partitions must name at least one partition")
         for partition in chosen:
@@ -316,15 +348,6 @@ class PullConsumer:
         if start in (StartPosition.NEW_ONLY, StartPosition.LATEST):
             newest = self._source.fetch_partition_metadata(self._stream, partition).newest_offset
             return newest + 1 if start is StartPosition.NEW_ONLY else max(newest, 0)
-        if isinstance(start, (StartPosition, datetime, timedelta)):
-            return start
-        if isinstance(start, bool) or not isinstance(start, int):
-            raise ArgumentTypeError(
-                "start must be a StartPosition, an int offset, a datetime, a timedelta "
-                f"or a FromCursor, got {type(start).__name__}"
-            )
-        if start < 0:
-            raise InvalidArgumentError(f"start offset must be >= 0, got {start}")
         return start
 
     def _pin_stop(self, partition: int, stop: StopPosition | int | None) -> int | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 
 import pytest
 
@@ -67,6 +68,12 @@ def test_bad_options_fail_before_any_rpc(client: liftbridge.Client, stream: str)
         client.pull(stream, max_buffered_messages=0)
     with pytest.raises(liftbridge.InvalidArgumentError, match="stop"):
         client.pull(stream, stop=-2)
+    with pytest.raises(liftbridge.ArgumentTypeError, match="start"):
+        client.pull("no-such-stream", start="earliest")  # type: ignore[arg-type]
+    with pytest.raises(liftbridge.InvalidArgumentError, match="timezone"):
+        client.pull("no-such-stream", start=datetime(2020, 1, 1))
+    with pytest.raises(liftbridge.InvalidArgumentError, match="start offset"):
+        client.pull("no-such-stream", start=liftbridge.FromCursor("c", otherwise=-1))
     with client.pull(stream) as consumer:
         with pytest.raises(liftbridge.InvalidArgumentError, match="not both"):
             consumer.fetch(1, max_bytes=1)
