@@ -376,8 +376,10 @@ class PullConsumer:
             if self._closed or reader.generation != generation:
                 stale = True
             else:
-                stale = False
                 reader.subscription = subscription
+                # Its stop may have come before subscribe() returned, when
+                # _finish could not close it yet.
+                stale = reader.finished
         if stale:
             subscription.close()
 
