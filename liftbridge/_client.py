@@ -164,13 +164,14 @@ class Client:
         self._lanes = Lanes(
             self._router, self._timer, ack_wait=self._ack_wait, max_lanes=_MAX_LANES
         )
-        # _state_lock guards _state, _subscriptions and _consumers; _closed is
+        # _state_lock guards _state, _subscriptions, _consumers and _pulls; _closed is
         # set once close() has finished (a second close() waits for it).
         self._state_lock = threading.Lock()
         self._state = ClientState.OPEN
         self._closed = threading.Event()
         self._subscriptions: weakref.WeakSet[Subscription] = weakref.WeakSet()
         self._consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
+        self._pulls: weakref.WeakSet[PullConsumer] = weakref.WeakSet()
         try:
             self._router.connect(connect_timeout)
         except BaseException:
@@ -231,9 +232,12 @@ class Client:
             self._router.stop_retrying()
             with self._state_lock:
                 consumers = list(self._consumers)
+                pulls = list(self._pulls)
                 subscriptions = list(self._subscriptions)
             for consumer in consumers:
                 consumer.close()
+            for pull in pulls:
+                pull.close(discard=False)  # what is buffered can still be fetched
             self._publisher.close(deadline)
             self._lanes.close()
             self._timer.close(deadline)
@@ -1115,7 +1119,7 @@ class Client:
             InvalidArgumentError: a bad option.
         """
         self._check_open()
-        return PullConsumer(
+        consumer = PullConsumer(
             self,
             stream,
             partitions=partitions,
@@ -1128,6 +1132,12 @@ class Client:
             stall_timeout=stall_timeout,
             on_stall=on_stall,
         )
+        with self._state_lock:
+            if self._state is ClientState.OPEN:
+                self._pulls.add(consumer)
+                return consumer
+        consumer.close()
+        raise ClientClosedError("the client was closed while the pull consumer started")
 
     def get(
         self,

@@ -286,5 +286,6 @@ def test_closing_the_client_frees_a_subscription_held_by_a_full_buffer(
     for thread in readers:
         thread.join(5)
     assert not any(t.is_alive() for t in readers)
+    assert consumer.closed  # the client closed its pull consumers
     assert [m.offset for m in consumer.fetch(5, timeout=0)] == [0, 1]  # what was buffered
     consumer.close()
