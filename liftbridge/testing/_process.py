@@ -4,20 +4,36 @@ interpreter exit whatever a crashed test run left behind.
 
 Only processes started here are ever signalled, always through their own
 ``Popen`` object: never by name, never a process group.
+
+Servers die with their parent. The exit hook cannot run when the test process
+is killed (SIGKILL, the OOM killer, a CI timeout), so on Linux every child
+asks the kernel for SIGKILL when its parent dies (``prctl(PR_SET_PDEATHSIG)``,
+set between fork and exec). The kernel's "parent" is the *thread* that forked
+the child, not the process: a server forked by a short-lived thread would be
+killed when that thread ends. So every child is forked by one long-lived
+harness thread, ``lbtest-spawner``, which lives as long as the interpreter.
+A watchdog pipe was the alternative; it needs a helper process per server
+(the servers are Go programs that cannot watch a pipe themselves), which can
+itself be killed, and it hides the server's pid behind the helper's.
+Elsewhere than Linux there is no such guarantee; the exit hook remains.
 """
 
 from __future__ import annotations
 
 import atexit
+import ctypes
+import ctypes.util
 import logging
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from liftbridge.testing._errors import ServerBinaryNotFoundError, ServerStartError
@@ -109,6 +125,69 @@ def port_open(port: int, timeout: float, *, host: str = LOOPBACK) -> bool:
         return False
 
 
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+_SPAWN_TIMEOUT = 30.0
+"""Seconds a start waits for the spawner thread to fork and exec."""
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        prctl: Callable[..., int] = libc.prctl
+    except (OSError, AttributeError):
+        _LOG.warning("prctl unavailable: servers will not die with a killed test process")
+        return None
+    return prctl
+
+
+_PRCTL = _load_prctl()  # looked up here: the forked child must not load libraries
+
+
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    """A ``preexec_fn`` that makes the child get SIGKILL when ``parent`` dies."""
+
+    def preexec() -> None:  # runs in the forked child, before exec: keep it tiny
+        assert _PRCTL is not None
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+# One thread forks every child (see the module docstring); made on first use.
+_SPAWNER_LOCK = threading.Lock()  # guards _spawner
+_spawner: ThreadPoolExecutor | None = None
+
+
+def _spawn(argv: Sequence[str], env: Mapping[str, str] | None, log: int) -> subprocess.Popen[bytes]:
+    """Starts a child in its own session, writing to the file descriptor ``log``,
+    bound to die with this process where the platform allows."""
+    global _spawner
+
+    def fork() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            argv,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            preexec_fn=None if _PRCTL is None else _die_with_parent(os.getpid()),
+        )
+
+    if _PRCTL is None:
+        return fork()
+    with _SPAWNER_LOCK:
+        if _spawner is None:
+            _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lbtest-spawner")
+        spawner = _spawner
+    return spawner.submit(fork).result(timeout=_SPAWN_TIMEOUT)
+
+
 def make_temp_dir(prefix: str) -> Path:
     """Creates a temporary directory that is removed at interpreter exit if still there."""
     path = Path(tempfile.mkdtemp(prefix=prefix))
@@ -128,7 +207,8 @@ class ManagedProcess:
     """One server process started by the harness, with its output in a log file.
 
     The process runs in a new session, so a Ctrl-C in the terminal reaches only
-    the test runner, whose exit hook then kills it.
+    the test runner, whose exit hook then kills it; on Linux it also gets
+    SIGKILL from the kernel when the test process dies any other way.
 
     Thread-safety: not thread-safe; one owner drives it. The exit hook only
     calls :meth:`kill`, after the owner's threads are gone.
@@ -180,15 +260,7 @@ class ManagedProcess:
             self._log_start = log.tell()
             log.write(f"=== liftbridge.testing: starting {' '.join(self.argv)}\n".encode())
             log.flush()
-            self._popen = subprocess.Popen(
-                self.argv,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-            )
+            self._popen = _spawn(self.argv, self.env, log.fileno())
         with _REGISTRY_LOCK:
             _LIVE.add(self)
         _LOG.debug("started %s (pid %d): %s", self.name, self._popen.pid, " ".join(self.argv))
