@@ -180,6 +180,7 @@ class Verdict:
     never_sent_present: int = 0
     max_overshoot: float = 0.0
     errors: dict[str, int] = field(default_factory=dict)
+    lost_sample: list[str] = field(default_factory=list)  # a few lost values, for the reader
 
     def problems(self, *, lost_allowed: bool = False, overshoot_slack: float = 2.0) -> list[str]:
         """What the oracle refuses, in words (empty: the run passed)."""
@@ -218,6 +219,8 @@ def judge(ledger: Ledger, present: list[bytes]) -> Verdict:
             verdict.acked += 1
             if outcome.value not in counts:
                 verdict.lost += 1
+                if len(verdict.lost_sample) < 5:
+                    verdict.lost_sample.append(outcome.value.decode())
             continue
         verdict.failed += 1
         errors[outcome.error or "?"] += 1
@@ -250,7 +253,7 @@ def read_back(
         for partition in range(partitions):
             while True:
                 try:
-                    last = client.fetch_partition_metadata(stream, partition).high_watermark
+                    last = _settled_end(client, stream, partition, deadline)
                     if last < 0:
                         break
                     with client.subscribe(
@@ -263,6 +266,23 @@ def read_back(
                         raise
                     time.sleep(0.5)
     return values
+
+
+def _settled_end(client: liftbridge.Client, stream: str, partition: int, deadline: float) -> int:
+    """The partition's last committed offset once the leader has committed
+    everything it holds and that held still for a second (bounded by
+    ``deadline``): right after a failover the new leader's high watermark
+    lags its log, and reading only up to it would report the rest as lost."""
+    previous = None
+    while True:
+        info = client.fetch_partition_metadata(stream, partition)
+        settled = (info.leader, info.high_watermark, info.newest_offset)
+        if info.high_watermark == info.newest_offset and settled == previous:
+            return info.high_watermark
+        if time.monotonic() > deadline:
+            return info.high_watermark
+        previous = settled
+        time.sleep(1.0)
 
 
 def _connect(addresses: list[str], deadline: float) -> liftbridge.Client:
