@@ -156,7 +156,7 @@ class FaultProxy:
                     if mode is Mode.LATENCY:
                         time.sleep(self.latency)
                     peers[sock].sendall(data)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: reset() closed a socket under select
             return
         finally:
             for sock in (a, b):

@@ -291,12 +291,25 @@ def leader_sigstop() -> RowResult:
 
 
 def rolling_restart() -> RowResult:
-    """Restart every node in turn (SIGINT, start) under load with a live subscription."""
-    result = RowResult("rolling restart under load, live subscription")
-    with LocalCluster(3) as cluster, _client(cluster) as client:
+    """Restart every node in turn (SIGINT, start) under load, with a live
+    subscription and a live consumer-group member."""
+    result = RowResult("rolling restart under load, live subscription and consumer group")
+    with (
+        LocalCluster(3) as cluster,
+        _client(cluster) as client,
+        _client(cluster) as group_client,
+    ):
         stream = _stream(client)
         ledger = Ledger("rolling")
         check = SubscriptionCheck()
+        grouped: set[bytes] = set()  # values the group member handled
+
+        def member(message: liftbridge.Message | None, error: BaseException | None) -> None:
+            if message is not None:
+                grouped.add(message.value)
+
+        consumer = group_client.create_consumer(f"g-{stream}", auto_checkpoint=1.0)
+        consumer.subscribe(stream, member)
         with client.subscribe(stream, check.handler, start=0) as subscription:
             with Load(ledger, client, stream):
                 for node in cluster.nodes:
@@ -305,7 +318,16 @@ def rolling_restart() -> RowResult:
                 time.sleep(3)
             time.sleep(3)
             ended = subscription.error
+        acked = {o.value for o in ledger.outcomes() if o.acked}
+        deadline = time.monotonic() + SETTLE
+        while not acked <= grouped and time.monotonic() < deadline:
+            time.sleep(0.5)
+        consumer.close()
         _finish(result, ledger, cluster.addresses, stream, check=check)
+        if acked - grouped:
+            result.problems.append(
+                f"the consumer group never handled {len(acked - grouped)} acked message(s)"
+            )
         if isinstance(ended, liftbridge.NoSuchPartitionError):
             result.known.append(
                 "the subscription ended with NoSuchPartitionError: a restarted leader answers "
@@ -514,7 +536,7 @@ def _handler_cases(cluster: LocalCluster, result: RowResult) -> None:
         client.subscribe(stream, sub_closer, start=0)
         if not done.wait(30):
             result.problems.append("close() from a subscription handler did not return")
-    overshoot = max((o for _, o in ledger.calls), default=0.0)
+    overshoot = max([0.0, *(o for _, o in ledger.calls)])
     result.verdict = Verdict(max_overshoot=overshoot)
     if time.monotonic() - start > 60:
         result.problems.append("the blocking-handler case took over a minute")
