@@ -8,10 +8,11 @@ Only processes started here are ever signalled, always through their own
 Servers die with their parent. The exit hook cannot run when the test process
 is killed (SIGKILL, the OOM killer, a CI timeout), so on Linux every child
 asks the kernel for SIGKILL when its parent dies (``prctl(PR_SET_PDEATHSIG)``,
-set between fork and exec). The kernel's "parent" is the *thread* that forked
-the child, not the process: a server forked by a short-lived thread would be
-killed when that thread ends. So every child is forked by one long-lived
-harness thread, ``lbtest-spawner``, which lives as long as the interpreter.
+set by a few lines of Python that then exec the server in the same process).
+The kernel's "parent" is the *thread* that forked the child, not the process:
+a server forked by a short-lived thread would be killed when that thread ends.
+So every child is forked by one long-lived harness thread, ``lbtest-spawner``,
+which lives as long as the interpreter.
 A watchdog pipe was the alternative; it needs a helper process per server
 (the servers are Go programs that cannot watch a pipe themselves), which can
 itself be killed, and it hides the server's pid behind the helper's.
@@ -21,8 +22,6 @@ Elsewhere than Linux there is no such guarantee; the exit hook remains.
 from __future__ import annotations
 
 import atexit
-import ctypes
-import ctypes.util
 import logging
 import os
 import shutil
@@ -32,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -125,37 +124,23 @@ def port_open(port: int, timeout: float, *, host: str = LOOPBACK) -> bool:
         return False
 
 
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _SPAWN_TIMEOUT = 30.0
 """Seconds a start waits for the spawner thread to fork and exec."""
 
+# Run by the child's own Python before it becomes the server: the parent-death
+# signal is set in a process of its own rather than in a ``preexec_fn``,
+# because a ``preexec_fn`` makes CPython fork() instead of vfork(), and then
+# gRPC's fork handlers run in the child of a process with live gRPC threads,
+# which can abort it before exec. prctl survives execv; the pid stays the same.
+_DIE_WITH_PARENT = """\
+import ctypes, os, sys
+ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+if os.getppid() != int(sys.argv[1]):  # the parent died before prctl took effect
+    os._exit(1)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
 
-def _load_prctl() -> Callable[..., int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        prctl: Callable[..., int] = libc.prctl
-    except (OSError, AttributeError):
-        _LOG.warning("prctl unavailable: servers will not die with a killed test process")
-        return None
-    return prctl
-
-
-_PRCTL = _load_prctl()  # looked up here: the forked child must not load libraries
-
-
-def _die_with_parent(parent: int) -> Callable[[], None]:
-    """A ``preexec_fn`` that makes the child get SIGKILL when ``parent`` dies."""
-
-    def preexec() -> None:  # runs in the forked child, before exec: keep it tiny
-        assert _PRCTL is not None
-        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
-
+_PDEATHSIG = sys.platform.startswith("linux")
 
 # One thread forks every child (see the module docstring); made on first use.
 _SPAWNER_LOCK = threading.Lock()  # guards _spawner
@@ -166,20 +151,22 @@ def _spawn(argv: Sequence[str], env: Mapping[str, str] | None, log: int) -> subp
     """Starts a child in its own session, writing to the file descriptor ``log``,
     bound to die with this process where the platform allows."""
     global _spawner
+    command = list(argv)
+    if _PDEATHSIG:
+        command = [sys.executable, "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), *argv]
 
     def fork() -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            argv,
+            command,
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
-            preexec_fn=None if _PRCTL is None else _die_with_parent(os.getpid()),
         )
 
-    if _PRCTL is None:
+    if not _PDEATHSIG:
         return fork()
     with _SPAWNER_LOCK:
         if _spawner is None:
