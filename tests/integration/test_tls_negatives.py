@@ -37,7 +37,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     server = ca.issue_cert("127.0.0.1", "localhost")
     client = ca.issue_cert("liftbridge-test-client")
     stranger = other.issue_cert("liftbridge-stranger")
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     expiring = ca.issue_cert(
         "127.0.0.1",
         not_before=now - datetime.timedelta(hours=1),
