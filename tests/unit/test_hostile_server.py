@@ -204,3 +204,21 @@ def test_a_server_that_accepts_and_never_answers_fails_the_connect_in_time(
             liftbridge.Client(f"127.0.0.1:{port}", connect_timeout=1.0, rpc_timeout=1.0)
         assert elapsed_since(start) < 2.0 + SLACK
     assert not thread_deaths
+
+
+def test_a_silent_broker_times_out_publishes_and_a_quiet_subscription_closes_promptly(
+    broker: HostileBroker, thread_deaths: list[threading.ExceptHookArgs]
+) -> None:
+    with _client(broker, ack_wait=30.0) as client:
+        start = time.monotonic()
+        error = client.publish_async(STREAM, b"silent", timeout=1.0).exception(timeout=1.0 + SLACK)
+        assert isinstance(error, liftbridge.AckTimeoutError), repr(error)
+        assert elapsed_since(start) < 1.0 + SLACK
+        # A Subscribe stream that sends its handshake and then nothing.
+        subscription = client.subscribe(STREAM, start=0)
+        start = time.monotonic()
+        subscription.close()
+        assert subscription.wait(SLACK)
+        assert subscription.error is None
+        assert elapsed_since(start) < SLACK
+    assert not thread_deaths
