@@ -8,12 +8,13 @@ SERVERS := $(CURDIR)/.cache/servers/bin
 export LIFTBRIDGE_SERVER_BIN := $(SERVERS)/liftbridge
 export NATS_SERVER_BIN := $(SERVERS)/nats-server
 
-.PHONY: help venv server proto test unit lint demo bench clean
+.PHONY: help venv server proto test unit lint demo bench chaos clean
 
 help:
 	@echo "make demo   - start a local Liftbridge server and show the SDK working"
 	@echo "make test   - run the whole test suite against real servers"
 	@echo "make bench  - run the benchmarks and print a table"
+	@echo "make chaos  - the fault matrix on a 3-node cluster and a million fuzz inputs (<= 15 min)"
 	@echo "make proto  - regenerate liftbridge_api from api.proto"
 	@echo "make lint   - ruff and mypy"
 
@@ -32,9 +33,9 @@ proto: venv
 	$(PY) scripts/gen_proto.py
 
 lint: venv
-	$(VENV)/bin/ruff check liftbridge tests examples scripts bench
-	$(VENV)/bin/ruff format --check liftbridge tests examples scripts bench
-	$(VENV)/bin/mypy liftbridge tests examples bench
+	$(VENV)/bin/ruff check liftbridge tests examples scripts bench chaos
+	$(VENV)/bin/ruff format --check liftbridge tests examples scripts bench chaos
+	$(VENV)/bin/mypy liftbridge tests examples bench chaos
 
 # Under pyenv, make every installed 3.11-3.13 reachable as python3.1x for nox.
 PYENV_PYTHONS := $(shell command -v pyenv >/dev/null 2>&1 && pyenv versions --bare | grep -E '^3\.1[123]\.' | paste -sd: -)
@@ -52,6 +53,12 @@ demo: venv server
 
 bench: venv server
 	$(PY) -m bench
+
+# Every row of the fault matrix, then 1,000,000 fuzzed inputs; the table goes to
+# the terminal and chaos/results/last.json. `make test` runs the fast rows
+# (tests/chaos/test_fast_matrix.py).
+chaos: venv server
+	timeout 900 $(PY) -m chaos
 
 clean:
 	rm -rf $(VENV) .cache build *.egg-info

@@ -39,7 +39,7 @@ from liftbridge._errors import (
 from liftbridge._group_describe import GroupDescription, describe_group
 from liftbridge._group_pin import PinCallback, unpin_cursor
 from liftbridge._lanes import Lanes
-from liftbridge._messages import Ack, AckPolicy, Message, ack_from_proto
+from liftbridge._messages import Ack, AckPolicy, Message, ack_outcome
 from liftbridge._metadata import Metadata, PartitionMetadata
 from liftbridge._partitioner import PartitionByKey, Partitioner
 from liftbridge._publisher import AckHandler, Publisher
@@ -769,9 +769,9 @@ class Client:
             ) from e
         if ack_policy is AckPolicy.NONE or not response.HasField("ack"):
             return None
-        ack = ack_from_proto(response.ack)
-        if ack.error is not None:
-            raise ack.error
+        ack, error = ack_outcome(response.ack)
+        if error is not None:
+            raise error
         return ack
 
     # ----------------------------------------------------------- subscribing --

@@ -6,13 +6,13 @@ Protobufs are converted here, at the boundary; user code only sees these.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import FrozenInstanceError
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Self
+from typing import Any, Self
 
-from liftbridge._errors import LiftbridgeError, from_async_error
+from liftbridge._errors import LiftbridgeError, ServerError, from_async_error
 from liftbridge_api import api_pb2
 
 _EMPTY_HEADERS: Mapping[str, bytes] = MappingProxyType({})
@@ -363,8 +363,46 @@ _ACK_POLICIES = {policy.value: policy for policy in AckPolicy}
 _ACK_OK = api_pb2.Ack.OK
 
 
+def wire_enum_name(name_of: Callable[[Any], str], number: int) -> str:
+    """The name of a wire enum value by its enum's ``Name`` (e.g.
+    ``api_pb2.Ack.Error.Name``), ``"UNKNOWN_<number>"`` for a value this SDK's
+    protocol does not define (a newer or misbehaving server).
+
+    Never raises: one unknown value in one response must not fail the stream
+    it came on. :func:`~liftbridge._errors.from_async_error` maps the unknown
+    name to a :class:`ServerError` carrying it as its ``code``.
+    """
+    try:
+        return name_of(number)
+    except ValueError:
+        return f"UNKNOWN_{number}"
+
+
+def ack_outcome(pb: api_pb2.Ack) -> tuple[Ack | None, LiftbridgeError | None]:
+    """A wire Ack as (ack, error), exactly one of them None; never raises.
+
+    The error is the server's refusal (``ackError``), or a :class:`ServerError`
+    for an ack policy this SDK does not know: the server acknowledged the
+    message (it was most likely stored), but the ack cannot be represented.
+    The Ack takes ``pb`` over: the caller must not change it.
+    """
+    if pb.ackPolicy not in _ACK_POLICIES:
+        if pb.ackError != _ACK_OK:
+            return None, from_async_error(wire_enum_name(api_pb2.Ack.Error.Name, pb.ackError), "")
+        return None, ServerError(
+            f"the server acked the publish with ack policy {pb.ackPolicy}, which this SDK "
+            "does not know; the message was most likely stored",
+            code=f"UNKNOWN_ACK_POLICY_{pb.ackPolicy}",
+        )
+    ack = ack_from_proto(pb)
+    if ack.error is not None:
+        return None, ack.error
+    return ack, None
+
+
 def ack_from_proto(pb: api_pb2.Ack) -> Ack:
-    """Wraps a wire Ack, carrying its ack error as a typed exception.
+    """Wraps a wire Ack, carrying its ack error as a typed exception (a
+    :class:`ServerError` for an error code this SDK does not know).
 
     The Ack takes ``pb`` over: the caller must not change it.
 
@@ -373,7 +411,7 @@ def ack_from_proto(pb: api_pb2.Ack) -> Ack:
     """
     error = None
     if pb.ackError != _ACK_OK:
-        error = from_async_error(api_pb2.Ack.Error.Name(pb.ackError), "")
+        error = from_async_error(wire_enum_name(api_pb2.Ack.Error.Name, pb.ackError), "")
     policy = _ACK_POLICIES.get(pb.ackPolicy)
     if policy is None:
         policy = AckPolicy(pb.ackPolicy)  # raises ValueError naming the unknown value

@@ -69,7 +69,7 @@ from liftbridge._errors import (
     from_async_error,
     from_rpc_error,
 )
-from liftbridge._messages import Ack, ack_from_proto
+from liftbridge._messages import Ack, ack_outcome, wire_enum_name
 from liftbridge._router import ANY, Deadline, Router
 from liftbridge_api import api_pb2
 
@@ -106,15 +106,12 @@ def response_outcome(
     of ack and error is None."""
     if not response.HasField("asyncError"):
         ack_pb = response.ack
-        ack = ack_from_proto(ack_pb)
-        correlation_id = response.correlationId or ack_pb.correlationId
-        if ack.error is not None:
-            return correlation_id, None, ack.error
-        return correlation_id, ack, None
+        ack, error = ack_outcome(ack_pb)  # never raises: one odd ack fails one publish
+        return response.correlationId or ack_pb.correlationId, ack, error
     if response.HasField("ack") and response.ack.ackError != api_pb2.Ack.OK:
-        name = api_pb2.Ack.Error.Name(response.ack.ackError)
+        name = wire_enum_name(api_pb2.Ack.Error.Name, response.ack.ackError)
     else:
-        name = api_pb2.PublishAsyncError.Code.Name(response.asyncError.code)
+        name = wire_enum_name(api_pb2.PublishAsyncError.Code.Name, response.asyncError.code)
     return response.correlationId, None, from_async_error(name, response.asyncError.message)
 
 

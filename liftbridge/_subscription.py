@@ -562,10 +562,22 @@ class Subscription:
             floor = -1
         closed = self._closed.is_set
         buffered = self._queue
+        name, partition = self._request.stream, self._request.partition
         try:
             for pb in stream:
                 offset = pb.offset
-                if offset <= floor:
+                if offset <= floor:  # repeated or out of order: the floor moves with each message
+                    _log.debug("subscription %s/%s: dropped offset %d", name, partition, offset)
+                    continue
+                if pb.stream != name or pb.partition != partition:
+                    _log.warning(
+                        "subscription %s/%s: dropped a message of %s/%s at offset %d",
+                        name,
+                        partition,
+                        pb.stream,
+                        pb.partition,
+                        offset,
+                    )
                     continue
                 try:
                     handler(message_from_proto(pb), None)
@@ -578,7 +590,7 @@ class Subscription:
                     )
                     self._fail(HandlerError(offset, e), notify=False)
                     return None
-                self._read_to = offset
+                self._read_to = floor = offset
                 if buffered is None:
                     self._last_offset = offset
                 if closed():

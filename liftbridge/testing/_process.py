@@ -4,6 +4,19 @@ interpreter exit whatever a crashed test run left behind.
 
 Only processes started here are ever signalled, always through their own
 ``Popen`` object: never by name, never a process group.
+
+Servers die with their parent. The exit hook cannot run when the test process
+is killed (SIGKILL, the OOM killer, a CI timeout), so on Linux every child
+asks the kernel for SIGKILL when its parent dies (``prctl(PR_SET_PDEATHSIG)``,
+set by a few lines of Python that then exec the server in the same process).
+The kernel's "parent" is the *thread* that forked the child, not the process:
+a server forked by a short-lived thread would be killed when that thread ends.
+So every child is forked by one long-lived harness thread, ``lbtest-spawner``,
+which lives as long as the interpreter.
+A watchdog pipe was the alternative; it needs a helper process per server
+(the servers are Go programs that cannot watch a pipe themselves), which can
+itself be killed, and it hides the server's pid behind the helper's.
+Elsewhere than Linux there is no such guarantee; the exit hook remains.
 """
 
 from __future__ import annotations
@@ -15,9 +28,11 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from liftbridge.testing._errors import ServerBinaryNotFoundError, ServerStartError
@@ -109,6 +124,57 @@ def port_open(port: int, timeout: float, *, host: str = LOOPBACK) -> bool:
         return False
 
 
+_SPAWN_TIMEOUT = 30.0
+"""Seconds a start waits for the spawner thread to fork and exec."""
+
+# Run by the child's own Python before it becomes the server: the parent-death
+# signal is set in a process of its own rather than in a ``preexec_fn``,
+# because a ``preexec_fn`` makes CPython fork() instead of vfork(), and then
+# gRPC's fork handlers run in the child of a process with live gRPC threads,
+# which can abort it before exec. prctl survives execv; the pid stays the same.
+_DIE_WITH_PARENT = """\
+import ctypes, os, sys
+ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+if os.getppid() != int(sys.argv[1]):  # the parent died before prctl took effect
+    os._exit(1)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+_PDEATHSIG = sys.platform.startswith("linux")
+
+# One thread forks every child (see the module docstring); made on first use.
+_SPAWNER_LOCK = threading.Lock()  # guards _spawner
+_spawner: ThreadPoolExecutor | None = None
+
+
+def _spawn(argv: Sequence[str], env: Mapping[str, str] | None, log: int) -> subprocess.Popen[bytes]:
+    """Starts a child in its own session, writing to the file descriptor ``log``,
+    bound to die with this process where the platform allows."""
+    global _spawner
+    command = list(argv)
+    if _PDEATHSIG:
+        command = [sys.executable, "-S", "-c", _DIE_WITH_PARENT, str(os.getpid()), *argv]
+
+    def fork() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            command,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+    if not _PDEATHSIG:
+        return fork()
+    with _SPAWNER_LOCK:
+        if _spawner is None:
+            _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lbtest-spawner")
+        spawner = _spawner
+    return spawner.submit(fork).result(timeout=_SPAWN_TIMEOUT)
+
+
 def make_temp_dir(prefix: str) -> Path:
     """Creates a temporary directory that is removed at interpreter exit if still there."""
     path = Path(tempfile.mkdtemp(prefix=prefix))
@@ -128,7 +194,8 @@ class ManagedProcess:
     """One server process started by the harness, with its output in a log file.
 
     The process runs in a new session, so a Ctrl-C in the terminal reaches only
-    the test runner, whose exit hook then kills it.
+    the test runner, whose exit hook then kills it; on Linux it also gets
+    SIGKILL from the kernel when the test process dies any other way.
 
     Thread-safety: not thread-safe; one owner drives it. The exit hook only
     calls :meth:`kill`, after the owner's threads are gone.
@@ -180,15 +247,7 @@ class ManagedProcess:
             self._log_start = log.tell()
             log.write(f"=== liftbridge.testing: starting {' '.join(self.argv)}\n".encode())
             log.flush()
-            self._popen = subprocess.Popen(
-                self.argv,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-            )
+            self._popen = _spawn(self.argv, self.env, log.fileno())
         with _REGISTRY_LOCK:
             _LIVE.add(self)
         _LOG.debug("started %s (pid %d): %s", self.name, self._popen.pid, " ".join(self.argv))

@@ -158,3 +158,9 @@ def test_ack_equality_hash_copy_pickle_and_immutability() -> None:
         wired.offset = 1  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
         del wired.stream
+
+
+def test_an_unknown_ack_error_code_is_a_server_error_not_a_value_error() -> None:
+    refused = ack_from_proto(wire_ack(ackError=99))
+    assert isinstance(refused.error, liftbridge.ServerError)
+    assert refused.error.code == "UNKNOWN_99"
