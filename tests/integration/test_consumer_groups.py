@@ -551,9 +551,12 @@ def pinned_member(
 
 
 def pinned_holder(members: dict[str, Consumer]) -> str | None:
+    """The one member whose own view says it holds the pin; None when none
+    does, or while a handover shows in two views at once (the member losing
+    the pin learns so at its next heartbeat; reading is fenced by the group
+    epoch meanwhile)."""
     pinned = [name for name, c in members.items() if c.pin is not None and c.pin.pinned]
-    assert len(pinned) <= 1, f"pinned: {pinned}"
-    return pinned[0] if pinned else None
+    return pinned[0] if len(pinned) == 1 else None
 
 
 def test_pinned_group_of_three_partitions_moves_whole_on_release(
