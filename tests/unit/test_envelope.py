@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from liftbridge._crc32c import crc32c
+from liftbridge._crc32c import IMPLEMENTATION, crc32c, pure_crc32c
 from liftbridge._envelope import (
     MAGIC,
     EnvelopeType,
@@ -33,30 +35,48 @@ from tests.unit.wire import wire_ack
 # ------------------------------------------------------------------ CRC-32C --
 
 
-@pytest.mark.parametrize(
-    ("data", "expected"),
-    [
-        (b"", 0x00000000),
-        (b"123456789", 0xE3069283),  # the standard check value
-        # RFC 3720 (iSCSI), appendix B.4
-        (bytes(32), 0x8A9136AA),
-        (b"\xff" * 32, 0x62A8AB43),
-        (bytes(range(32)), 0x46DD794E),
-        (bytes(range(31, -1, -1)), 0x113FDB5C),
-        (b"The quick brown fox jumps over the lazy dog", 0x22620404),
-    ],
-)
-def test_crc32c_known_vectors(data: bytes, expected: int) -> None:
-    assert crc32c(data) == expected
+_VECTORS = [
+    (b"", 0x00000000),
+    (b"123456789", 0xE3069283),  # the standard check value
+    # RFC 3720 (iSCSI), appendix B.4
+    (bytes(32), 0x8A9136AA),
+    (b"\xff" * 32, 0x62A8AB43),
+    (bytes(range(32)), 0x46DD794E),
+    (bytes(range(31, -1, -1)), 0x113FDB5C),
+    (b"The quick brown fox jumps over the lazy dog", 0x22620404),
+]
+_IMPLEMENTATIONS = [pytest.param(crc32c, id="crc32c"), pytest.param(pure_crc32c, id="pure")]
 
 
-def test_crc32c_in_pieces_equals_whole() -> None:
-    assert crc32c(b"56789", crc32c(b"1234")) == crc32c(b"123456789")
+@pytest.mark.parametrize("checksum", _IMPLEMENTATIONS)
+@pytest.mark.parametrize(("data", "expected"), _VECTORS)
+def test_crc32c_known_vectors(checksum: Callable[[bytes], int], data: bytes, expected: int) -> None:
+    assert checksum(data) == expected
 
 
-def test_crc32c_takes_any_bytes_like() -> None:
-    assert crc32c(bytearray(b"123456789")) == 0xE3069283
-    assert crc32c(memoryview(b"123456789")) == 0xE3069283
+@pytest.mark.parametrize("checksum", _IMPLEMENTATIONS)
+def test_crc32c_in_pieces_equals_whole(checksum: Callable[[bytes, int], int]) -> None:
+    assert checksum(b"56789", checksum(b"1234", 0)) == checksum(b"123456789", 0) == 0xE3069283
+
+
+@pytest.mark.parametrize("checksum", _IMPLEMENTATIONS)
+def test_crc32c_takes_any_bytes_like(checksum: Callable[[object], int]) -> None:
+    assert checksum(bytearray(b"123456789")) == 0xE3069283
+    assert checksum(memoryview(b"123456789")) == 0xE3069283
+    assert checksum(memoryview(b"x123456789")[1:]) == 0xE3069283
+
+
+def test_crc32c_uses_google_crc32c_when_installed() -> None:
+    # The dev environment installs the nats extra, which brings the C implementation.
+    pytest.importorskip("google_crc32c", reason="the nats extra is not installed")
+    assert IMPLEMENTATION == "google-crc32c"
+
+
+def test_both_implementations_agree_on_random_data() -> None:
+    rng = random.Random(16)
+    for size in (1, 7, 8, 63, 100, 1024, 4099):
+        data = rng.randbytes(size)
+        assert crc32c(data) == pure_crc32c(data)
 
 
 # ------------------------------------------------------------ wire layout --
