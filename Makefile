@@ -8,7 +8,7 @@ SERVERS := $(CURDIR)/.cache/servers/bin
 export LIFTBRIDGE_SERVER_BIN := $(SERVERS)/liftbridge
 export NATS_SERVER_BIN := $(SERVERS)/nats-server
 
-.PHONY: help venv server proto test unit lint demo bench chaos clean
+.PHONY: help venv server bench-go proto test unit lint demo bench chaos clean
 
 help:
 	@echo "make demo   - start a local Liftbridge server and show the SDK working"
@@ -28,6 +28,10 @@ venv: $(VENV)/.installed
 
 server:
 	bash scripts/install-server.sh
+
+# The Go client driver make bench compares the SDK with (bench/go, go-liftbridge v2.3.0).
+bench-go:
+	bash scripts/build-bench-go.sh
 
 proto: venv
 	$(PY) scripts/gen_proto.py
@@ -51,7 +55,7 @@ unit: venv
 demo: venv server
 	$(PY) examples/demo.py
 
-bench: venv server
+bench: venv server bench-go
 	$(PY) -m bench
 
 # Every row of the fault matrix, then 1,000,000 fuzzed inputs; the table goes to

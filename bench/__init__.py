@@ -1,4 +1,4 @@
-"""Benchmarks of the liftbridge SDK, each measured against the bare gRPC floor.
+"""Benchmarks of the liftbridge SDK, measured against the bare gRPC floor and the Go client.
 
 ``make bench`` (or ``python -m bench``) starts a :class:`~liftbridge.testing.LocalServer`,
 runs the workloads, prints a table and writes ``bench/results/<time>.json``.
@@ -6,6 +6,7 @@ runs the workloads, prints a table and writes ``bench/results/<time>.json``.
 
 Modules: :mod:`bench.sdk` drives the public SDK, :mod:`bench.floor` the same
 RPC patterns on the bare generated stub, :mod:`bench.over_nats` the NATS
-publisher, :mod:`bench.rss` peak memory in a subprocess, :mod:`bench.suite`
+publisher, :mod:`bench.rss` peak memory in a subprocess, :mod:`bench.gocli` the
+official Go client (``bench/go``), :mod:`bench.suite`
 puts them together, :mod:`bench.report` prints and stores the figures.
 """

@@ -2,7 +2,8 @@
 
 Environment switches for ``make bench``, which passes no arguments:
 ``BENCH_QUICK=1`` (same as ``--quick``), ``BENCH_CLUSTER=1`` (``--cluster``),
-``BENCH_NO_RSS=1`` (``--no-rss``), ``BENCH_BASELINE=<json>`` (``--baseline``).
+``BENCH_NO_RSS=1`` (``--no-rss``), ``BENCH_NO_GO=1`` (``--no-go``),
+``BENCH_BASELINE=<json>`` (``--baseline``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def _find_servers() -> None:
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="Benchmarks of the liftbridge SDK against the bare gRPC floor.",
+        description="Benchmarks of the liftbridge SDK against the bare gRPC floor and Go.",
     )
     parser.add_argument(
         "--quick", action="store_true", default=_flag("BENCH_QUICK"), help="a short smoke run"
@@ -59,6 +60,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         default=_flag("BENCH_NO_RSS"),
         help="skip the peak-RSS run (1,000,000 publish_async in a subprocess)",
+    )
+    parser.add_argument(
+        "--no-go",
+        action="store_true",
+        default=_flag("BENCH_NO_GO"),
+        help="skip the Go client (bench/go, built with the machine's Go on first use)",
     )
     parser.add_argument(
         "--only",
@@ -115,7 +122,7 @@ def run(argv: list[str] | None = None) -> tuple[int, Path]:
     started = datetime.datetime.now(datetime.UTC)
     log(f"bench: {'quick' if args.quick else 'full'} run of {', '.join(workloads)}")
     clock = time.monotonic()
-    suite = Suite(plan, workloads, log)
+    suite = Suite(plan, workloads, log, go=not args.no_go)
     suite.run()
     duration = time.monotonic() - clock
 

@@ -11,6 +11,8 @@ from bench.stats import Spread
 
 SDK = "sdk"
 BARE = "bare"
+GO = "go"
+"""The official Go client (go-liftbridge), driven by ``bench/go``: the target."""
 
 THROUGHPUT = ("msgs_per_s", "mb_per_s")
 """Metrics where more is better; the table gives them an SDK/bare ratio."""
@@ -35,7 +37,7 @@ class Result:
         workload: e.g. ``"publish"``, ``"publish_async"``.
         setting: what else distinguishes it, e.g. ``"window=1024"``.
         value_size: bytes per value.
-        variant: ``"sdk"`` or ``"bare"`` (the floor).
+        variant: ``"sdk"``, ``"bare"`` (the floor) or ``"go"`` (the Go client).
         count: messages per repetition.
         metrics: metric name to its spread over the repetitions.
         shown: the metrics the table prints, in order.
@@ -66,30 +68,46 @@ class Result:
 
 
 def comparisons(results: Sequence[Result]) -> list[dict[str, object]]:
-    """SDK/bare ratios of the compared metrics, one per workload, setting and size."""
+    """SDK/bare and SDK/Go ratios of the compared metrics, one per workload,
+    setting and size that has the SDK and at least one of the two.
+
+    ``ratio`` is SDK/bare and ``ratio_go`` SDK/Go; either is ``None`` when
+    that driver did not run the workload.
+    """
     by_key: dict[tuple[str, str, int], dict[str, Result]] = {}
     for result in results:
         by_key.setdefault(result.key, {})[result.variant] = result
     rows: list[dict[str, object]] = []
     for (workload, setting, size), variants in by_key.items():
-        sdk, bare = variants.get(SDK), variants.get(BARE)
-        if sdk is None or bare is None:
+        sdk = variants.get(SDK)
+        others = {v: variants.get(v) for v in (BARE, GO)}
+        if sdk is None or not any(others.values()):
             continue
         for metric in COMPARED:
-            if metric in sdk.shown and metric in sdk.metrics and metric in bare.metrics:
-                floor = bare.metrics[metric].median
-                rows.append(
-                    {
-                        "workload": workload,
-                        "setting": setting,
-                        "value_size": size,
-                        "metric": metric,
-                        "sdk": sdk.metrics[metric].median,
-                        "bare": floor,
-                        "ratio": sdk.metrics[metric].median / floor if floor else None,
-                        "higher_is_better": metric in THROUGHPUT,
-                    }
-                )
+            if metric not in sdk.shown or metric not in sdk.metrics:
+                continue
+            mine = sdk.metrics[metric].median
+            theirs = {
+                v: r.metrics[metric].median if r is not None and metric in r.metrics else None
+                for v, r in others.items()
+            }
+            if all(value is None for value in theirs.values()):
+                continue
+            floor, go = theirs[BARE], theirs[GO]
+            rows.append(
+                {
+                    "workload": workload,
+                    "setting": setting,
+                    "value_size": size,
+                    "metric": metric,
+                    "sdk": mine,
+                    "bare": floor,
+                    "go": go,
+                    "ratio": mine / floor if floor else None,
+                    "ratio_go": mine / go if go else None,
+                    "higher_is_better": metric in THROUGHPUT,
+                }
+            )
     return rows
 
 
@@ -123,35 +141,42 @@ def _layout(rows: Sequence[tuple[str, ...]], *, left: int) -> str:
 
 def table(results: Sequence[Result]) -> str:
     """The results as a fixed-width text table: median ±half-range over the
-    repetitions, SDK next to its floor, and their ratio for throughput."""
-    header = ("workload", "setting", "size", "metric", "SDK", "bare", "SDK/bare")
+    repetitions, the SDK next to its floor and to the Go client, and the
+    ratios for throughput."""
+    header = ("workload", "setting", "size", "metric", "SDK", "bare", "Go", "SDK/bare", "SDK/Go")
     rows: list[tuple[str, ...]] = [header]
     groups: dict[tuple[str, str, int], dict[str, Result]] = {}
     for result in results:
         groups.setdefault(result.key, {})[result.variant] = result
     for (workload, setting, size), variants in groups.items():
-        sdk, bare = variants.get(SDK), variants.get(BARE)
-        shown = (sdk or bare or next(iter(variants.values()))).shown
+        sdk, bare, go = variants.get(SDK), variants.get(BARE), variants.get(GO)
+        shown = (sdk or bare or go or next(iter(variants.values()))).shown
         first = True
         for metric in shown:
-            left = sdk.metrics.get(metric) if sdk else None
-            right = bare.metrics.get(metric) if bare else None
-            ratio = "-"
-            if metric in THROUGHPUT and left is not None and right is not None and right.median:
-                ratio = f"{left.median / right.median:.2f}"
+            mine = sdk.metrics.get(metric) if sdk else None
+            floor = bare.metrics.get(metric) if bare else None
+            target = go.metrics.get(metric) if go else None
             rows.append(
                 (
                     workload if first else "",
                     setting if first else "",
                     _size(size) if first else "",
                     _LABELS.get(metric, metric),
-                    _figure(left),
-                    _figure(right),
-                    ratio,
+                    _figure(mine),
+                    _figure(floor),
+                    _figure(target),
+                    _ratio(metric, mine, floor),
+                    _ratio(metric, mine, target),
                 )
             )
             first = False
     return _layout(rows, left=4)
+
+
+def _ratio(metric: str, mine: Spread | None, theirs: Spread | None) -> str:
+    if metric in THROUGHPUT and mine is not None and theirs is not None and theirs.median:
+        return f"{mine.median / theirs.median:.2f}"
+    return "-"
 
 
 def _ratios(document: Mapping[str, object]) -> dict[tuple[str, str, int], float]:

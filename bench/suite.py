@@ -1,9 +1,11 @@
 """The benchmark suite: which workloads run, against which servers, how often.
 
 Every workload pairs SDK drivers (:mod:`bench.sdk`) with their floor
-(:mod:`bench.floor`) where one exists, warms both up, then alternates their
-repetitions (SDK first on even repetitions, floor first on odd ones) so that
-a machine getting busier or quieter during the run affects both alike.
+(:mod:`bench.floor`) where one exists and, for one-at-a-time and pipelined
+publishing and catch-up reads on one server, with the official Go client
+(:mod:`bench.gocli`), warms them up, then alternates their repetitions (in
+order on even repetitions, in reverse on odd ones) so that a machine getting
+busier or quieter during the run affects them alike.
 One-at-a-time publishing, whose pace on a shared machine changes within a
 second, goes further: the drivers take turns every 100 messages.
 """
@@ -19,8 +21,8 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 import liftbridge
-from bench import floor, over_nats, rss, sdk
-from bench.report import BARE, SDK, Result
+from bench import floor, gocli, over_nats, rss, sdk
+from bench.report import BARE, GO, SDK, Result
 from bench.stats import Run, summarise
 from liftbridge.testing import LocalCluster, LocalServer
 from liftbridge_api import api_pb2_grpc
@@ -135,8 +137,16 @@ class Suite:
     and recorded in :attr:`errors`; the others still run.
     """
 
-    def __init__(self, plan: Plan, workloads: Sequence[str], log: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        workloads: Sequence[str],
+        log: Callable[[str], None],
+        *,
+        go: bool = True,
+    ) -> None:
         self.plan = plan
+        self.go = go
         self.workloads = tuple(w for w in WORKLOADS if w in workloads)
         self.results: list[Result] = []
         self.errors: list[dict[str, str]] = []
@@ -144,6 +154,13 @@ class Suite:
         self._log = log
 
     def run(self) -> None:
+        if self.go:
+            try:
+                self._log(f"Go driver: {gocli.build()}")
+            except gocli.GoDriverError as e:  # the SDK's figures are still worth having
+                self._log(f"!! no Go figures: {e}")
+                self.errors.append({"workload": "go", "error": str(e)})
+                self.go = False
         single = [w for w in self.workloads if w != "cluster"]
         if single:
             self._log("starting a LocalServer")
@@ -231,14 +248,15 @@ class Suite:
         channel, stub = floor.open_stub(server.address)
         try:
             with self._client(server.addresses) as client:
+                go = server.address if self.go else None
                 if workload == "publish":
-                    self._publish(client, stub, "publish", liftbridge.AckPolicy.LEADER)
+                    self._publish(client, stub, "publish", liftbridge.AckPolicy.LEADER, go=go)
                 elif workload == "publish_async":
                     self._pipelined(
-                        server.addresses, stub, "publish_async", liftbridge.AckPolicy.LEADER
+                        server.addresses, stub, "publish_async", liftbridge.AckPolicy.LEADER, go=go
                     )
                 elif workload == "subscribe":
-                    self._subscribe(client, stub)
+                    self._subscribe(client, stub, go=go)
                 elif workload == "pull":
                     self._pull(client, stub)
                 elif workload == "e2e":
@@ -258,12 +276,15 @@ class Suite:
         policy: liftbridge.AckPolicy,
         replication_factor: int = 1,
         count: int | None = None,
+        go: str | None = None,
     ) -> None:
+        """One-at-a-time publishes; ``go`` is the broker the Go driver publishes
+        to (LEADER only), ``None`` for no Go driver."""
         count = count or self.plan.publish_count
         setting = policy.name
         for size in self.plan.sizes:
             value = b"p" * size
-            names = [self._stream(client, workload, v, size, replication_factor) for v in "sbu"]
+            names = [self._stream(client, workload, v, size, replication_factor) for v in "sbug"]
             entries = [
                 _Entry(
                     workload,
@@ -291,6 +312,17 @@ class Suite:
                     _PUBLISH_SHOWN,
                 ),
             ]
+            if go is not None:
+                entries.append(
+                    _Entry(
+                        workload,
+                        setting,
+                        size,
+                        GO,
+                        gocli.GoDriver(go, "publish", names[3], size),
+                        _PUBLISH_SHOWN,
+                    )
+                )
             self._measure(
                 entries,
                 count,
@@ -308,14 +340,16 @@ class Suite:
         replication_factor: int = 1,
         windows: tuple[int, ...] | None = None,
         count: int | None = None,
+        go: str | None = None,
     ) -> None:
+        """Pipelined publishes per window; ``go`` as for :meth:`_publish`."""
         count = count or self.plan.pipelined_count
         for window in windows or self.plan.windows:
             with self._client(addresses, max_inflight=window) as client:
                 for size in self.plan.sizes:
                     value = b"a" * size
                     names = [
-                        self._stream(client, workload, v, size, replication_factor) for v in "sb"
+                        self._stream(client, workload, v, size, replication_factor) for v in "sbg"
                     ]
                     setting = f"{policy.name} window={window}"
                     entries = [
@@ -336,9 +370,16 @@ class Suite:
                             _PIPELINED_SHOWN,
                         ),
                     ]
+                    if go is not None:
+                        driver = gocli.GoDriver(go, "publish_async", names[2], size, window=window)
+                        entries.append(
+                            _Entry(workload, setting, size, GO, driver, _PIPELINED_SHOWN)
+                        )
                     self._measure(entries, count, self.plan.pipelined_reps, self.plan.warmup(count))
 
-    def _subscribe(self, client: liftbridge.Client, stub: api_pb2_grpc.APIStub) -> None:
+    def _subscribe(
+        self, client: liftbridge.Client, stub: api_pb2_grpc.APIStub, go: str | None = None
+    ) -> None:
         total, warm = self.plan.subscribe_messages, self.plan.subscribe_warmup_messages
         for size in self.plan.sizes:
             value = b"s" * size
@@ -348,11 +389,17 @@ class Suite:
             floor.fill_partition(stub, stream, value, total)
             floor.fill_partition(stub, warm_stream, value, warm)
             self._log(f"   filled {total:,} x {size} B in {time.monotonic() - started:.0f}s")
-            for driver in (
+            warmups: list[Driver] = [
                 sdk.SdkSubscribe(client, warm_stream, warm - 1, size),
                 floor.BareSubscribe(stub, warm_stream, warm - 1, size),
-            ):
+            ]
+            if go is not None:
+                warmups.append(
+                    gocli.GoDriver(go, "subscribe", warm_stream, size, last_offset=warm - 1)
+                )
+            for driver in warmups:
                 driver.run(warm)
+                driver.close()
             setting = "earliest"
             entries = [
                 _Entry(
@@ -372,6 +419,9 @@ class Suite:
                     _PIPELINED_SHOWN,
                 ),
             ]
+            if go is not None:
+                reader = gocli.GoDriver(go, "subscribe", stream, size, last_offset=total - 1)
+                entries.append(_Entry("subscribe", setting, size, GO, reader, _PIPELINED_SHOWN))
             self._measure(entries, total, self.plan.subscribe_reps, 0)
             client.delete_stream(stream)
             client.delete_stream(warm_stream)

@@ -55,7 +55,7 @@ def test_quick_bench_writes_figures_for_every_workload(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, f"bench failed:\n{done.stdout}\n{done.stderr}"
-    assert "SDK/bare" in done.stdout  # the table was printed
+    assert "SDK/bare" in done.stdout and "SDK/Go" in done.stdout  # the table was printed
     # ... and how the ratios moved since the baseline run
     _, changes = done.stdout.split(f"SDK/bare msgs/s against {baseline}:")
     (moved,) = [
@@ -75,13 +75,20 @@ def test_quick_bench_writes_figures_for_every_workload(tmp_path: Path) -> None:
     for workload in ("publish", "publish_async", "subscribe", "pull", "e2e latency"):
         assert (workload, "sdk") in workloads
         assert (workload, "bare") in workloads
+    for workload in ("publish", "publish_async", "subscribe"):
+        assert (workload, "go") in workloads  # the Go client, built from bench/go
     assert ("nats publish_async", "sdk") in workloads
     for result in document["results"]:
         for spread in result["metrics"].values():
             assert spread["low"] <= spread["median"] <= spread["high"]
 
-    compared = {(c["workload"], c["value_size"]) for c in document["comparisons"]}
-    assert {("publish", 100), ("publish_async", 100), ("subscribe", 100)} <= compared
-    assert all(c["ratio"] is not None and c["ratio"] > 0 for c in document["comparisons"])
+    both = {
+        (c["workload"], c["value_size"])
+        for c in document["comparisons"]
+        if c["ratio"] is not None and c["ratio_go"] is not None
+    }
+    assert {("publish", 100), ("publish_async", 100), ("subscribe", 100)} <= both
+    ratios = [c[r] for c in document["comparisons"] for r in ("ratio", "ratio_go")]
+    assert all(ratio is None or ratio > 0 for ratio in ratios)
     assert document["rss"]["messages"] == 5_000
     assert document["rss"]["peak_rss_mb"] > 0
