@@ -1,0 +1,794 @@
+"""Publishing to Liftbridge streams through NATS in batches: the fast publish path.
+
+:class:`NatsStreamPublisher` writes publish envelopes (:mod:`liftbridge._envelope`)
+straight to the NATS subject of a stream partition and matches the acks that
+the partition leader sends to one inbox subscription. NATS carries many
+envelopes per socket write, which is how the Go client's PublishAsync pace
+is reached from Python; the gRPC publish path pays a round of HTTP/2 framing
+and grpcio's thread hops per message instead.
+
+It runs on nats-py (the ``nats`` extra; the maintained official client), an
+asyncio client, behind a synchronous, thread-safe API. Three kinds of thread:
+
+- the caller's: checks the arguments, picks the partition from the
+  client's metadata, builds the envelope, takes a slot of the in-flight
+  window, registers the pending ack and hands the envelope over;
+- ``liftbridge-nats-loop``: one event loop owning the NATS connection. It
+  writes whatever envelopes are waiting in one go (nats-py coalesces them
+  into one socket write) and passes the raw ack payloads it reads on;
+- ``liftbridge-callbacks``: decodes acks, resolves futures (so their
+  done-callbacks run here), calls ack handlers, fails late acks with
+  :class:`AckTimeoutError` and frees window slots. No user code ever runs on
+  the loop thread.
+
+Only this module imports nats-py, and only when a publisher is created.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import enum
+import heapq
+import itertools
+import logging
+import queue
+import ssl
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from time import monotonic
+from types import TracebackType
+from typing import Any
+
+from liftbridge import _validate
+from liftbridge._envelope import new_message, unmarshal_ack
+from liftbridge._errors import (
+    AckTimeoutError,
+    ArgumentTypeError,
+    ClientClosedError,
+    ConnectionLostError,
+    EnvelopeError,
+    InvalidArgumentError,
+    MessageTooLargeError,
+    MissingDependencyError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    PublishWindowFullError,
+    UnavailableError,
+)
+from liftbridge._messages import Ack, AckPolicy
+from liftbridge._metadata import Metadata, StreamInfo
+from liftbridge._partitioner import PartitionByKey, Partitioner
+
+logger = logging.getLogger(__name__)
+
+AckHandler = Callable[[Ack | None, BaseException | None], None]
+
+# Bounds of close(): the NATS client's close, then each thread's join.
+_CLOSE_TIMEOUT = 5.0
+_BY_KEY = PartitionByKey()
+
+
+def _import_nats() -> Any:
+    """Imports nats-py, or explains how to install it."""
+    try:
+        import nats
+    except ImportError as e:
+        raise MissingDependencyError(
+            "publishing over NATS needs the nats-py package: pip install 'liftbridge[nats]'"
+        ) from e
+    return nats
+
+
+class _State(enum.Enum):
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+@dataclass(slots=True, eq=False)
+class _Pending:
+    """A publish waiting for its ack; owned by the callbacks thread once registered."""
+
+    correlation_id: str
+    future: Future[Ack | None]
+    handler: AckHandler | None
+    deadline: float  # time.monotonic()
+    timeout: float
+    subject: str
+    settled: bool = field(default=False)
+
+
+class _Stop:
+    """Tells the callbacks thread to fail what is pending and end."""
+
+
+_STOP = _Stop()
+
+
+class NatsStreamPublisher:
+    """Publishes to Liftbridge streams over NATS, many envelopes per socket write.
+
+    The same contract as :meth:`Client.publish_async`: a Future and a
+    Go-style ``ack_handler(ack, error)``, a bounded in-flight window, ack
+    timeouts, typed errors, key and partition routing (a key alone picks
+    :class:`PartitionByKey`'s partition, as the Go client does), headers,
+    expected offsets. Partition N of a stream whose subject is S listens on
+    NATS subject S (N = 0) or ``S.N``; the subjects and partition counts come
+    from ``client``'s metadata (fetched once more when a stream is unknown).
+    Nothing is ever re-sent: a message whose ack does not come in time may or
+    may not have been stored.
+
+    NATS reconnects on its own (nats-py): publishes made while it is away
+    are buffered and sent on reconnection; acks the server sent meanwhile
+    are lost and those publishes end with :class:`AckTimeoutError`. When
+    NATS gives up, pending publishes fail with :class:`ConnectionLostError`.
+
+    Thread-safe; use it as a context manager or call :meth:`close`.
+
+    Args:
+        client: a :class:`liftbridge.Client` of the same cluster, for metadata.
+        url: the NATS server: ``nats://host:port``, ``tls://host:port`` for
+            TLS, with ``user:password@`` for credentials.
+        max_inflight: publishes awaiting acks at most; ``publish_async``
+            blocks (up to its ``timeout``) while the window is full.
+        ack_timeout: default seconds to wait for an ack.
+        connect_timeout: seconds to wait for the NATS server when connecting.
+        crc: add a CRC-32C to every envelope (the server checks it).
+        tls: an SSL context for a TLS connection (implies TLS).
+        token: a NATS authentication token.
+        credentials: path to a NATS ``.creds`` file (JWT and NKey seed).
+        max_reconnect_attempts: reconnection attempts before giving up.
+        reconnect_wait: seconds between reconnection attempts.
+
+    Raises:
+        MissingDependencyError: nats-py is not installed.
+        InvalidArgumentError: a bad argument (ArgumentTypeError for a wrong type).
+        UnavailableError: the NATS server cannot be reached or refused us.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        url: str,
+        *,
+        max_inflight: int = 1024,
+        ack_timeout: float = 5.0,
+        connect_timeout: float = 5.0,
+        crc: bool = False,
+        tls: ssl.SSLContext | None = None,
+        token: str | None = None,
+        credentials: str | None = None,
+        max_reconnect_attempts: int = 60,
+        reconnect_wait: float = 0.5,
+    ) -> None:
+        if not callable(getattr(client, "fetch_metadata", None)):
+            raise ArgumentTypeError(
+                f"client must be a liftbridge.Client, got {type(client).__name__}"
+            )
+        if not isinstance(url, str) or not url.startswith(("nats://", "tls://")):
+            raise InvalidArgumentError(
+                f"url must look like nats://host:port or tls://host:port, got {url!r}"
+                if isinstance(url, str)
+                else f"url must be a str, got {type(url).__name__}"
+            )
+        self._max_inflight = _validate.positive_int(max_inflight, arg="max_inflight")
+        self._ack_timeout = _validate.seconds(ack_timeout, arg="ack_timeout")
+        connect_timeout = _validate.seconds(connect_timeout, arg="connect_timeout")
+        reconnect_wait = _validate.seconds(reconnect_wait, arg="reconnect_wait")
+        max_reconnect_attempts = _validate.positive_int(
+            max_reconnect_attempts, arg="max_reconnect_attempts", minimum=0
+        )
+        if not isinstance(crc, bool):
+            raise ArgumentTypeError(f"crc must be a bool, got {type(crc).__name__}")
+        if tls is not None and not isinstance(tls, ssl.SSLContext):
+            raise ArgumentTypeError(f"tls must be an ssl.SSLContext, got {type(tls).__name__}")
+        for name, value in (("token", token), ("credentials", credentials)):
+            if value is not None and not isinstance(value, str):
+                raise ArgumentTypeError(f"{name} must be a str or None, got {type(value).__name__}")
+        nats = _import_nats()
+
+        self._client = client
+        self._crc = crc
+        self._where = url.split("@")[-1]  # never the credentials
+        self._inbox = f"_INBOX.{uuid.uuid4().hex}"
+        self._ids = itertools.count()
+        self._id_prefix = f"{uuid.uuid4().hex[:12]}-"
+
+        self._lock = threading.Lock()
+        # _lock guards _state, _inflight, _pending, _deadlines and _lost.
+        self._settled = threading.Condition(self._lock)  # notified as the window frees up
+        self._state = _State.OPEN
+        self._inflight = 0
+        self._pending: dict[str, _Pending] = {}
+        self._deadlines: list[tuple[float, int, _Pending]] = []  # heap
+        self._lost: BaseException | None = None  # NATS gave up reconnecting
+        self._resume_at = self._max_inflight - max(1, self._max_inflight // 8)
+
+        # Envelopes handed to the loop thread: appended by publishers, emptied
+        # by the loop (deque appends and pops are atomic).
+        self._outbox: collections.deque[tuple[str, bytes, _Pending | None]] = collections.deque()
+        self._wakeup_scheduled = False  # a wake-up of the writer is on its way
+        self._acks: list[bytes] = []  # raw ack payloads read in this loop turn (loop thread)
+        self._callbacks: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+        self._loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(
+            target=self._run_loop, name="liftbridge-nats-loop", daemon=True
+        )
+        self._callback_thread = threading.Thread(
+            target=self._run_callbacks, name="liftbridge-callbacks", daemon=True
+        )
+        self._loop_thread.start()
+        options: dict[str, Any] = {
+            "servers": [url],
+            "name": "liftbridge-python",
+            "connect_timeout": connect_timeout,
+            "allow_reconnect": True,
+            "max_reconnect_attempts": max_reconnect_attempts,
+            "reconnect_time_wait": reconnect_wait,
+            "error_cb": self._on_nats_error,
+            "disconnected_cb": self._on_disconnected,
+            "reconnected_cb": self._on_reconnected,
+            "closed_cb": self._on_closed,
+        }
+        if tls is not None:
+            options["tls"] = tls
+        if token is not None:
+            options["token"] = token
+        if credentials is not None:
+            options["user_credentials"] = credentials
+        try:
+            connecting = asyncio.run_coroutine_threadsafe(self._connect(nats, options), self._loop)
+            self._nc, self._writer = connecting.result(connect_timeout * 2 + 1)
+        except TimeoutError as e:
+            self._stop_loop()
+            raise UnavailableError(
+                f"no NATS connection to {self._where} within {connect_timeout * 2 + 1:g}s"
+            ) from e
+        except BaseException:
+            self._stop_loop()
+            raise
+        self._max_payload = int(self._nc.max_payload)
+        self._callback_thread.start()
+        logger.debug(
+            "NATS stream publisher connected to %s, ack inbox %s", self._where, self._inbox
+        )
+
+    # -------------------------------------------------------------- public --
+
+    @property
+    def ack_inbox(self) -> str:
+        """The NATS subject this publisher receives acks on."""
+        return self._inbox
+
+    @property
+    def max_payload(self) -> int:
+        """The largest envelope the NATS server accepts, in bytes."""
+        return self._max_payload
+
+    def publish_async(
+        self,
+        stream: str,
+        value: bytes,
+        ack_handler: AckHandler | None = None,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        timeout: float | None = None,
+    ) -> Future[Ack | None]:
+        """Publishes a message over NATS without waiting for its ack.
+
+        The partition is ``partition`` when given, else the ``partitioner``'s
+        choice, else the key's partition (:class:`PartitionByKey`) when there
+        is a key, else 0. Blocks only while ``max_inflight`` publishes await
+        acks, until an eighth of the window has freed up (or ``timeout``).
+
+        Args:
+            stream: the stream.
+            value: the payload.
+            ack_handler: ``handler(ack, error)``, called once with the outcome
+                (not for AckPolicy.NONE). Runs on the ``liftbridge-callbacks``
+                thread, as do the future's done-callbacks: they must not
+                block. Exceptions it raises are logged. From there,
+                ``publish_async`` raises :class:`PublishWindowFullError` at
+                once rather than wait on a full window.
+            key: the message key.
+            headers: header name to bytes.
+            partition: explicit partition; wins over ``partitioner``.
+            partitioner: e.g. :class:`PartitionByKey`.
+            ack_policy: LEADER (default), ALL, or NONE (sent, never acked).
+            expected_offset: the offset the message must land at (optimistic
+                concurrency control), else :class:`IncorrectOffsetError`.
+            timeout: seconds to wait for the ack (and for a window slot);
+                None for the publisher's ``ack_timeout``.
+
+        Returns:
+            A Future of the :class:`Ack` (None for AckPolicy.NONE, once handed
+            to NATS). It cannot be cancelled.
+
+        Raises:
+            InvalidArgumentError, ArgumentTypeError: bad input (nothing sent).
+            NoSuchStreamError, NoSuchPartitionError: not in the metadata.
+            MessageTooLargeError: the envelope is over NATS's ``max_payload``.
+            PublishWindowFullError: the window stayed full for ``timeout``.
+            ClientClosedError: the publisher is closed.
+            ConnectionLostError: NATS gave up reconnecting.
+        """
+        if ack_handler is not None and not callable(ack_handler):
+            raise ArgumentTypeError("ack_handler must be callable or None")
+        if timeout is None:
+            timeout = self._ack_timeout
+        else:
+            timeout = _validate.seconds(timeout, arg="timeout")
+        _validate.stream_name(stream)
+        value = _validate.data(value)
+        key = _validate.optional_bytes(key, arg="key")
+        subject = self._subject(stream, key, value, partition, partitioner)
+        wants_ack = ack_policy is not AckPolicy.NONE
+        if expected_offset is not None and not wants_ack:
+            raise InvalidArgumentError(
+                "expected_offset needs an ack (ack_policy LEADER or ALL): the server refuses "
+                "optimistic-concurrency publishes with AckPolicy.NONE"
+            )
+        correlation_id = f"{self._id_prefix}{next(self._ids)}"
+        envelope = new_message(
+            value,
+            key=key,
+            headers=headers,
+            ack_inbox=self._inbox if wants_ack else "",
+            correlation_id=correlation_id,
+            ack_policy=ack_policy,
+            expected_offset=expected_offset,
+            crc=self._crc,
+        )
+        if len(envelope) > self._max_payload:
+            raise MessageTooLargeError(
+                f"the envelope is {len(envelope)} bytes, over the NATS server's max_payload "
+                f"of {self._max_payload} bytes (nothing was sent)"
+            )
+        future: Future[Ack | None] = Future()
+        future.set_running_or_notify_cancel()  # a running future cannot be cancelled
+        entry: _Pending | None = None
+        if wants_ack:
+            entry = _Pending(correlation_id, future, ack_handler, 0.0, timeout, subject)
+            self._admit(entry, timeout)
+        else:
+            self._check_open()
+        self._outbox.append((subject, envelope, entry))
+        if not self._wakeup_scheduled:
+            self._wakeup_scheduled = True
+            # RuntimeError: the loop has stopped; close() fails what is pending.
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._writer.set)
+        if not wants_ack:
+            future.set_result(None)
+        return future
+
+    def publish(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        timeout: float | None = None,
+    ) -> Ack | None:
+        """Publishes a message and waits for its ack (arguments as for
+        :meth:`publish_async`; raises what its future would end with)."""
+        future = self.publish_async(
+            stream,
+            value,
+            key=key,
+            headers=headers,
+            partition=partition,
+            partitioner=partitioner,
+            ack_policy=ack_policy,
+            expected_offset=expected_offset,
+            timeout=timeout,
+        )
+        # The callbacks thread ends every future by its deadline; the margin
+        # only covers that thread being late.
+        wait = (self._ack_timeout if timeout is None else timeout) + _CLOSE_TIMEOUT
+        return future.result(wait)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Waits until every publish accepted so far has its outcome.
+
+        Args:
+            timeout: seconds to wait at most; None to wait until the last ack
+                or ack timeout.
+
+        Returns:
+            True when nothing is in flight any more, False on timeout.
+        """
+        if timeout is not None:
+            timeout = _validate.seconds(timeout, arg="timeout", allow_zero=True)
+        deadline = None if timeout is None else monotonic() + timeout
+        with self._settled:
+            while self._inflight:
+                left = None if deadline is None else deadline - monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._settled.wait(left)
+        # AckPolicy.NONE publishes have no ack to wait for: see them written.
+        if self._loop.is_running() and self._state is _State.OPEN:
+            left = None if deadline is None else max(0.001, deadline - monotonic())
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(self._flush_nats(left), self._loop).result(left)
+        return True
+
+    def close(self) -> None:
+        """Closes the NATS connection; fails publishes awaiting acks with
+        :class:`ClientClosedError`.
+
+        Idempotent and thread-safe; blocks for about 15 seconds at most (the
+        NATS client's close, then each thread). Call :meth:`flush` first to
+        wait for outstanding acks. May be called from an ack handler.
+        """
+        with self._lock:
+            if self._state is not _State.OPEN:
+                return
+            self._state = _State.CLOSING
+            self._settled.notify_all()  # publishers waiting on the window raise
+        self._stop_loop()
+        # Publishes still in the outbox never reached NATS: the callbacks thread fails them.
+        self._callbacks.put(_STOP)
+        if threading.current_thread() is self._callback_thread:
+            self._fail_everything()
+        else:
+            self._callback_thread.join(_CLOSE_TIMEOUT)
+            if self._callback_thread.is_alive():
+                logger.warning("liftbridge-callbacks did not stop within %.0fs", _CLOSE_TIMEOUT)
+        with self._lock:
+            self._state = _State.CLOSED
+        logger.debug("NATS stream publisher for %s closed", self._where)
+
+    def __enter__(self) -> NatsStreamPublisher:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"NatsStreamPublisher({self._where}, {self._state.value})"
+
+    # ---------------------------------------------------- caller's thread --
+
+    def _subject(
+        self,
+        stream: str,
+        key: bytes | None,
+        value: bytes,
+        partition: int | None,
+        partitioner: Partitioner | None,
+    ) -> str:
+        """The NATS subject of the partition the message goes to."""
+        metadata, info = self._stream_info(stream)
+        count = len(info.partitions)
+        if partition is not None:
+            _validate.partition(partition)
+        elif partitioner is not None:
+            if not isinstance(partitioner, Partitioner):
+                raise ArgumentTypeError(
+                    f"partitioner must implement partition(stream, key, value, metadata), "
+                    f"got {type(partitioner).__name__}"
+                )
+            partition = partitioner.partition(stream, key, value, metadata)
+            if isinstance(partition, bool) or not isinstance(partition, int):
+                raise InvalidArgumentError(f"{partitioner!r} chose partition {partition!r}")
+        elif key:
+            partition = _BY_KEY.partition(stream, key, value, metadata)
+        else:
+            partition = 0
+        if partition not in info.partitions:
+            raise NoSuchPartitionError(
+                f"stream {stream!r} has no partition {partition} (it has {count})"
+            )
+        return info.subject if partition == 0 else f"{info.subject}.{partition}"
+
+    def _stream_info(self, stream: str) -> tuple[Metadata, StreamInfo]:
+        metadata: Metadata = self._client.metadata
+        info = metadata.get_stream(stream)
+        if info is None:
+            metadata = self._client.fetch_metadata()
+            info = metadata.get_stream(stream)
+            if info is None:
+                raise NoSuchStreamError(f"no stream named {stream!r}")
+        return metadata, info
+
+    def _check_open(self) -> None:
+        if self._state is not _State.OPEN:
+            raise ClientClosedError(f"NATS stream publisher for {self._where} is closed")
+        if self._lost is not None:
+            raise ConnectionLostError(
+                f"NATS connection to {self._where} is lost: {self._lost!r}; close the publisher"
+            )
+
+    def _admit(self, entry: _Pending, timeout: float) -> None:
+        """Takes a window slot and registers the publish, or raises."""
+        on_callbacks = threading.current_thread() is self._callback_thread
+        with self._settled:
+            self._check_open()
+            if self._inflight >= self._max_inflight:
+                if on_callbacks:  # waiting here would stop the acks that free the window
+                    raise PublishWindowFullError(
+                        f"all {self._max_inflight} window slots await acks, and "
+                        "liftbridge-callbacks cannot wait for them"
+                    )
+                give_up = monotonic() + timeout
+                while self._inflight >= self._max_inflight:
+                    left = give_up - monotonic()
+                    if left <= 0:
+                        raise PublishWindowFullError(
+                            f"all {self._max_inflight} window slots still awaited acks "
+                            f"after {timeout:g}s"
+                        )
+                    self._settled.wait(left)
+                    self._check_open()
+            self._inflight += 1
+            entry.deadline = monotonic() + timeout
+            self._pending[entry.correlation_id] = entry
+            heapq.heappush(self._deadlines, (entry.deadline, next(self._ids), entry))
+
+    # --------------------------------------------------------- loop thread --
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_forever()
+        except Exception:  # the loop must not die silently
+            logger.exception("liftbridge-nats-loop failed")
+        finally:
+            with contextlib.suppress(Exception):
+                self._loop.close()
+
+    async def _connect(self, nats: Any, options: dict[str, Any]) -> tuple[Any, asyncio.Event]:
+        try:
+            nc = await nats.connect(**options)
+        except Exception as e:
+            raise UnavailableError(
+                f"cannot connect to the NATS server at {self._where}: {e!r}"
+            ) from e
+        try:
+            await nc.subscribe(self._inbox, cb=self._on_ack)
+            await nc.flush(options["connect_timeout"])
+        except Exception as e:
+            with contextlib.suppress(Exception):
+                await nc.close()
+            raise UnavailableError(
+                f"cannot subscribe to the ack inbox on {self._where}: {e!r}"
+            ) from e
+        writer = asyncio.Event()
+        self._writer_task = asyncio.get_running_loop().create_task(self._write_forever(nc, writer))
+        return nc, writer
+
+    async def _write_forever(self, nc: Any, writer: asyncio.Event) -> None:
+        """Writes the outbox to NATS each time publishers wake it up."""
+        outbox = self._outbox
+        while True:
+            await writer.wait()
+            writer.clear()
+            self._wakeup_scheduled = False  # before draining: later appends wake us again
+            while outbox:
+                subject, envelope, entry = outbox.popleft()
+                try:
+                    await nc.publish(subject, envelope)
+                except Exception as e:  # closed, or the reconnect buffer is full
+                    if entry is not None:
+                        self._callbacks.put((entry, e))
+                    else:
+                        logger.warning("dropped an AckPolicy.NONE publish on %s: %r", subject, e)
+
+    async def _flush_nats(self, timeout: float | None) -> None:
+        self._writer.set()
+        await asyncio.sleep(0)  # let the writer take what is in the outbox first
+        await self._nc.flush(timeout or 60.0)
+
+    async def _on_ack(self, msg: Any) -> None:
+        """Collects an ack payload; the callbacks thread gets them in batches."""
+        acks = self._acks
+        acks.append(msg.data)
+        if len(acks) == 1:
+            self._loop.call_soon(self._hand_acks_over)
+
+    def _hand_acks_over(self) -> None:
+        acks, self._acks = self._acks, []
+        self._callbacks.put(acks)
+
+    async def _on_nats_error(self, error: Exception) -> None:
+        logger.warning("NATS connection to %s: %r", self._where, error)
+
+    async def _on_disconnected(self) -> None:
+        if self._state is _State.OPEN:  # else close() is what disconnected it
+            logger.warning("NATS connection to %s lost; reconnecting", self._where)
+
+    async def _on_reconnected(self) -> None:
+        logger.info("NATS connection to %s re-established", self._where)
+
+    async def _on_closed(self) -> None:
+        with self._lock:
+            if self._state is _State.OPEN:
+                self._lost = UnavailableError("NATS stopped reconnecting")
+                self._settled.notify_all()
+        if self._lost is not None:
+            self._callbacks.put(self._lost)
+
+    async def _shutdown(self) -> None:
+        writer = getattr(self, "_writer_task", None)
+        if writer is not None:
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer
+        nc = getattr(self, "_nc", None)
+        if nc is not None and not nc.is_closed:
+            await nc.close()
+
+    def _stop_loop(self) -> None:
+        """Closes NATS on the loop, stops the loop and joins its thread (bounded)."""
+        if self._loop.is_running():
+            try:
+                closing = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
+                closing.result(_CLOSE_TIMEOUT)
+            except Exception as e:
+                logger.warning("closing the NATS connection to %s: %r", self._where, e)
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._loop.stop)
+        if threading.current_thread() is not self._loop_thread:
+            self._loop_thread.join(_CLOSE_TIMEOUT)
+            if self._loop_thread.is_alive():
+                logger.warning("liftbridge-nats-loop did not stop within %.0fs", _CLOSE_TIMEOUT)
+
+    # ---------------------------------------------------- callbacks thread --
+
+    def _run_callbacks(self) -> None:
+        """Resolves publishes and runs user callbacks. Runs on ``liftbridge-callbacks``."""
+        inbox = self._callbacks
+        while True:
+            with self._lock:
+                wait = self._deadlines[0][0] - monotonic() if self._deadlines else None
+            try:
+                item = inbox.get(timeout=None if wait is None else max(wait, 0.0))
+            except queue.Empty:
+                item = None
+            try:
+                if item is _STOP:
+                    self._fail_everything()
+                    return
+                if isinstance(item, list):
+                    self._settle_acks(item)
+                elif isinstance(item, tuple):
+                    entry, error = item
+                    self._settle_failed(entry, error)
+                elif isinstance(item, BaseException):
+                    self._fail_all_pending(item)
+                self._expire_due()
+            except Exception:  # never let this thread die: futures would hang
+                logger.exception("liftbridge-callbacks failed; continuing")
+
+    def _settle_acks(self, payloads: list[bytes]) -> None:
+        matched: list[tuple[_Pending, Ack]] = []
+        for payload in payloads:
+            try:
+                ack = unmarshal_ack(payload)
+            except EnvelopeError as e:
+                logger.warning("Dropping a message on ack inbox %s: %s", self._inbox, e)
+                continue
+            with self._lock:
+                entry = self._pending.pop(ack.correlation_id, None)
+            if entry is None:
+                logger.debug("Dropping an ack for %r: timed out already", ack.correlation_id)
+            else:
+                matched.append((entry, ack))
+        for entry, ack in matched:
+            if ack.error is not None:
+                self._resolve(entry, None, ack.error)
+            else:
+                self._resolve(entry, ack, None)
+        self._release(len(matched))
+
+    def _settle_failed(self, entry: _Pending, error: BaseException) -> None:
+        with self._lock:
+            mine = self._pending.pop(entry.correlation_id, None) is entry
+        if mine:
+            self._resolve(
+                entry,
+                None,
+                ConnectionLostError(
+                    f"NATS did not take the message for {entry.subject!r}: {error!r}; "
+                    "it was not stored"
+                ),
+            )
+            self._release(1)
+
+    def _expire_due(self) -> None:
+        now = monotonic()
+        due: list[_Pending] = []
+        with self._lock:
+            deadlines = self._deadlines
+            while deadlines and (deadlines[0][2].settled or deadlines[0][0] <= now):
+                entry = heapq.heappop(deadlines)[2]
+                if not entry.settled and self._pending.pop(entry.correlation_id, None) is entry:
+                    due.append(entry)
+        for entry in due:
+            self._resolve(
+                entry,
+                None,
+                AckTimeoutError(
+                    f"no ack within {entry.timeout:g}s for the message published on "
+                    f"{entry.subject!r} (correlation id {entry.correlation_id!r}); "
+                    "it may or may not have been stored"
+                ),
+            )
+        self._release(len(due))
+
+    def _fail_all_pending(self, error: BaseException) -> None:
+        with self._lock:
+            entries = list(self._pending.values())
+            self._pending.clear()
+            self._deadlines.clear()
+        for entry in entries:
+            self._resolve(
+                entry,
+                None,
+                ConnectionLostError(
+                    f"NATS connection to {self._where} lost before the ack for "
+                    f"{entry.subject!r} came ({error}); it may or may not have been stored"
+                ),
+            )
+        self._release(len(entries))
+
+    def _fail_everything(self) -> None:
+        """On close: fails every publish still pending or never written."""
+        with self._lock:
+            entries = list(self._pending.values())
+            self._pending.clear()
+            self._deadlines.clear()
+        self._outbox.clear()
+        for entry in entries:
+            self._resolve(
+                entry,
+                None,
+                ClientClosedError(
+                    f"NATS stream publisher closed before the ack for the message on "
+                    f"{entry.subject!r} came; it may or may not have been stored"
+                ),
+            )
+        self._release(len(entries))
+
+    def _resolve(self, entry: _Pending, ack: Ack | None, error: BaseException | None) -> None:
+        entry.settled = True
+        if error is None:
+            entry.future.set_result(ack)
+        else:
+            entry.future.set_exception(error)
+        if entry.handler is not None:
+            try:
+                entry.handler(ack, error)
+            except Exception:
+                logger.exception("ack handler failed for the message on %r", entry.subject)
+
+    def _release(self, count: int) -> None:
+        if not count:
+            return
+        with self._settled:
+            self._inflight -= count
+            if self._inflight <= self._resume_at:
+                self._settled.notify_all()
