@@ -74,6 +74,7 @@ from liftbridge._metadata import (
     StreamInfo,
 )
 from liftbridge._nats import NatsPublisher
+from liftbridge._nats_stream import NatsStreamPublisher
 from liftbridge._partitioner import PartitionByKey, PartitionByRoundRobin, Partitioner
 from liftbridge._publisher import AckHandler
 from liftbridge._pull import ConsumeHandle, FromCursor, PullConsumer, Stall, StallCallback
@@ -120,6 +121,7 @@ __all__ = [
     "Metadata",
     "MissingDependencyError",
     "NatsPublisher",
+    "NatsStreamPublisher",
     "NoCursorError",
     "NoSuchPartitionError",
     "NoSuchStreamError",

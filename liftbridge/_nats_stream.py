@@ -547,6 +547,9 @@ class NatsStreamPublisher:
             entry.deadline = monotonic() + timeout
             self._pending[entry.correlation_id] = entry
             heapq.heappush(self._deadlines, (entry.deadline, next(self._ids), entry))
+            earliest = self._deadlines[0][2] is entry
+        if earliest:  # the callbacks thread may be waiting for a later deadline, or none
+            self._callbacks.put(None)
 
     # --------------------------------------------------------- loop thread --
 

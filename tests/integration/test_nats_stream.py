@@ -1,0 +1,379 @@
+"""NatsStreamPublisher against the real server: the publish_async contract over NATS.
+
+Streams are made with a ``liftbridge.Client`` (whose metadata routes the
+publishes) and read back with the raw stub, so what is checked is what the
+server stored.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_all
+from typing import Any
+
+import grpc
+import pytest
+
+import liftbridge
+from liftbridge import (
+    AckPolicy,
+    AckTimeoutError,
+    ArgumentTypeError,
+    ClientClosedError,
+    IncorrectOffsetError,
+    InvalidArgumentError,
+    MessageTooLargeError,
+    NatsStreamPublisher,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    PartitionByKey,
+    PublishWindowFullError,
+    UnavailableError,
+)
+from liftbridge._messages import Ack, Message, message_from_proto
+from liftbridge.testing import LocalServer
+from liftbridge_api import api_pb2, api_pb2_grpc
+
+DEADLINE = 10.0
+
+
+@pytest.fixture
+def stub(server: LocalServer) -> Iterator[api_pb2_grpc.APIStub]:
+    with grpc.insecure_channel(server.address) as channel:
+        yield api_pb2_grpc.APIStub(channel)
+
+
+@pytest.fixture
+def publisher(server: LocalServer, client: liftbridge.Client) -> Iterator[NatsStreamPublisher]:
+    with NatsStreamPublisher(client, server.nats_url, ack_timeout=DEADLINE) as p:
+        yield p
+
+
+def read(stub: api_pb2_grpc.APIStub, name: str, count: int, partition: int = 0) -> list[Message]:
+    """The first ``count`` messages of a partition, from the earliest."""
+    request = api_pb2.SubscribeRequest(
+        stream=name, partition=partition, startPosition=api_pb2.EARLIEST
+    )
+    call: Any = stub.Subscribe(request, timeout=DEADLINE)
+    try:
+        assert next(call) == api_pb2.Message()  # the handshake
+        return [message_from_proto(next(call)) for _ in range(count)]
+    finally:
+        call.cancel()
+
+
+def orphan(server: LocalServer, client: liftbridge.Client, name: str) -> str:
+    """A stream ``client``'s metadata still lists but the server deleted: its
+    subject has no listener, so nothing published there is ever acked."""
+    client.create_stream(name)
+    client.fetch_metadata()
+    with liftbridge.Client(server.addresses) as other:
+        other.delete_stream(name)
+    assert client.metadata.get_stream(name) is not None
+    return name
+
+
+# ----------------------------------------------------------------- publish --
+
+
+def test_acks_match_and_messages_round_trip(
+    stub: api_pb2_grpc.APIStub, publisher: NatsStreamPublisher, stream: str
+) -> None:
+    futures = [
+        publisher.publish_async(
+            stream,
+            b"value-%d" % i,
+            key=b"key-%d" % i,
+            headers={"index": str(i).encode()},
+            partition=0,
+        )
+        for i in range(50)
+    ]
+    acks = [future.result(DEADLINE) for future in futures]
+    assert [ack.offset for ack in acks if ack is not None] == list(range(50))
+    assert len({ack.correlation_id for ack in acks if ack is not None}) == 50
+    assert all(ack is not None and ack.ack_inbox == publisher.ack_inbox for ack in acks)
+    messages = read(stub, stream, 50)
+    assert [m.value for m in messages] == [b"value-%d" % i for i in range(50)]
+    assert [m.key for m in messages] == [b"key-%d" % i for i in range(50)]
+    assert [m.headers["index"] for m in messages] == [str(i).encode() for i in range(50)]
+
+
+def test_publish_waits_and_policy_none_is_stored_without_an_ack(
+    stub: api_pb2_grpc.APIStub, publisher: NatsStreamPublisher, stream: str
+) -> None:
+    ack = publisher.publish(stream, b"first", ack_policy=AckPolicy.ALL)
+    assert ack is not None and ack.offset == 0 and ack.ack_policy is AckPolicy.ALL
+    assert publisher.publish(stream, b"quiet", ack_policy=AckPolicy.NONE) is None
+    assert publisher.flush(DEADLINE)
+    assert [m.value for m in read(stub, stream, 2)] == [b"first", b"quiet"]
+
+
+def test_handlers_and_done_callbacks_run_on_the_callbacks_thread(
+    publisher: NatsStreamPublisher, stream: str
+) -> None:
+    threads: dict[str, str] = {}
+    outcome: list[tuple[Ack | None, BaseException | None]] = []
+    gate, done = threading.Event(), threading.Event()
+
+    def held(ack: Ack | None, error: BaseException | None) -> None:
+        threads["handler"] = threading.current_thread().name
+        outcome.append((ack, error))
+        gate.wait(DEADLINE)  # holds the callbacks thread: nothing else resolves meanwhile
+
+    def on_done(future: Future[Ack | None]) -> None:
+        threads["done-callback"] = threading.current_thread().name
+        done.set()
+
+    first = publisher.publish_async(stream, b"v", held)
+    first.result(DEADLINE)
+    second = publisher.publish_async(stream, b"w")
+    second.add_done_callback(on_done)  # cannot have resolved yet: the thread is held
+    gate.set()
+    assert done.wait(DEADLINE)
+    assert threads == {"handler": "liftbridge-callbacks", "done-callback": "liftbridge-callbacks"}
+    assert outcome == [(first.result(), None)]
+
+
+def test_a_failing_handler_is_logged_and_the_next_publish_still_acks(
+    publisher: NatsStreamPublisher, stream: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(ack: Ack | None, error: BaseException | None) -> None:
+        raise RuntimeError("handler bug")
+
+    publisher.publish_async(stream, b"a", broken).result(DEADLINE)
+    ack = publisher.publish(stream, b"b")
+    assert ack is not None and ack.offset == 1
+    assert "ack handler failed" in caplog.text
+
+
+# ----------------------------------------------------------------- routing --
+
+
+def test_key_partition_and_partitioner_routing(
+    stub: api_pb2_grpc.APIStub,
+    client: liftbridge.Client,
+    publisher: NatsStreamPublisher,
+    unique_name: str,
+) -> None:
+    client.create_stream(unique_name, subject=f"{unique_name}-subject", partitions=3)
+    by_key = PartitionByKey().partition(unique_name, b"k-7", b"", client.fetch_metadata())
+    keyed = publisher.publish(unique_name, b"keyed", key=b"k-7")
+    explicit = publisher.publish(unique_name, b"explicit", partition=2)
+    chosen = publisher.publish(unique_name, b"chosen", key=b"k-7", partitioner=PartitionByKey())
+    assert keyed is not None and explicit is not None and chosen is not None
+    expected = f"{unique_name}-subject" + ("" if by_key == 0 else f".{by_key}")
+    # The server's ack names the subject the message came on (its partitionSubject
+    # is the stream's subject whatever the partition).
+    assert keyed.message_subject == chosen.message_subject == expected
+    assert explicit.message_subject == f"{unique_name}-subject.2"
+    assert read(stub, unique_name, 1, partition=2)[0].value == (
+        b"keyed" if by_key == 2 else b"explicit"
+    )
+    stored = [m.value for m in read(stub, unique_name, 2, partition=by_key)]
+    assert stored[:2] == ([b"keyed", b"explicit"] if by_key == 2 else [b"keyed", b"chosen"])
+
+
+def test_crc_envelopes_are_accepted(
+    server: LocalServer, client: liftbridge.Client, stub: api_pb2_grpc.APIStub, stream: str
+) -> None:
+    with NatsStreamPublisher(client, server.nats_url, crc=True) as publisher:
+        ack = publisher.publish(stream, b"checked", key=b"k", headers={"h": b"\x00"})
+    assert ack is not None and ack.offset == 0
+    (message,) = read(stub, stream, 1)
+    assert (message.key, message.value, message.headers["h"]) == (b"k", b"checked", b"\x00")
+
+
+def test_expected_offset(
+    client: liftbridge.Client, publisher: NatsStreamPublisher, unique_name: str
+) -> None:
+    client.create_stream(unique_name, optimistic_concurrency_control=True)
+    first = publisher.publish(unique_name, b"a", expected_offset=0)
+    assert first is not None and first.offset == 0
+    errors: list[BaseException | None] = []
+    future = publisher.publish_async(
+        unique_name, b"b", lambda ack, error: errors.append(error), expected_offset=0
+    )
+    with pytest.raises(IncorrectOffsetError):
+        future.result(DEADLINE)
+    assert [type(e) for e in errors] == [IncorrectOffsetError]
+    second = publisher.publish(unique_name, b"c", expected_offset=1)
+    assert second is not None and second.offset == 1
+
+
+# ------------------------------------------------- timeouts and the window --
+
+
+def test_no_ack_times_out(
+    server: LocalServer,
+    client: liftbridge.Client,
+    publisher: NatsStreamPublisher,
+    unique_name: str,
+) -> None:
+    name = orphan(server, client, unique_name)
+    errors: list[BaseException | None] = []
+    future = publisher.publish_async(
+        name, b"lost", lambda ack, error: errors.append(error), timeout=0.3
+    )
+    with pytest.raises(AckTimeoutError, match="may or may not have been stored"):
+        future.result(DEADLINE)
+    assert [type(e) for e in errors] == [AckTimeoutError]
+    with pytest.raises(AckTimeoutError):
+        publisher.publish(name, b"lost too", timeout=0.2)
+
+
+def test_a_full_window_blocks_then_raises(
+    server: LocalServer, client: liftbridge.Client, unique_name: str, stream: str
+) -> None:
+    name = orphan(server, client, unique_name + "-orphan")
+    with NatsStreamPublisher(client, server.nats_url, max_inflight=4) as publisher:
+        stuck = [publisher.publish_async(name, b"x", timeout=DEADLINE) for _ in range(4)]
+        with pytest.raises(PublishWindowFullError, match="all 4 window slots"):
+            publisher.publish_async(stream, b"no room", timeout=0.3)
+        assert not publisher.flush(0.1)
+        assert not any(f.done() for f in stuck)
+    assert all(isinstance(f.exception(0), ClientClosedError) for f in stuck)
+
+
+def test_a_handler_never_waits_on_a_full_window(
+    server: LocalServer, client: liftbridge.Client, stream: str
+) -> None:
+    outcome: list[BaseException] = []
+    ran = threading.Event()
+    with NatsStreamPublisher(client, server.nats_url, max_inflight=1) as publisher:
+
+        def publish_again(ack: Ack | None, error: BaseException | None) -> None:
+            # Its own slot is freed only once it returns: the window is full.
+            try:
+                publisher.publish_async(stream, b"from handler", timeout=DEADLINE)
+            except PublishWindowFullError as e:
+                outcome.append(e)
+            finally:
+                ran.set()
+
+        assert publisher.publish_async(stream, b"one", publish_again).result(DEADLINE)
+        assert ran.wait(DEADLINE)
+    assert [type(e) for e in outcome] == [PublishWindowFullError]
+    assert "liftbridge-callbacks cannot wait" in str(outcome[0])
+
+
+def test_a_small_window_turns_over(
+    server: LocalServer, client: liftbridge.Client, stream: str
+) -> None:
+    with NatsStreamPublisher(client, server.nats_url, max_inflight=8) as publisher:
+        futures = [publisher.publish_async(stream, b"%d" % i) for i in range(3000)]
+        assert publisher.flush(DEADLINE * 3)
+    acks = [f.result(0) for f in futures]
+    assert [ack.offset for ack in acks if ack is not None] == list(range(3000))
+
+
+# ---------------------------------------------------------------- lifecycle --
+
+
+def test_close_with_publishes_in_flight_resolves_every_future(
+    server: LocalServer, client: liftbridge.Client, unique_name: str, stream: str
+) -> None:
+    name = orphan(server, client, unique_name + "-orphan")
+    publisher = NatsStreamPublisher(client, server.nats_url, ack_timeout=30.0)
+    futures = []
+    for i in range(2000):
+        futures.append(publisher.publish_async(stream, b"%d" % i))
+        if i % 100 == 0:
+            futures.append(publisher.publish_async(name, b"never acked"))
+    publisher.close()
+    done, not_done = wait_all(futures, timeout=0)
+    assert not not_done
+    outcomes = {type(f.exception()) for f in done}
+    assert ClientClosedError in outcomes  # at least the orphaned ones
+    assert outcomes <= {ClientClosedError, type(None)}
+    publisher.close()  # idempotent
+    assert "closed" in repr(publisher)
+    with pytest.raises(ClientClosedError):
+        publisher.publish_async(stream, b"after close")
+
+
+def test_close_from_an_ack_handler(
+    server: LocalServer, client: liftbridge.Client, stream: str
+) -> None:
+    publisher = NatsStreamPublisher(client, server.nats_url)
+    closed = threading.Event()
+
+    def close_it(ack: Ack | None, error: BaseException | None) -> None:
+        publisher.close()
+        closed.set()
+
+    publisher.publish_async(stream, b"v", close_it)
+    assert closed.wait(DEADLINE)
+    with pytest.raises(ClientClosedError):
+        publisher.publish(stream, b"after")
+
+
+def test_one_hundred_thousand_publishes_are_all_acked_and_stored(
+    server: LocalServer, client: liftbridge.Client, stream: str
+) -> None:
+    count = 100_000
+    acked = 0
+    failures: list[BaseException] = []
+    lock = threading.Lock()
+
+    def handler(ack: Ack | None, error: BaseException | None) -> None:
+        nonlocal acked
+        with lock:
+            if error is not None:
+                failures.append(error)
+            else:
+                acked += 1
+
+    with NatsStreamPublisher(client, server.nats_url, ack_timeout=60.0) as publisher:
+        for i in range(count):
+            publisher.publish_async(stream, b"m-%d" % i, handler)
+        assert publisher.flush(120.0)
+    assert failures == []
+    assert acked == count
+    assert client.fetch_partition_metadata(stream).newest_offset == count - 1
+
+
+# ------------------------------------------------------------- bad input --
+
+
+def test_bad_input_is_refused_before_sending(
+    publisher: NatsStreamPublisher, stream: str, unique_name: str
+) -> None:
+    not_bytes: Any = "text"
+    with pytest.raises(ArgumentTypeError, match="value"):
+        publisher.publish_async(stream, not_bytes)
+    with pytest.raises(NoSuchStreamError, match=unique_name + "-missing"):
+        publisher.publish_async(unique_name + "-missing", b"v")
+    with pytest.raises(NoSuchPartitionError, match="has no partition 5"):
+        publisher.publish_async(stream, b"v", partition=5)
+    with pytest.raises(InvalidArgumentError, match="timeout"):
+        publisher.publish_async(stream, b"v", timeout=0)
+    with pytest.raises(InvalidArgumentError, match="expected_offset needs an ack"):
+        publisher.publish_async(stream, b"v", ack_policy=AckPolicy.NONE, expected_offset=0)
+    with pytest.raises(ArgumentTypeError, match="ack_handler"):
+        publisher.publish_async(stream, b"v", "not callable")  # type: ignore[arg-type]
+    with pytest.raises(MessageTooLargeError, match="max_payload"):
+        publisher.publish_async(stream, bytes(publisher.max_payload))
+    assert publisher.publish(stream, b"still fine") is not None
+
+
+def test_bad_construction(server: LocalServer, client: liftbridge.Client) -> None:
+    not_a_client: Any = object()
+    with pytest.raises(ArgumentTypeError, match=r"client must be a liftbridge\.Client"):
+        NatsStreamPublisher(not_a_client, server.nats_url)
+    with pytest.raises(InvalidArgumentError, match="url must look like"):
+        NatsStreamPublisher(client, "http://127.0.0.1:1")
+    with pytest.raises(InvalidArgumentError, match="max_inflight"):
+        NatsStreamPublisher(client, server.nats_url, max_inflight=0)
+
+
+def test_nothing_listening_is_unavailable(client: liftbridge.Client) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+    with pytest.raises(UnavailableError, match=f"127.0.0.1:{port}"):
+        NatsStreamPublisher(
+            client, f"nats://127.0.0.1:{port}", connect_timeout=0.5, max_reconnect_attempts=0
+        )
