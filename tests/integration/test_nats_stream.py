@@ -7,6 +7,7 @@ server stored.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from liftbridge import (
     AckTimeoutError,
     ArgumentTypeError,
     ClientClosedError,
+    ConnectionLostError,
     IncorrectOffsetError,
     InvalidArgumentError,
     MessageTooLargeError,
@@ -377,3 +379,119 @@ def test_nothing_listening_is_unavailable(client: liftbridge.Client) -> None:
         NatsStreamPublisher(
             client, f"nats://127.0.0.1:{port}", connect_timeout=0.5, max_reconnect_attempts=0
         )
+
+
+# ------------------------------------------------------------- reconnects --
+
+
+class Proxy:
+    """A TCP relay on 127.0.0.1 in front of the NATS server, whose connections
+    the test can cut (the server stays up), or stop relaying altogether (its
+    port then refuses connections, as a NATS server that went away)."""
+
+    def __init__(self, upstream: tuple[str, int]) -> None:
+        self._upstream = upstream
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.2)
+        self._port = self._listener.getsockname()[1]
+        self._lock = threading.Lock()  # guards _sockets
+        self._sockets: list[socket.socket] = []
+        self._stopped = threading.Event()
+        self._threads = [threading.Thread(target=self._accept, name="test-proxy", daemon=True)]
+        self._threads[0].start()
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self._port}"
+
+    def _accept(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                downstream, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            upstream = socket.create_connection(self._upstream, timeout=5)
+            with self._lock:
+                self._sockets += [downstream, upstream]
+            for source, sink in ((downstream, upstream), (upstream, downstream)):
+                pump = threading.Thread(
+                    target=self._pump, args=(source, sink), name="test-proxy-pump", daemon=True
+                )
+                self._threads.append(pump)
+                pump.start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        source.settimeout(None)
+        try:
+            while chunk := source.recv(65536):
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        for end in (source, sink):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        """Drops every relayed connection; new ones are still relayed."""
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def close(self) -> None:
+        """Stops listening (the port refuses connections) and drops every connection."""
+        self._stopped.set()
+        self._threads[0].join(5)
+        self._listener.close()
+        self.cut()
+        for thread in self._threads[1:]:
+            thread.join(5)
+
+
+@pytest.fixture
+def proxy(server: LocalServer) -> Iterator[Proxy]:
+    host, port = server.nats_url.removeprefix("nats://").rsplit(":", 1)
+    relay = Proxy((host, int(port)))
+    yield relay
+    relay.close()
+
+
+def test_reconnects_after_the_connection_drops(
+    client: liftbridge.Client, stub: api_pb2_grpc.APIStub, stream: str, proxy: Proxy
+) -> None:
+    with NatsStreamPublisher(
+        client, proxy.url, ack_timeout=DEADLINE, reconnect_wait=0.1
+    ) as publisher:
+        assert publisher.publish(stream, b"before") is not None
+        proxy.cut()
+        during = publisher.publish_async(stream, b"during")  # buffered by nats-py meanwhile
+        after = None
+        for _ in range(20):  # each waits for its ack: bounded by 20 x 2 s
+            with contextlib.suppress(AckTimeoutError):
+                after = publisher.publish(stream, b"after", timeout=2.0)
+                break
+        assert after is not None
+        # The one published while away either made it or timed out: it never hangs.
+        assert during.exception(DEADLINE) is None or isinstance(during.exception(), AckTimeoutError)
+    values = [m.value for m in read(stub, stream, after.offset + 1)]
+    assert values[0] == b"before" and values[-1] == b"after"
+
+
+def test_when_nats_gives_up_publishes_fail_with_connection_lost(
+    server: LocalServer, client: liftbridge.Client, unique_name: str, proxy: Proxy
+) -> None:
+    name = orphan(server, client, unique_name)
+    with NatsStreamPublisher(
+        client, proxy.url, ack_timeout=30.0, reconnect_wait=0.1, max_reconnect_attempts=1
+    ) as publisher:
+        pending = publisher.publish_async(name, b"never acked")
+        proxy.close()
+        with pytest.raises(ConnectionLostError, match="lost"):
+            pending.result(DEADLINE)
+        with pytest.raises(ConnectionLostError):
+            publisher.publish_async(name, b"after giving up")
