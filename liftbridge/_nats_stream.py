@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from time import monotonic
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
 from liftbridge import _validate
 from liftbridge._envelope import new_message, unmarshal_ack
@@ -62,6 +63,8 @@ from liftbridge._errors import (
 )
 from liftbridge._messages import Ack, AckPolicy
 from liftbridge._metadata import Metadata, StreamInfo
+from liftbridge._nats import DEFAULT_PORT as _DEFAULT_PORT
+from liftbridge._nats import _server_info
 from liftbridge._partitioner import PartitionByKey, Partitioner
 
 logger = logging.getLogger(__name__)
@@ -82,6 +85,26 @@ def _import_nats() -> Any:
             "publishing over NATS needs the nats-py package: pip install 'liftbridge[nats]'"
         ) from e
     return nats
+
+
+def _check_tls_required(url: str, timeout: float) -> None:
+    """Refuses a server that does not require TLS when TLS is asked for.
+
+    nats-py upgrades a connection to TLS only when the server's INFO says
+    ``tls_required``: against a server that merely allows TLS it would go on
+    in plain text, credentials included. This reads that INFO first.
+
+    Raises:
+        UnavailableError: the server cannot be reached or does not require TLS.
+    """
+    parts = urlsplit(url)
+    host, port = parts.hostname or "", parts.port or _DEFAULT_PORT
+    info = _server_info(host, port, timeout)
+    if not info.get("tls_required"):
+        raise UnavailableError(
+            f"TLS was asked for, but the NATS server at {host}:{port} does not require it "
+            "(nats-py would connect in plain text): enable TLS on the server"
+        )
 
 
 class _State(enum.Enum):
@@ -139,7 +162,8 @@ class NatsStreamPublisher:
         ack_timeout: default seconds to wait for an ack.
         connect_timeout: seconds to wait for the NATS server when connecting.
         crc: add a CRC-32C to every envelope (the server checks it).
-        tls: an SSL context for a TLS connection (implies TLS).
+        tls: an SSL context for a TLS connection (implies TLS). With TLS, a
+            server that does not require it is refused (UnavailableError).
         token: a NATS authentication token.
         credentials: path to a NATS ``.creds`` file (JWT and NKey seed).
         max_reconnect_attempts: reconnection attempts before giving up.
@@ -191,6 +215,8 @@ class NatsStreamPublisher:
             if value is not None and not isinstance(value, str):
                 raise ArgumentTypeError(f"{name} must be a str or None, got {type(value).__name__}")
         nats = _import_nats()
+        if tls is not None or url.startswith("tls://"):
+            _check_tls_required(url, connect_timeout)
 
         self._client = client
         self._crc = crc
@@ -207,6 +233,7 @@ class NatsStreamPublisher:
         self._pending: dict[str, _Pending] = {}
         self._deadlines: list[tuple[float, int, _Pending]] = []  # heap
         self._lost: BaseException | None = None  # NATS gave up reconnecting
+        self._last_error: Exception | None = None  # the last one nats-py reported
         self._resume_at = self._max_inflight - max(1, self._max_inflight // 8)
 
         # Envelopes handed to the loop thread: appended by publishers, emptied
@@ -242,15 +269,15 @@ class NatsStreamPublisher:
             options["token"] = token
         if credentials is not None:
             options["user_credentials"] = credentials
+        # The connect gives up by itself after 2 x connect_timeout; the margin
+        # only covers a loop thread that is late.
+        connecting = asyncio.run_coroutine_threadsafe(
+            self._connect(nats, options, connect_timeout * 2), self._loop
+        )
         try:
-            connecting = asyncio.run_coroutine_threadsafe(self._connect(nats, options), self._loop)
-            self._nc, self._writer = connecting.result(connect_timeout * 2 + 1)
-        except TimeoutError as e:
-            self._stop_loop()
-            raise UnavailableError(
-                f"no NATS connection to {self._where} within {connect_timeout * 2 + 1:g}s"
-            ) from e
+            self._nc, self._writer = connecting.result(connect_timeout * 2 + _CLOSE_TIMEOUT)
         except BaseException:
+            connecting.cancel()
             self._stop_loop()
             raise
         self._max_payload = int(self._nc.max_payload)
@@ -563,12 +590,17 @@ class NatsStreamPublisher:
             with contextlib.suppress(Exception):
                 self._loop.close()
 
-    async def _connect(self, nats: Any, options: dict[str, Any]) -> tuple[Any, asyncio.Event]:
+    async def _connect(
+        self, nats: Any, options: dict[str, Any], timeout: float
+    ) -> tuple[Any, asyncio.Event]:
         try:
-            nc = await nats.connect(**options)
-        except Exception as e:
+            nc = await asyncio.wait_for(nats.connect(**options), timeout)
+        except (Exception, asyncio.TimeoutError) as e:
+            # nats-py retries a refused login until the timeout: say why it failed.
+            cause = self._last_error if isinstance(e, asyncio.TimeoutError) else e
             raise UnavailableError(
-                f"cannot connect to the NATS server at {self._where}: {e!r}"
+                f"cannot connect to the NATS server at {self._where} within {timeout:g}s: "
+                f"{cause!r}"
             ) from e
         try:
             await nc.subscribe(self._inbox, cb=self._on_ack)
@@ -617,6 +649,7 @@ class NatsStreamPublisher:
         self._callbacks.put(acks)
 
     async def _on_nats_error(self, error: Exception) -> None:
+        self._last_error = error
         logger.warning("NATS connection to %s: %r", self._where, error)
 
     async def _on_disconnected(self) -> None:
