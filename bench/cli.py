@@ -127,13 +127,17 @@ def run(argv: list[str] | None = None) -> tuple[int, Path]:
     duration = time.monotonic() - clock
 
     print(report.table(suite.results))
-    if suite.rss is not None:
-        figures = suite.rss
+    for how, figures in (
+        ("Client.publish_async", suite.rss),
+        ("NatsStreamPublisher.publish_async", suite.rss_nats),
+    ):
+        if figures is None:
+            continue
         print(
             f"\npeak RSS publishing {int(figures['messages']):,} x {int(figures['value_size'])} B "
-            f"with publish_async (max_inflight={int(figures['window'])}): "
+            f"with {how} (max_inflight={int(figures['window'])}): "
             f"{figures['peak_rss_mb']:.0f} MB (before publishing: "
-            f"{figures['peak_rss_mb_before']:.0f} MB)"
+            f"{figures['peak_rss_mb_before']:.0f} MB; {figures['msgs_per_s']:,.0f} msgs/s)"
         )
     for error in suite.errors:
         print(f"FAILED {error['workload']}: {error['error']}")
@@ -154,6 +158,7 @@ def run(argv: list[str] | None = None) -> tuple[int, Path]:
             "results": [result.as_json() for result in suite.results],
             "comparisons": comparisons,
             "rss": suite.rss,
+            "rss_nats": suite.rss_nats,
             "errors": suite.errors,
         },
     )

@@ -1,5 +1,11 @@
-"""Workload 5: envelopes published straight to NATS with ``liftbridge.NatsPublisher``,
-acks coming back on the publisher's inbox (needs the ``nats`` extra)."""
+"""Workload 5: envelopes published straight to NATS, acks coming back on the
+publisher's inbox (needs the ``nats`` extra).
+
+:class:`StreamPublish` and :class:`StreamPipelined` drive the batched path,
+``liftbridge.NatsStreamPublisher`` (nats-py on one loop thread);
+:class:`NatsPublish` and :class:`NatsPipelined` the older per-subject
+``liftbridge.NatsPublisher`` (pynats2), kept as a reference.
+"""
 
 from __future__ import annotations
 
@@ -77,6 +83,70 @@ class NatsPipelined:
         if failed:
             raise NatsBenchError(f"{len(failed)} publish(es) failed, first: {failed[0]!r}")
         return Run(count, seconds, count * len(value), cpu)
+
+    def close(self) -> None:
+        pass
+
+
+class StreamPublish:
+    """``NatsStreamPublisher.publish``, one at a time, each waiting for its ack."""
+
+    def __init__(
+        self, publisher: liftbridge.NatsStreamPublisher, stream: str, value: bytes
+    ) -> None:
+        self._publisher = publisher
+        self._stream = stream
+        self._value = value
+
+    def run(self, count: int) -> Run:
+        publish, stream, value = self._publisher.publish, self._stream, self._value
+        latencies = []
+        clock = time.perf_counter
+        watch = Stopwatch()
+        for _ in range(count):
+            sent = clock()
+            publish(stream, value)
+            latencies.append(clock() - sent)
+        seconds, cpu = watch.stop()
+        return Run(count, seconds, count * len(value), cpu, tuple(latencies))
+
+    def close(self) -> None:
+        pass
+
+
+class StreamPipelined:
+    """``NatsStreamPublisher.publish_async`` back to back, paced by the
+    publisher's own ``max_inflight`` window; done when the last ack is in.
+    The futures are dropped as they come, as :class:`bench.sdk.SdkPipelined` does."""
+
+    def __init__(
+        self,
+        publisher: liftbridge.NatsStreamPublisher,
+        client: liftbridge.Client,
+        stream: str,
+        value: bytes,
+    ) -> None:
+        self._publisher = publisher
+        self._client = client
+        self._stream = stream
+        self._value = value
+
+    def run(self, count: int) -> Run:
+        publish_async, stream, value = self._publisher.publish_async, self._stream, self._value
+        before = self._stored()
+        watch = Stopwatch()
+        for _ in range(count):
+            publish_async(stream, value)
+        if not self._publisher.flush(_WAIT):
+            raise NatsBenchError(f"acks over NATS still missing after {_WAIT:g}s")
+        seconds, cpu = watch.stop()
+        stored = self._stored() - before
+        if stored != count:
+            raise NatsBenchError(f"{count} publishes over NATS stored {stored} messages")
+        return Run(count, seconds, count * len(value), cpu)
+
+    def _stored(self) -> int:
+        return self._client.fetch_partition_metadata(self._stream).newest_offset + 1
 
     def close(self) -> None:
         pass

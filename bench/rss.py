@@ -1,4 +1,6 @@
-"""Peak memory of a process that publishes many messages with ``publish_async``.
+"""Peak memory of a process that publishes many messages with ``publish_async``
+(``Client.publish_async`` over gRPC, or with ``--nats URL``
+``NatsStreamPublisher.publish_async`` over NATS).
 
 Run by the suite in a fresh interpreter (``python -m bench.rss ...``) so the
 peak belongs to this workload alone; prints one JSON object on stdout. The
@@ -10,12 +12,14 @@ bounds.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import liftbridge
 
@@ -51,21 +55,30 @@ def _peak_rss_mb() -> float:
 
 
 def publish_many(
-    address: str, stream: str, messages: int, size: int, window: int
+    address: str, stream: str, messages: int, size: int, window: int, nats: str | None = None
 ) -> dict[str, float]:
     """Publishes ``messages`` values of ``size`` bytes to a fresh stream and
-    returns the peak RSS before and after, in MB."""
+    returns the peak RSS before and after, in MB; over NATS when ``nats`` is
+    a NATS URL."""
     value = b"r" * size
     with liftbridge.Client(address, max_inflight=window, ack_wait=60.0) as client:
         client.create_stream(stream)
-        before = _peak_rss_mb()
-        publish_async = client.publish_async
-        start = time.perf_counter()
-        for _ in range(messages):
-            publish_async(stream, value)
-        if not client.flush(120.0):
-            raise RuntimeError("acks still missing 120s after the last publish")
-        seconds = time.perf_counter() - start
+        with contextlib.ExitStack() as stack:
+            publisher: Any = client
+            if nats is not None:
+                publisher = stack.enter_context(
+                    liftbridge.NatsStreamPublisher(
+                        client, nats, max_inflight=window, ack_timeout=60.0
+                    )
+                )
+            before = _peak_rss_mb()
+            publish_async = publisher.publish_async
+            start = time.perf_counter()
+            for _ in range(messages):
+                publish_async(stream, value)
+            if not publisher.flush(120.0):
+                raise RuntimeError("acks still missing 120s after the last publish")
+            seconds = time.perf_counter() - start
         stored = client.fetch_partition_metadata(stream).newest_offset + 1
         client.delete_stream(stream)
     if stored != messages:
@@ -83,7 +96,13 @@ def publish_many(
 
 
 def measure(
-    address: str, stream: str, messages: int, size: int, window: int, timeout: float
+    address: str,
+    stream: str,
+    messages: int,
+    size: int,
+    window: int,
+    timeout: float,
+    nats: str | None = None,
 ) -> dict[str, float]:
     """Runs :func:`publish_many` in a fresh interpreter and returns its figures.
 
@@ -99,6 +118,7 @@ def measure(
         f"--messages={messages}",
         f"--size={size}",
         f"--window={window}",
+        *([f"--nats={nats}"] if nats else []),
     ]
     done = subprocess.run(
         command, cwd=_ROOT, capture_output=True, text=True, timeout=timeout, check=False
@@ -116,8 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--window", type=int, default=1024, help="the client's max_inflight")
+    parser.add_argument("--nats", help="publish with NatsStreamPublisher through this NATS URL")
     args = parser.parse_args(argv)
-    figures = publish_many(args.address, args.stream, args.messages, args.size, args.window)
+    figures = publish_many(
+        args.address, args.stream, args.messages, args.size, args.window, args.nats
+    )
     print(json.dumps(figures))
     return 0
 

@@ -59,8 +59,8 @@ class Plan:
     get_reps: int = 5
     e2e_count: int = 1_000
     e2e_rate: float = 500.0
-    nats_count: int = 500
-    nats_pipelined_count: int = 5_000
+    nats_count: int = 1_000
+    nats_pipelined_count: int = 20_000
     nats_window: int = 1024
     cluster_publish_count: int = 500
     cluster_pipelined_count: int = 20_000
@@ -151,6 +151,7 @@ class Suite:
         self.results: list[Result] = []
         self.errors: list[dict[str, str]] = []
         self.rss: dict[str, float] | None = None
+        self.rss_nats: dict[str, float] | None = None
         self._log = log
 
     def run(self) -> None:
@@ -262,9 +263,9 @@ class Suite:
                 elif workload == "e2e":
                     self._end_to_end(client, stub)
                 elif workload == "nats":
-                    self._nats(client, server.nats_url)
+                    self._nats(client, server.nats_url, go)
                 elif workload == "rss":
-                    self._rss(server.address)
+                    self._rss(server.address, server.nats_url)
         finally:
             channel.close()
 
@@ -485,55 +486,110 @@ class Suite:
             ]
             self._measure(entries, count, self.plan.reps, self.plan.warmup(count))
 
-    def _nats(self, client: liftbridge.Client, nats_url: str) -> None:
-        with liftbridge.NatsPublisher(nats_url, ack_timeout=60.0) as publisher:
+    def _nats(self, client: liftbridge.Client, nats_url: str, go: str | None) -> None:
+        """The batched NATS path (``NatsStreamPublisher``) against Go's
+        gRPC publishes; the pynats2 ``NatsPublisher`` rows are a reference."""
+        window = self.plan.nats_window
+        with (
+            liftbridge.NatsStreamPublisher(
+                client, nats_url, ack_timeout=60.0, max_inflight=window
+            ) as fast,
+            liftbridge.NatsPublisher(nats_url, ack_timeout=60.0) as pynats2,
+        ):
             for size in self.plan.sizes:
                 value = b"n" * size
-                subject = self._stream(client, "nats", "sdk", size)
-                self._measure(
-                    [
+                names = [self._stream(client, "nats", v, size) for v in ("sdk", "go", "py2", "go2")]
+                publish = "LEADER"
+                entries = [
+                    _Entry(
+                        "nats publish",
+                        publish,
+                        size,
+                        SDK,
+                        over_nats.StreamPublish(fast, names[0], value),
+                        _PUBLISH_SHOWN,
+                    ),
+                    _Entry(
+                        "nats publish (pynats2)",
+                        publish,
+                        size,
+                        SDK,
+                        over_nats.NatsPublish(pynats2, names[2], value),
+                        _PUBLISH_SHOWN,
+                    ),
+                ]
+                if go is not None:
+                    entries.append(
                         _Entry(
                             "nats publish",
-                            "LEADER",
+                            publish,
                             size,
-                            SDK,
-                            over_nats.NatsPublish(publisher, subject, value),
+                            GO,
+                            gocli.GoDriver(go, "publish", names[1], size),
                             _PUBLISH_SHOWN,
                         )
-                    ],
-                    self.plan.nats_count,
-                    self.plan.reps,
-                    self.plan.warmup(self.plan.nats_count),
-                )
-                window = self.plan.nats_window
-                count = self.plan.nats_pipelined_count
+                    )
+                count = self.plan.nats_count
                 self._measure(
-                    [
-                        _Entry(
-                            "nats publish_async",
-                            f"LEADER window={window}",
-                            size,
-                            SDK,
-                            over_nats.NatsPipelined(publisher, subject, value, window),
-                            _PIPELINED_SHOWN,
-                        )
-                    ],
+                    entries,
                     count,
-                    self.plan.pipelined_reps,
+                    self.plan.publish_reps,
                     self.plan.warmup(count),
+                    slices=self.plan.publish_slices,
                 )
+                pipelined = f"LEADER window={window}"
+                entries = [
+                    _Entry(
+                        "nats publish_async",
+                        pipelined,
+                        size,
+                        SDK,
+                        over_nats.StreamPipelined(fast, client, names[0], value),
+                        _PIPELINED_SHOWN,
+                    ),
+                    _Entry(
+                        "nats publish_async (pynats2)",
+                        pipelined,
+                        size,
+                        SDK,
+                        over_nats.NatsPipelined(pynats2, names[2], value, window),
+                        _PIPELINED_SHOWN,
+                    ),
+                ]
+                if go is not None:
+                    for workload, name in (
+                        ("nats publish_async", names[1]),
+                        ("nats publish_async (pynats2)", names[3]),
+                    ):
+                        driver = gocli.GoDriver(go, "publish_async", name, size, window=window)
+                        entries.append(
+                            _Entry(workload, pipelined, size, GO, driver, _PIPELINED_SHOWN)
+                        )
+                count = self.plan.nats_pipelined_count
+                self._measure(entries, count, self.plan.pipelined_reps, self.plan.warmup(count))
 
-    def _rss(self, address: str) -> None:
+    def _rss(self, address: str, nats_url: str) -> None:
         plan = self.plan
-        stream = _name("rss", "sdk", plan.rss_size)
-        self._log(f"   publishing {plan.rss_messages:,} messages in a subprocess")
-        self.rss = rss.measure(
-            address, stream, plan.rss_messages, plan.rss_size, plan.rss_window, timeout=3600
-        )
-        self._log(
-            f"   peak RSS {self.rss['peak_rss_mb']:.0f} MB "
-            f"({self.rss['msgs_per_s']:,.0f} msgs/s, {self.rss['seconds']:.0f}s)"
-        )
+        for path, nats in (("gRPC", None), ("NATS", nats_url)):
+            stream = _name("rss", path.lower(), plan.rss_size)
+            self._log(f"   publishing {plan.rss_messages:,} messages over {path} in a subprocess")
+            figures = rss.measure(
+                address,
+                stream,
+                plan.rss_messages,
+                plan.rss_size,
+                plan.rss_window,
+                timeout=3600,
+                nats=nats,
+            )
+            if nats is None:
+                self.rss = figures
+            else:
+                self.rss_nats = figures
+            self._log(
+                f"   peak RSS {figures['peak_rss_mb']:.0f} MB "
+                f"({figures['msgs_per_s']:,.0f} msgs/s, {figures['seconds']:.0f}s)"
+            )
 
     def _stream(
         self,

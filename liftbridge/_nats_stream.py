@@ -46,7 +46,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from liftbridge import _validate
-from liftbridge._envelope import new_message, unmarshal_ack
+from liftbridge._envelope import EnvelopeType, encode_envelope, unmarshal_ack
 from liftbridge._errors import (
     AckTimeoutError,
     ArgumentTypeError,
@@ -66,6 +66,7 @@ from liftbridge._metadata import Metadata, StreamInfo
 from liftbridge._nats import DEFAULT_PORT as _DEFAULT_PORT
 from liftbridge._nats import _server_info
 from liftbridge._partitioner import PartitionByKey, Partitioner
+from liftbridge_api import api_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -366,17 +367,26 @@ class NatsStreamPublisher:
                 "expected_offset needs an ack (ack_policy LEADER or ALL): the server refuses "
                 "optimistic-concurrency publishes with AckPolicy.NONE"
             )
+        if not isinstance(ack_policy, AckPolicy):
+            raise ArgumentTypeError(
+                f"ack_policy must be an AckPolicy ({', '.join(p.name for p in AckPolicy)}), "
+                f"got {type(ack_policy).__name__}"
+            )
+        if expected_offset is not None:
+            _validate.positive_int(expected_offset, arg="expected_offset", minimum=0)
         correlation_id = f"{self._id_prefix}{next(self._ids)}"
-        envelope = new_message(
-            value,
-            key=key,
-            headers=headers,
-            ack_inbox=self._inbox if wants_ack else "",
-            correlation_id=correlation_id,
-            ack_policy=ack_policy,
-            expected_offset=expected_offset,
-            crc=self._crc,
+        # The envelope of _envelope.new_message, built from arguments checked
+        # above (new_message would check the ack inbox again on every call).
+        message = api_pb2.Message(
+            value=value,
+            key=key or b"",
+            headers=_validate.headers(headers) if headers is not None else None,
+            ackInbox=self._inbox if wants_ack else "",
+            correlationId=correlation_id,
+            ackPolicy=ack_policy.value,
+            offset=-1 if expected_offset is None else expected_offset,
         )
+        envelope = encode_envelope(EnvelopeType.MESSAGE, message.SerializeToString(), crc=self._crc)
         if len(envelope) > self._max_payload:
             raise MessageTooLargeError(
                 f"the envelope is {len(envelope)} bytes, over the NATS server's max_payload "
@@ -552,7 +562,7 @@ class NatsStreamPublisher:
     def _admit(self, entry: _Pending, timeout: float) -> None:
         """Takes a window slot and registers the publish, or raises."""
         on_callbacks = threading.current_thread() is self._callback_thread
-        with self._settled:
+        with self._lock:  # the lock of _settled
             self._check_open()
             if self._inflight >= self._max_inflight:
                 if on_callbacks:  # waiting here would stop the acks that free the window
@@ -599,8 +609,7 @@ class NatsStreamPublisher:
             # nats-py retries a refused login until the timeout: say why it failed.
             cause = self._last_error if isinstance(e, asyncio.TimeoutError) else e
             raise UnavailableError(
-                f"cannot connect to the NATS server at {self._where} within {timeout:g}s: "
-                f"{cause!r}"
+                f"cannot connect to the NATS server at {self._where} within {timeout:g}s: {cause!r}"
             ) from e
         try:
             await nc.subscribe(self._inbox, cb=self._on_ack)
@@ -621,16 +630,21 @@ class NatsStreamPublisher:
         while True:
             await writer.wait()
             writer.clear()
-            self._wakeup_scheduled = False  # before draining: later appends wake us again
             while outbox:
-                subject, envelope, entry = outbox.popleft()
-                try:
-                    await nc.publish(subject, envelope)
-                except Exception as e:  # closed, or the reconnect buffer is full
-                    if entry is not None:
-                        self._callbacks.put((entry, e))
-                    else:
-                        logger.warning("dropped an AckPolicy.NONE publish on %s: %r", subject, e)
+                while outbox:
+                    subject, envelope, entry = outbox.popleft()
+                    try:
+                        await nc.publish(subject, envelope)
+                    except Exception as e:  # closed, or the reconnect buffer is full
+                        if entry is not None:
+                            self._callbacks.put((entry, e))
+                        else:
+                            logger.warning(
+                                "dropped an AckPolicy.NONE publish on %s: %r", subject, e
+                            )
+                # Publishers wake the writer only while this is False; cleared
+                # before the outbox is looked at again, so no append goes unseen.
+                self._wakeup_scheduled = False
 
     async def _flush_nats(self, timeout: float | None) -> None:
         self._writer.set()
