@@ -90,5 +90,7 @@ def test_quick_bench_writes_figures_for_every_workload(tmp_path: Path) -> None:
     assert {("publish", 100), ("publish_async", 100), ("subscribe", 100)} <= both
     ratios = [c[r] for c in document["comparisons"] for r in ("ratio", "ratio_go")]
     assert all(ratio is None or ratio > 0 for ratio in ratios)
-    assert document["rss"]["messages"] == 5_000
-    assert document["rss"]["peak_rss_mb"] > 0
+    assert ("nats publish_async", "go") in workloads
+    for figures in (document["rss"], document["rss_nats"]):  # over gRPC and over NATS
+        assert figures["messages"] == 5_000
+        assert figures["peak_rss_mb"] > 0
