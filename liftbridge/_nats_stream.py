@@ -8,7 +8,7 @@ is reached from Python; the gRPC publish path pays a round of HTTP/2 framing
 and grpcio's thread hops per message instead.
 
 It runs on nats-py (the ``nats`` extra; the maintained official client), an
-asyncio client, behind a synchronous, thread-safe API. Three kinds of thread:
+asyncio client, behind a synchronous, thread-safe API. Four kinds of thread:
 
 - the caller's: checks the arguments, picks the partition from the
   client's metadata, builds the envelope, takes a slot of the in-flight
@@ -16,10 +16,12 @@ asyncio client, behind a synchronous, thread-safe API. Three kinds of thread:
 - ``liftbridge-nats-loop``: one event loop owning the NATS connection. It
   writes whatever envelopes are waiting in one go (nats-py coalesces them
   into one socket write) and passes the raw ack payloads it reads on;
-- ``liftbridge-callbacks``: decodes acks, resolves futures (so their
-  done-callbacks run here), calls ack handlers, fails late acks with
-  :class:`AckTimeoutError` and frees window slots. No user code ever runs on
-  the loop thread.
+- ``liftbridge-nats-acks``: decodes acks, matches them to publishes,
+  resolves the futures, fails late ones with :class:`AckTimeoutError` and
+  frees window slots;
+- ``liftbridge-callbacks`` (:mod:`liftbridge._callbacks`): ack handlers and
+  the futures' done-callbacks, the only place user code runs, so a slow
+  handler never holds up the NATS connection, ack matching or timeouts.
 
 Only this module imports nats-py, and only when a publisher is created.
 """
@@ -46,6 +48,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from liftbridge import _validate
+from liftbridge._callbacks import CallbackRunner
 from liftbridge._envelope import EnvelopeType, encode_envelope, unmarshal_ack
 from liftbridge._errors import (
     AckTimeoutError,
@@ -116,7 +119,7 @@ class _State(enum.Enum):
 
 @dataclass(slots=True, eq=False)
 class _Pending:
-    """A publish waiting for its ack; owned by the callbacks thread once registered."""
+    """A publish waiting for its ack; owned by the acks thread once registered."""
 
     correlation_id: str
     future: Future[Ack | None]
@@ -128,7 +131,7 @@ class _Pending:
 
 
 class _Stop:
-    """Tells the callbacks thread to fail what is pending and end."""
+    """Tells the acks thread to fail what is pending and end."""
 
 
 _STOP = _Stop()
@@ -234,7 +237,8 @@ class NatsStreamPublisher:
         self._pending: dict[str, _Pending] = {}
         self._deadlines: list[tuple[float, int, _Pending]] = []  # heap
         self._lost: BaseException | None = None  # NATS gave up reconnecting
-        self._last_error: Exception | None = None  # the last one nats-py reported
+        # The distinct errors nats-py reported while connecting (loop thread only).
+        self._connect_errors: dict[str, None] = {}
         self._resume_at = self._max_inflight - max(1, self._max_inflight // 8)
 
         # Envelopes handed to the loop thread: appended by publishers, emptied
@@ -242,15 +246,16 @@ class NatsStreamPublisher:
         self._outbox: collections.deque[tuple[str, bytes, _Pending | None]] = collections.deque()
         self._wakeup_scheduled = False  # a wake-up of the writer is on its way
         self._acks: list[bytes] = []  # raw ack payloads read in this loop turn (loop thread)
-        self._callbacks: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._acks_inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(
             target=self._run_loop, name="liftbridge-nats-loop", daemon=True
         )
-        self._callback_thread = threading.Thread(
-            target=self._run_callbacks, name="liftbridge-callbacks", daemon=True
+        self._acks_thread = threading.Thread(
+            target=self._run_acks, name="liftbridge-nats-acks", daemon=True
         )
+        self._runner = CallbackRunner()  # the liftbridge-callbacks thread, started on first use
         self._loop_thread.start()
         options: dict[str, Any] = {
             "servers": [url],
@@ -282,7 +287,7 @@ class NatsStreamPublisher:
             self._stop_loop()
             raise
         self._max_payload = int(self._nc.max_payload)
-        self._callback_thread.start()
+        self._acks_thread.start()
         logger.debug(
             "NATS stream publisher connected to %s, ack inbox %s", self._where, self._inbox
         )
@@ -325,8 +330,10 @@ class NatsStreamPublisher:
             value: the payload.
             ack_handler: ``handler(ack, error)``, called once with the outcome
                 (not for AckPolicy.NONE). Runs on the ``liftbridge-callbacks``
-                thread, as do the future's done-callbacks: they must not
-                block. Exceptions it raises are logged. From there,
+                thread, as do the future's done-callbacks (even one added
+                after it completed): a handler that blocks holds up later
+                handlers, never acks or timeouts. Exceptions it raises are
+                logged. From there,
                 ``publish_async`` raises :class:`PublishWindowFullError` at
                 once rather than wait on a full window.
             key: the message key.
@@ -392,8 +399,8 @@ class NatsStreamPublisher:
                 f"the envelope is {len(envelope)} bytes, over the NATS server's max_payload "
                 f"of {self._max_payload} bytes (nothing was sent)"
             )
-        future: Future[Ack | None] = Future()
-        future.set_running_or_notify_cancel()  # a running future cannot be cancelled
+        # Running, so it cannot be cancelled; its done-callbacks run on liftbridge-callbacks.
+        future: Future[Ack | None] = self._runner.future()
         entry: _Pending | None = None
         if wants_ack:
             entry = _Pending(correlation_id, future, ack_handler, 0.0, timeout, subject)
@@ -436,7 +443,7 @@ class NatsStreamPublisher:
             expected_offset=expected_offset,
             timeout=timeout,
         )
-        # The callbacks thread ends every future by its deadline; the margin
+        # The acks thread ends every future by its deadline; the margin
         # only covers that thread being late.
         wait = (self._ack_timeout if timeout is None else timeout) + _CLOSE_TIMEOUT
         return future.result(wait)
@@ -481,14 +488,13 @@ class NatsStreamPublisher:
             self._state = _State.CLOSING
             self._settled.notify_all()  # publishers waiting on the window raise
         self._stop_loop()
-        # Publishes still in the outbox never reached NATS: the callbacks thread fails them.
-        self._callbacks.put(_STOP)
-        if threading.current_thread() is self._callback_thread:
-            self._fail_everything()
-        else:
-            self._callback_thread.join(_CLOSE_TIMEOUT)
-            if self._callback_thread.is_alive():
-                logger.warning("liftbridge-callbacks did not stop within %.0fs", _CLOSE_TIMEOUT)
+        # The acks thread fails what is pending (and what never left the outbox).
+        self._acks_inbox.put(_STOP)
+        self._acks_thread.join(_CLOSE_TIMEOUT)
+        if self._acks_thread.is_alive():
+            logger.warning("liftbridge-nats-acks did not stop within %.0fs", _CLOSE_TIMEOUT)
+        # Runs the handlers of those failures, unless called from one of them.
+        self._runner.close(monotonic() + _CLOSE_TIMEOUT)
         with self._lock:
             self._state = _State.CLOSED
         logger.debug("NATS stream publisher for %s closed", self._where)
@@ -561,14 +567,14 @@ class NatsStreamPublisher:
 
     def _admit(self, entry: _Pending, timeout: float) -> None:
         """Takes a window slot and registers the publish, or raises."""
-        on_callbacks = threading.current_thread() is self._callback_thread
+        on_callbacks = self._runner.on_callback_thread
         with self._lock:  # the lock of _settled
             self._check_open()
             if self._inflight >= self._max_inflight:
-                if on_callbacks:  # waiting here would stop the acks that free the window
+                if on_callbacks:  # waiting there would hold up every other handler
                     raise PublishWindowFullError(
                         f"all {self._max_inflight} window slots await acks, and "
-                        "liftbridge-callbacks cannot wait for them"
+                        "liftbridge-callbacks does not wait for them"
                     )
                 give_up = monotonic() + timeout
                 while self._inflight >= self._max_inflight:
@@ -585,8 +591,8 @@ class NatsStreamPublisher:
             self._pending[entry.correlation_id] = entry
             heapq.heappush(self._deadlines, (entry.deadline, next(self._ids), entry))
             earliest = self._deadlines[0][2] is entry
-        if earliest:  # the callbacks thread may be waiting for a later deadline, or none
-            self._callbacks.put(None)
+        if earliest:  # the acks thread may be waiting for a later deadline, or none
+            self._acks_inbox.put(None)
 
     # --------------------------------------------------------- loop thread --
 
@@ -607,9 +613,9 @@ class NatsStreamPublisher:
             nc = await asyncio.wait_for(nats.connect(**options), timeout)
         except (Exception, asyncio.TimeoutError) as e:
             # nats-py retries a refused login until the timeout: say why it failed.
-            cause = self._last_error if isinstance(e, asyncio.TimeoutError) else e
+            causes = ", ".join(self._connect_errors) or repr(e)
             raise UnavailableError(
-                f"cannot connect to the NATS server at {self._where} within {timeout:g}s: {cause!r}"
+                f"cannot connect to the NATS server at {self._where} within {timeout:g}s: {causes}"
             ) from e
         try:
             await nc.subscribe(self._inbox, cb=self._on_ack)
@@ -637,7 +643,7 @@ class NatsStreamPublisher:
                         await nc.publish(subject, envelope)
                     except Exception as e:  # closed, or the reconnect buffer is full
                         if entry is not None:
-                            self._callbacks.put((entry, e))
+                            self._acks_inbox.put((entry, e))
                         else:
                             logger.warning(
                                 "dropped an AckPolicy.NONE publish on %s: %r", subject, e
@@ -652,7 +658,7 @@ class NatsStreamPublisher:
         await self._nc.flush(timeout or 60.0)
 
     async def _on_ack(self, msg: Any) -> None:
-        """Collects an ack payload; the callbacks thread gets them in batches."""
+        """Collects an ack payload; the acks thread gets them in batches."""
         acks = self._acks
         acks.append(msg.data)
         if len(acks) == 1:
@@ -660,10 +666,11 @@ class NatsStreamPublisher:
 
     def _hand_acks_over(self) -> None:
         acks, self._acks = self._acks, []
-        self._callbacks.put(acks)
+        self._acks_inbox.put(acks)
 
     async def _on_nats_error(self, error: Exception) -> None:
-        self._last_error = error
+        if not hasattr(self, "_nc") and len(self._connect_errors) < 5:
+            self._connect_errors[repr(error)] = None
         logger.warning("NATS connection to %s: %r", self._where, error)
 
     async def _on_disconnected(self) -> None:
@@ -679,7 +686,7 @@ class NatsStreamPublisher:
                 self._lost = UnavailableError("NATS stopped reconnecting")
                 self._settled.notify_all()
         if self._lost is not None:
-            self._callbacks.put(self._lost)
+            self._acks_inbox.put(self._lost)
 
     async def _shutdown(self) -> None:
         writer = getattr(self, "_writer_task", None)
@@ -706,11 +713,11 @@ class NatsStreamPublisher:
             if self._loop_thread.is_alive():
                 logger.warning("liftbridge-nats-loop did not stop within %.0fs", _CLOSE_TIMEOUT)
 
-    # ---------------------------------------------------- callbacks thread --
+    # --------------------------------------------------------- acks thread --
 
-    def _run_callbacks(self) -> None:
-        """Resolves publishes and runs user callbacks. Runs on ``liftbridge-callbacks``."""
-        inbox = self._callbacks
+    def _run_acks(self) -> None:
+        """Resolves publishes; hands user callbacks over. Runs on ``liftbridge-nats-acks``."""
+        inbox = self._acks_inbox
         while True:
             with self._lock:
                 wait = self._deadlines[0][0] - monotonic() if self._deadlines else None
@@ -731,7 +738,7 @@ class NatsStreamPublisher:
                     self._fail_all_pending(item)
                 self._expire_due()
             except Exception:  # never let this thread die: futures would hang
-                logger.exception("liftbridge-callbacks failed; continuing")
+                logger.exception("liftbridge-nats-acks failed; continuing")
 
     def _settle_acks(self, payloads: list[bytes]) -> None:
         matched: list[tuple[_Pending, Ack]] = []
@@ -830,10 +837,7 @@ class NatsStreamPublisher:
         else:
             entry.future.set_exception(error)
         if entry.handler is not None:
-            try:
-                entry.handler(ack, error)
-            except Exception:
-                logger.exception("ack handler failed for the message on %r", entry.subject)
+            self._runner.submit(entry.handler, ack, error)
 
     def _release(self, count: int) -> None:
         if not count:

@@ -149,7 +149,7 @@ def test_a_failing_handler_is_logged_and_the_next_publish_still_acks(
     publisher.publish_async(stream, b"a", broken).result(DEADLINE)
     ack = publisher.publish(stream, b"b")
     assert ack is not None and ack.offset == 1
-    assert "ack handler failed" in caplog.text
+    assert "raised; ignored" in caplog.text
 
 
 # ----------------------------------------------------------------- routing --
@@ -196,11 +196,16 @@ def test_expected_offset(
     first = publisher.publish(unique_name, b"a", expected_offset=0)
     assert first is not None and first.offset == 0
     errors: list[BaseException | None] = []
-    future = publisher.publish_async(
-        unique_name, b"b", lambda ack, error: errors.append(error), expected_offset=0
-    )
+    handled = threading.Event()
+
+    def handler(ack: Ack | None, error: BaseException | None) -> None:
+        errors.append(error)
+        handled.set()
+
+    future = publisher.publish_async(unique_name, b"b", handler, expected_offset=0)
     with pytest.raises(IncorrectOffsetError):
         future.result(DEADLINE)
+    assert handled.wait(DEADLINE)
     assert [type(e) for e in errors] == [IncorrectOffsetError]
     second = publisher.publish(unique_name, b"c", expected_offset=1)
     assert second is not None and second.offset == 1
@@ -217,11 +222,16 @@ def test_no_ack_times_out(
 ) -> None:
     name = orphan(server, client, unique_name)
     errors: list[BaseException | None] = []
-    future = publisher.publish_async(
-        name, b"lost", lambda ack, error: errors.append(error), timeout=0.3
-    )
+    handled = threading.Event()
+
+    def handler(ack: Ack | None, error: BaseException | None) -> None:
+        errors.append(error)
+        handled.set()
+
+    future = publisher.publish_async(name, b"lost", handler, timeout=0.3)
     with pytest.raises(AckTimeoutError, match="may or may not have been stored"):
         future.result(DEADLINE)
+    assert handled.wait(DEADLINE)
     assert [type(e) for e in errors] == [AckTimeoutError]
     with pytest.raises(AckTimeoutError):
         publisher.publish(name, b"lost too", timeout=0.2)
@@ -241,14 +251,17 @@ def test_a_full_window_blocks_then_raises(
 
 
 def test_a_handler_never_waits_on_a_full_window(
-    server: LocalServer, client: liftbridge.Client, stream: str
+    server: LocalServer, client: liftbridge.Client, unique_name: str, stream: str
 ) -> None:
+    name = orphan(server, client, unique_name + "-orphan")
     outcome: list[BaseException] = []
-    ran = threading.Event()
+    gate, ran = threading.Event(), threading.Event()
     with NatsStreamPublisher(client, server.nats_url, max_inflight=1) as publisher:
 
+        def hold(ack: Ack | None, error: BaseException | None) -> None:
+            gate.wait(DEADLINE)  # keeps the next handler queued behind this one
+
         def publish_again(ack: Ack | None, error: BaseException | None) -> None:
-            # Its own slot is freed only once it returns: the window is full.
             try:
                 publisher.publish_async(stream, b"from handler", timeout=DEADLINE)
             except PublishWindowFullError as e:
@@ -256,10 +269,14 @@ def test_a_handler_never_waits_on_a_full_window(
             finally:
                 ran.set()
 
-        assert publisher.publish_async(stream, b"one", publish_again).result(DEADLINE)
+        assert publisher.publish_async(stream, b"one", hold).result(DEADLINE)
+        assert publisher.publish_async(stream, b"two", publish_again).result(DEADLINE)
+        stuck = publisher.publish_async(name, b"fills the window", timeout=DEADLINE)
+        gate.set()  # publish_again now runs, with the only slot taken
         assert ran.wait(DEADLINE)
+        assert not stuck.done()
     assert [type(e) for e in outcome] == [PublishWindowFullError]
-    assert "liftbridge-callbacks cannot wait" in str(outcome[0])
+    assert "liftbridge-callbacks does not wait" in str(outcome[0])
 
 
 def test_a_small_window_turns_over(

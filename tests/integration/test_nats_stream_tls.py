@@ -137,7 +137,7 @@ def test_a_wrong_password_is_unavailable_and_says_why(
     with liftbridge.Client(secure_server.addresses) as client:
         url = f"tls://python:wrong@127.0.0.1:{secure_nats}"
         with pytest.raises(UnavailableError, match="Authorization Violation"):
-            NatsStreamPublisher(client, url, tls=trusting, connect_timeout=0.5)
+            NatsStreamPublisher(client, url, tls=trusting, connect_timeout=1.0)
 
 
 def test_an_untrusted_certificate_is_unavailable(
