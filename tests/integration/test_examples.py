@@ -50,3 +50,12 @@ def test_pull_worker_resumes_after_its_commit(server: LocalServer, unique_name: 
             client.publish(unique_name, b"job %d" % i)
     second = run_example("pull_worker.py", server.address, unique_name, "--batch", "4")
     assert "batch of 3: offsets 6..8" in second and "offsets 0.." not in second
+
+
+def test_nats_bulk_publish_stores_every_order(server: LocalServer, unique_name: str) -> None:
+    out = run_example(
+        "nats_bulk_publish.py", server.address, server.nats_url, unique_name, "--count", "3000"
+    )
+    assert "published 3000 orders in" in out and ", 0 failed" in out
+    stored = [int(line.split(": ")[1].split()[0]) for line in out.splitlines() if ": " in line]
+    assert sum(stored[-3:]) == 3000
