@@ -244,7 +244,8 @@ class NatsStreamPublisher:
         # Envelopes handed to the loop thread: appended by publishers, emptied
         # by the loop (deque appends and pops are atomic).
         self._outbox: collections.deque[tuple[str, bytes, _Pending | None]] = collections.deque()
-        self._wakeup_scheduled = False  # a wake-up of the writer is on its way
+        self._outbox_lock = threading.Lock()  # guards _writer_awake and appends to _outbox
+        self._writer_awake = False  # the writer drains the outbox, or a wake-up is on its way
         self._acks: list[bytes] = []  # raw ack payloads read in this loop turn (loop thread)
         self._acks_inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
@@ -407,9 +408,11 @@ class NatsStreamPublisher:
             self._admit(entry, timeout)
         else:
             self._check_open()
-        self._outbox.append((subject, envelope, entry))
-        if not self._wakeup_scheduled:
-            self._wakeup_scheduled = True
+        with self._outbox_lock:
+            self._outbox.append((subject, envelope, entry))
+            wake = not self._writer_awake
+            self._writer_awake = True
+        if wake:
             # RuntimeError: the loop has stopped; close() fails what is pending.
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(self._writer.set)
@@ -636,7 +639,7 @@ class NatsStreamPublisher:
         while True:
             await writer.wait()
             writer.clear()
-            while outbox:
+            while True:
                 while outbox:
                     subject, envelope, entry = outbox.popleft()
                     try:
@@ -648,9 +651,13 @@ class NatsStreamPublisher:
                             logger.warning(
                                 "dropped an AckPolicy.NONE publish on %s: %r", subject, e
                             )
-                # Publishers wake the writer only while this is False; cleared
-                # before the outbox is looked at again, so no append goes unseen.
-                self._wakeup_scheduled = False
+                # Going to sleep and appending exclude each other: an append
+                # either lands before this look or finds the writer asleep and
+                # wakes it.
+                with self._outbox_lock:
+                    if not outbox:
+                        self._writer_awake = False
+                        break
 
     async def _flush_nats(self, timeout: float | None) -> None:
         self._writer.set()

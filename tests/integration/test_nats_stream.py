@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -512,3 +513,36 @@ def test_when_nats_gives_up_publishes_fail_with_connection_lost(
             pending.result(DEADLINE)
         with pytest.raises(ConnectionLostError):
             publisher.publish_async(name, b"after giving up")
+
+
+def test_concurrent_bursts_never_strand_a_publish(
+    server: LocalServer, client: liftbridge.Client, stream: str
+) -> None:
+    # Small bursts from several threads, with very frequent thread switches,
+    # keep the writer falling idle and being woken: a lost wake-up would leave
+    # a publish unsent and a flush returning False.
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    failed: list[str] = []
+    try:
+        with NatsStreamPublisher(client, server.nats_url, max_inflight=64) as publisher:
+
+            def burst(worker: int) -> None:
+                for round_ in range(40):
+                    for i in range(25):
+                        publisher.publish_async(stream, b"%d-%d-%d" % (worker, round_, i))
+                    if not publisher.flush(DEADLINE):
+                        failed.append(f"worker {worker} round {round_}")
+                        return
+
+            threads = [
+                threading.Thread(target=burst, args=(n,), name=f"test-burst-{n}") for n in range(4)
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(DEADLINE * 5)
+    finally:
+        sys.setswitchinterval(switch)
+    assert failed == []
+    assert client.fetch_partition_metadata(stream).newest_offset == 4 * 40 * 25 - 1
