@@ -614,7 +614,7 @@ class NatsStreamPublisher:
     ) -> tuple[Any, asyncio.Event]:
         try:
             nc = await asyncio.wait_for(nats.connect(**options), timeout)
-        except (Exception, asyncio.TimeoutError) as e:
+        except Exception as e:  # TimeoutError included
             # nats-py retries a refused login until the timeout: say why it failed.
             causes = ", ".join(self._connect_errors) or repr(e)
             raise UnavailableError(

@@ -147,9 +147,11 @@ def test_a_failing_handler_is_logged_and_the_next_publish_still_acks(
     def broken(ack: Ack | None, error: BaseException | None) -> None:
         raise RuntimeError("handler bug")
 
+    later = threading.Event()
     publisher.publish_async(stream, b"a", broken).result(DEADLINE)
-    ack = publisher.publish(stream, b"b")
+    ack = publisher.publish_async(stream, b"b", lambda a, e: later.set()).result(DEADLINE)
     assert ack is not None and ack.offset == 1
+    assert later.wait(DEADLINE)  # handlers run in order: the broken one has run
     assert "raised; ignored" in caplog.text
 
 
