@@ -127,6 +127,7 @@ class _Pending:
     deadline: float  # time.monotonic()
     timeout: float
     subject: str
+    seq: int = 0  # the order publishes were admitted in, for flush()
     settled: bool = field(default=False)
 
 
@@ -230,10 +231,12 @@ class NatsStreamPublisher:
         self._id_prefix = f"{uuid.uuid4().hex[:12]}-"
 
         self._lock = threading.Lock()
-        # _lock guards _state, _inflight, _pending, _deadlines and _lost.
+        # _lock guards _state, _inflight, _admitted, _flushing, _pending, _deadlines, _lost.
         self._settled = threading.Condition(self._lock)  # notified as the window frees up
         self._state = _State.OPEN
         self._inflight = 0
+        self._admitted = 0  # publishes admitted so far: the last one's seq
+        self._flushing = 0  # threads waiting in flush()
         self._pending: dict[str, _Pending] = {}
         self._deadlines: list[tuple[float, int, _Pending]] = []  # heap
         self._lost: BaseException | None = None  # NATS gave up reconnecting
@@ -452,24 +455,33 @@ class NatsStreamPublisher:
         return future.result(wait)
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Waits until every publish accepted so far has its outcome.
+        """Waits until every publish accepted before the call has its outcome
+        (publishes other threads make meanwhile are not waited for).
 
         Args:
             timeout: seconds to wait at most; None to wait until the last ack
                 or ack timeout.
 
         Returns:
-            True when nothing is in flight any more, False on timeout.
+            True when those publishes all have their outcome, False on timeout.
         """
         if timeout is not None:
             timeout = _validate.seconds(timeout, arg="timeout", allow_zero=True)
         deadline = None if timeout is None else monotonic() + timeout
         with self._settled:
-            while self._inflight:
-                left = None if deadline is None else deadline - monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._settled.wait(left)
+            last = self._admitted
+            self._flushing += 1
+            try:
+                # _pending keeps admission order: its first entry is the oldest.
+                while (oldest := next(iter(self._pending.values()), None)) is not None:
+                    if oldest.seq > last:
+                        break
+                    left = None if deadline is None else deadline - monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self._settled.wait(left)
+            finally:
+                self._flushing -= 1
         # AckPolicy.NONE publishes have no ack to wait for: see them written.
         if self._loop.is_running() and self._state is _State.OPEN:
             left = None if deadline is None else max(0.001, deadline - monotonic())
@@ -590,6 +602,8 @@ class NatsStreamPublisher:
                     self._settled.wait(left)
                     self._check_open()
             self._inflight += 1
+            self._admitted += 1
+            entry.seq = self._admitted
             entry.deadline = monotonic() + timeout
             self._pending[entry.correlation_id] = entry
             heapq.heappush(self._deadlines, (entry.deadline, next(self._ids), entry))
@@ -851,5 +865,5 @@ class NatsStreamPublisher:
             return
         with self._settled:
             self._inflight -= count
-            if self._inflight <= self._resume_at:
+            if self._inflight <= self._resume_at or self._flushing:
                 self._settled.notify_all()

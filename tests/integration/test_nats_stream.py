@@ -548,3 +548,29 @@ def test_concurrent_bursts_never_strand_a_publish(
         sys.setswitchinterval(switch)
     assert failed == []
     assert client.fetch_partition_metadata(stream).newest_offset == 4 * 40 * 25 - 1
+
+
+def test_flush_waits_only_for_what_was_accepted_before_it(
+    server: LocalServer, client: liftbridge.Client, unique_name: str, stream: str
+) -> None:
+    # Another thread keeps publishes that are never acked in flight all along
+    # (each times out after 1 s, a new one every 0.2 s): flush must still return
+    # once the publishes made before it have their outcome.
+    name = orphan(server, client, unique_name + "-orphan")
+    stop = threading.Event()
+    with NatsStreamPublisher(client, server.nats_url) as publisher:
+
+        def keep_one_pending() -> None:
+            publisher.publish_async(name, b"never acked", timeout=1.0)
+            while not stop.wait(0.2):
+                publisher.publish_async(name, b"never acked", timeout=1.0)
+
+        background = threading.Thread(target=keep_one_pending, name="test-background")
+        background.start()
+        try:
+            mine = [publisher.publish_async(stream, b"mine-%d" % i) for i in range(100)]
+            assert publisher.flush(DEADLINE)
+            assert all(f.done() and f.exception() is None for f in mine)
+        finally:
+            stop.set()
+            background.join(DEADLINE)
