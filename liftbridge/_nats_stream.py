@@ -44,7 +44,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from time import monotonic
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from liftbridge import _validate
@@ -78,6 +78,20 @@ AckHandler = Callable[[Ack | None, BaseException | None], None]
 # Bounds of close(): the NATS client's close, then each thread's join.
 _CLOSE_TIMEOUT = 5.0
 _BY_KEY = PartitionByKey()
+
+
+class MetadataSource(Protocol):
+    """Where the publisher finds streams' subjects and partitions: a
+    :class:`liftbridge.Client` (its public ``metadata`` and ``fetch_metadata``)."""
+
+    @property
+    def metadata(self) -> Metadata:
+        """The cached metadata."""
+        ...
+
+    def fetch_metadata(self) -> Metadata:
+        """Refreshes the cache from the server and returns it."""
+        ...
 
 
 def _import_nats() -> Any:
@@ -182,7 +196,7 @@ class NatsStreamPublisher:
 
     def __init__(
         self,
-        client: Any,
+        client: MetadataSource,
         url: str,
         *,
         max_inflight: int = 1024,
@@ -223,7 +237,7 @@ class NatsStreamPublisher:
         if tls is not None or url.startswith("tls://"):
             _check_tls_required(url, connect_timeout)
 
-        self._client = client
+        self._client: MetadataSource = client
         self._crc = crc
         self._where = url.split("@")[-1]  # never the credentials
         self._inbox = f"_INBOX.{uuid.uuid4().hex}"
@@ -563,7 +577,7 @@ class NatsStreamPublisher:
         return info.subject if partition == 0 else f"{info.subject}.{partition}"
 
     def _stream_info(self, stream: str) -> tuple[Metadata, StreamInfo]:
-        metadata: Metadata = self._client.metadata
+        metadata = self._client.metadata
         info = metadata.get_stream(stream)
         if info is None:
             metadata = self._client.fetch_metadata()
