@@ -1,0 +1,88 @@
+"""NatsStreamPublisher across a leader's death on a real three-node cluster.
+
+The cluster's nats-server is its own process, so the NATS connection survives
+the broker's SIGKILL; the partition's new leader listens on the same subject.
+What is checked: every publish returns within its ack timeout, and every
+message acked before, during and after the failover is stored.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import liftbridge
+from liftbridge.testing import LocalCluster
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def fresh_cluster() -> Iterator[LocalCluster]:
+    """A cluster of its own: after a SIGKILL, v1.9.0's survivors can be slow to
+    answer metadata for a while, which would leak into other tests."""
+    with LocalCluster(3) as cluster:
+        yield cluster
+
+
+def _new_leader(client: liftbridge.Client, stream: str, not_on: str, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = client.fetch_metadata().partition(stream, 0)
+        if info is not None and info.leader and info.leader != not_on:
+            return info.leader
+        time.sleep(0.2)  # polling the cluster from a test, not a stoppable loop
+    raise AssertionError(f"no new leader for {stream} within {timeout:g}s")
+
+
+def test_nothing_acked_is_lost_when_the_leader_dies(
+    fresh_cluster: LocalCluster, unique_name: str
+) -> None:
+    total, timeout = 400, 2.0
+    acked: set[int] = set()
+    with liftbridge.Client(fresh_cluster.addresses, rpc_timeout=3, ack_wait=30) as client:
+        client.create_stream(unique_name, replication_factor=3)
+        leader = client.fetch_partition_metadata(unique_name).leader
+        with liftbridge.NatsStreamPublisher(
+            client, fresh_cluster.nats_url, ack_timeout=timeout
+        ) as publisher:
+
+            def publish(value: int) -> bool:
+                started = time.monotonic()
+                try:
+                    publisher.publish(
+                        unique_name, b"%d" % value, ack_policy=liftbridge.AckPolicy.ALL
+                    )
+                except liftbridge.AckTimeoutError:
+                    return False  # failing over; it may be stored anyway (at-least-once)
+                finally:
+                    assert time.monotonic() - started < timeout + 5, "publish overran its bound"
+                acked.add(value)
+                return True
+
+            for value in range(total // 2):
+                assert publish(value)
+            fresh_cluster.kill(fresh_cluster.node(leader))
+            _new_leader(client, unique_name, not_on=leader)
+            value = total // 2
+            give_up = time.monotonic() + 120
+            while value < total:
+                assert time.monotonic() < give_up, f"only {len(acked)} acked after the failover"
+                if publish(value):
+                    value += 1
+
+        stored: set[int] = set()
+        done = threading.Event()
+
+        def handler(message: liftbridge.Message | None, error: BaseException | None) -> None:
+            if message is not None:
+                stored.add(int(message.value))
+                if acked <= stored:
+                    done.set()
+
+        with client.subscribe(unique_name, handler, start=liftbridge.StartPosition.EARLIEST):
+            assert done.wait(60), f"{len(acked - stored)} acked messages are missing"
+    assert acked == set(range(total))
