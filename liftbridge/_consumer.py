@@ -205,9 +205,9 @@ class Consumer:
         Raises:
             InvalidArgumentError, ArgumentTypeError: a bad option.
         """
-        check.stream_name(group_id, arg="group_id")
+        check.identifier(group_id, arg="group_id")
         if consumer_id is not None:
-            check.stream_name(consumer_id, arg="consumer_id")
+            check.identifier(consumer_id, arg="consumer_id")
         if auto_checkpoint is not None:
             auto_checkpoint = check.seconds(auto_checkpoint, arg="auto_checkpoint")
         if not isinstance(auto_offset, AutoOffset):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Any
 
 import pytest
@@ -91,3 +92,194 @@ def test_client_rejects_bad_addresses() -> None:
         liftbridge.Client("localhost")
     with pytest.raises(liftbridge.InvalidArgumentError, match="addresses"):
         liftbridge.Client([])
+
+
+# ------------------------------------------- what the server cannot store --
+# Each of these names crashed a v1.9.0 server for good (see _validate's docstring).
+
+CRASHING_NAMES = ["..", ".", "a.", ".a", "a..b", "../x", "a\x00b", "x" * 300]
+
+
+@pytest.mark.parametrize("name", CRASHING_NAMES)
+def test_names_that_crash_the_server_are_refused(name: str) -> None:
+    with pytest.raises(liftbridge.InvalidArgumentError, match=r"^name "):
+        check.stream_name(name, arg="name")
+
+
+@pytest.mark.parametrize(
+    ("name", "rule"),
+    [
+        ("", "must not be empty"),
+        ("a.", "empty dot-separated token"),
+        (".a", "empty dot-separated token"),
+        ("a..b", "empty dot-separated token"),
+        ("..", "empty dot-separated token"),
+        ("a/b", "must not contain '/'"),
+        ("/", "must not contain '/'"),
+        ("a\x00b", "control characters"),
+        ("a\x7fb", "control characters"),
+        ("a\x85b", "whitespace"),  # NEL is whitespace to str.isspace()
+        ("a\x9fb", "control characters"),
+        ("a*", "wildcard"),
+        ("a.>", "wildcard"),
+        (">.a", "wildcard"),
+        ("a\ud800", "valid UTF-8"),
+        ("x" * 256, "at most 255 bytes"),
+        ("é" * 128, "at most 255 bytes"),  # 256 bytes in UTF-8
+    ],
+)
+def test_stream_name_rules(name: str, rule: str) -> None:
+    with pytest.raises(liftbridge.InvalidArgumentError, match=rule):
+        check.stream_name(name)
+
+
+@pytest.mark.parametrize("name", ["x" * 255, "é" * 127, "a.b.c", "_-~!@#$%^&()+=", "Ω"])
+def test_stream_names_at_the_limits_pass(name: str) -> None:
+    assert check.stream_name(name) == name
+
+
+@pytest.mark.parametrize(
+    ("subject", "rule"),
+    [
+        ("a\x00b", "control characters"),
+        ("a\x0cb", "whitespace"),
+        ("a\udfff", "valid UTF-8"),
+        ("a." * 512 + "b", "at most 1024 bytes"),
+    ],
+)
+def test_subject_rules(subject: str, rule: str) -> None:
+    with pytest.raises(liftbridge.InvalidArgumentError, match=rule):
+        check.subject(subject, wildcards=True)
+
+
+def test_a_subject_of_1024_bytes_passes() -> None:
+    assert check.subject("a." * 511 + "bc") == "a." * 511 + "bc"
+
+
+def test_a_stream_subject_ending_in_full_wildcard_takes_one_partition_only() -> None:
+    assert check.stream_subject("a.>", partitions=1) == "a.>"
+    assert check.stream_subject("a.*", partitions=3) == "a.*"
+    with pytest.raises(liftbridge.InvalidArgumentError, match=r"partition suffix"):
+        check.stream_subject("a.>", partitions=2)
+
+
+@pytest.mark.parametrize(
+    ("value", "rule"),
+    [
+        ("a,b", "must not contain ','"),
+        ("", "must not be empty"),
+        ("a b", "whitespace"),
+        ("a\x01", "control"),
+        ("\ud800", "UTF-8"),
+        ("x" * 256, "255 bytes"),
+    ],
+)
+def test_identifier_rules(value: str, rule: str) -> None:
+    with pytest.raises(liftbridge.InvalidArgumentError, match=rf"^cursor_id .*{rule}|{rule}"):
+        check.identifier(value, arg="cursor_id")
+
+
+def test_identifiers_may_hold_dots_and_colons() -> None:
+    assert check.identifier("__group:orders.v2", arg="cursor_id") == "__group:orders.v2"
+
+
+def test_queue_groups_may_hold_commas_but_not_whitespace() -> None:
+    assert check.queue_group("a,b") == "a,b"
+    with pytest.raises(liftbridge.InvalidArgumentError, match=r"^group must not contain"):
+        check.queue_group("a b")
+
+
+# ----------------------------------------------------------- numbers --
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_seconds_are_refused(value: float) -> None:
+    with pytest.raises(liftbridge.InvalidArgumentError, match=r"^timeout must be a finite"):
+        check.seconds(value, arg="timeout")
+
+
+def test_seconds_are_bounded() -> None:
+    assert check.seconds(check.MAX_SECONDS, arg="timeout") == check.MAX_SECONDS
+    with pytest.raises(liftbridge.InvalidArgumentError, match=r"at most"):
+        check.seconds(check.MAX_SECONDS + 1, arg="timeout")
+    with pytest.raises(liftbridge.ArgumentTypeError, match=r"^timeout must be a number"):
+        check.optional_seconds("1")
+    assert check.optional_seconds(None) is None
+
+
+@pytest.mark.parametrize(("kind", "largest"), [(check.int32, 2**31 - 1), (check.int64, 2**63 - 1)])
+def test_ints_are_within_the_wire_type(kind: Any, largest: int) -> None:
+    assert kind(largest, arg="n") == largest
+    with pytest.raises(liftbridge.InvalidArgumentError, match=r"^n must be <= .*signed"):
+        kind(largest + 1, arg="n")
+    with pytest.raises(liftbridge.InvalidArgumentError, match=r"^n must be >= 0"):
+        kind(-1, arg="n")
+    with pytest.raises(liftbridge.ArgumentTypeError, match=r"^n must be an int, got float"):
+        kind(1.0, arg="n")
+    with pytest.raises(liftbridge.ArgumentTypeError, match=r"^n must be an int, got bool"):
+        kind(True, arg="n")
+
+
+def test_timestamps_must_fit_in_64_bits_of_nanoseconds() -> None:
+    from datetime import datetime, timedelta
+
+    when = datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
+    assert check.timestamp_ns(when, arg="start") == 1_704_164_645_000_006_000
+    with pytest.raises(liftbridge.InvalidArgumentError, match=r"^start must be between"):
+        check.timestamp_ns(datetime(9999, 1, 1, tzinfo=UTC), arg="start")
+    with pytest.raises(liftbridge.InvalidArgumentError, match=r"timezone-aware"):
+        check.timestamp_ns(datetime(2024, 1, 1), arg="start")
+    with pytest.raises(liftbridge.InvalidArgumentError, match=r"^start must reach back"):
+        check.time_before_now_ns(timedelta(days=999_999_999), arg="start")
+
+
+# ------------------------------------------------------ text and types --
+
+
+def test_header_names_must_be_valid_utf8() -> None:
+    with pytest.raises(liftbridge.InvalidArgumentError, match=r"^headers key .*UTF-8"):
+        check.headers({"\ud800": b"x"})
+
+
+def test_correlation_ids_are_non_empty_text() -> None:
+    assert check.optional_text(None, arg="correlation_id") is None
+    with pytest.raises(liftbridge.ArgumentTypeError, match=r"^correlation_id must be a str"):
+        check.optional_text(5, arg="correlation_id")
+    with pytest.raises(liftbridge.InvalidArgumentError, match=r"^correlation_id must be a non"):
+        check.optional_text("", arg="correlation_id")
+
+
+@pytest.mark.parametrize(
+    ("value", "rule"),
+    [
+        (liftbridge.PartitionByKey, r"the class PartitionByKey \(write PartitionByKey\(\)\)"),
+        ("bykey", "must implement partition"),
+        (object(), "must implement partition"),
+    ],
+)
+def test_partitioners_must_be_instances(value: Any, rule: str) -> None:
+    with pytest.raises(liftbridge.ArgumentTypeError, match=rule):
+        check.partitioner(value)
+
+
+def test_partitioner_instances_pass() -> None:
+    by_key = liftbridge.PartitionByKey()
+    assert check.partitioner(by_key) is by_key
+
+
+@pytest.mark.parametrize(
+    ("address", "rule"),
+    [
+        ("127.0.0.1:70000", "port must be from 1 to 65535"),
+        ("127.0.0.1:0", "port must be from 1 to 65535"),
+        ("127.0.0.1:\u0661\u0662", "host:port"),  # Arabic-Indic digits
+        ("bad host:9292", "whitespace"),
+    ],
+)
+def test_bad_addresses(address: str, rule: str) -> None:
+    with pytest.raises(liftbridge.InvalidArgumentError, match=rule):
+        liftbridge.Client(address)
+
+
+def test_addresses_with_ipv6_hosts_pass() -> None:
+    assert check.address("[::1]:9292") == "[::1]:9292"
