@@ -239,6 +239,8 @@ class Ack(_WireValue):
 
     Attributes:
         stream: stream name.
+        partition: the partition the message was stored in (derived from the
+            subjects below).
         partition_subject: NATS subject of the partition.
         message_subject: NATS subject the message was received on.
         offset: offset the message was committed at.
@@ -304,6 +306,25 @@ class Ack(_WireValue):
         return self._pb.msgSubject
 
     @property
+    def partition(self) -> int:
+        """The partition the message was stored in, read from the subjects
+        (computed when read, so acks cost nothing more on the publish path).
+
+        Partition N > 0 of a stream listens on ``<partition_subject>.N``, so a
+        message subject one token longer than the partition subject ends in the
+        partition number; otherwise (and for a subject ending in ``>``, which
+        takes one partition only) the partition is 0.
+        """
+        pb = self._pb
+        base = pb.partitionSubject
+        if base.endswith(">"):
+            return 0
+        head, _, last = pb.msgSubject.rpartition(".")
+        if head and last.isascii() and last.isdigit() and head.count(".") == base.count("."):
+            return int(last)
+        return 0
+
+    @property
     def offset(self) -> int:
         return self._pb.offset
 
@@ -345,6 +366,11 @@ class Ack(_WireValue):
             "commit_timestamp_ns": self.commit_timestamp_ns,
             "error": self.error,
         }
+
+    def __repr__(self) -> str:
+        fields = self._fields()
+        shown = {"stream": fields.pop("stream"), "partition": self.partition, **fields}
+        return "Ack(" + ", ".join(f"{name}={value!r}" for name, value in shown.items()) + ")"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Ack):
