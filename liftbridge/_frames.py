@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from liftbridge._errors import ArgumentTypeError, MissingDependencyError
+from liftbridge import _validate as check
+from liftbridge._errors import MissingDependencyError
 from liftbridge._messages import Message
 
 if TYPE_CHECKING:
@@ -32,11 +33,7 @@ COLUMNS = (
 
 
 def _checked(messages: Iterable[Message]) -> list[Message]:
-    items = list(messages)
-    for item in items:
-        if not isinstance(item, Message):
-            raise ArgumentTypeError(f"messages must hold Message, got {type(item).__name__}")
-    return items
+    return check.messages(messages)
 
 
 def messages_to_arrow(messages: Iterable[Message]) -> pyarrow.Table:

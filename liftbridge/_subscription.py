@@ -312,6 +312,7 @@ class Subscription:
             timeout: seconds to wait for the thread (a handler still running
                 finishes its message first); None for 5 seconds.
         """
+        timeout = check.optional_seconds(timeout)
         close_all([self], time.monotonic() + (_JOIN_TIMEOUT if timeout is None else timeout))
 
     def _signal_close(self) -> None:

@@ -183,6 +183,23 @@ def _with_subscription(env: Env, kwargs: dict[str, Any]) -> Any:
         return sub.wait(**kwargs)
 
 
+def _closing_subscription(env: Env, kwargs: dict[str, Any]) -> Any:
+    sub = env.client.subscribe(STREAM, start=liftbridge.StartPosition.EARLIEST)
+    try:
+        sub.close(**kwargs)
+    finally:
+        sub.close()
+
+
+def _consumer_subscribe(env: Env, kwargs: dict[str, Any]) -> Any:
+    with env.client.create_consumer("property-group", join_timeout=LONGEST_WAIT) as consumer:
+        consumer.subscribe(**kwargs)
+
+
+def _module_function(name: str) -> Callable[[Env, dict[str, Any]], Any]:
+    return lambda env, kwargs: getattr(liftbridge, name)(**kwargs)
+
+
 def _with_consumer(method: str) -> Callable[[Env, dict[str, Any]], Any]:
     def run(env: Env, kwargs: dict[str, Any]) -> Any:
         with env.client.create_consumer("property-group") as consumer:
@@ -327,6 +344,15 @@ CALLS = [
     ),
     Call("flush", {"timeout": None}, _method("flush")),
     Call("Subscription.wait", {"timeout": 0.01}, _with_subscription),
+    Call("Subscription.close", {"timeout": 1.0}, _closing_subscription),
+    Call(
+        "Consumer.subscribe",
+        {"streams": STREAM, "handler": lambda message, error: None},
+        _consumer_subscribe,
+    ),
+    Call("messages_table", {"messages": [], "limit": 5}, _module_function("messages_table")),
+    Call("messages_to_pandas", {"messages": []}, _module_function("messages_to_pandas")),
+    Call("messages_to_arrow", {"messages": []}, _module_function("messages_to_arrow")),
     Call("Consumer.checkpoint", {"timeout": None}, _with_consumer("checkpoint")),
     Call("Consumer.backlog", {"timeout": None}, _with_consumer("backlog")),
     Call(
