@@ -101,8 +101,8 @@ def printable(value: str, arg: str) -> None:
             raise InvalidArgumentError(f"{arg} must not contain control characters, got {value!r}")
 
 
-def _name(value: Any, arg: str) -> str:
-    text(value, arg=arg, max_bytes=MAX_NAME_BYTES)
+def _name(value: Any, arg: str, max_bytes: int = MAX_NAME_BYTES) -> str:
+    text(value, arg=arg, max_bytes=max_bytes)
     if not value:
         raise InvalidArgumentError(f"{arg} must not be empty")
     printable(value, arg)
@@ -136,9 +136,9 @@ def queue_group(value: Any, *, arg: str = "group") -> str:
     return _name(value, arg)
 
 
-def identifier(value: Any, *, arg: str) -> str:
+def identifier(value: Any, *, arg: str, max_bytes: int = MAX_NAME_BYTES) -> str:
     """A cursor id, consumer group id or consumer id: a name without commas."""
-    _name(value, arg)
+    _name(value, arg, max_bytes)
     if "," in value:
         raise InvalidArgumentError(
             f"{arg} must not contain ',' (the server joins cursor keys with commas), got {value!r}"

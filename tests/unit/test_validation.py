@@ -283,3 +283,67 @@ def test_bad_addresses(address: str, rule: str) -> None:
 
 def test_addresses_with_ipv6_hosts_pass() -> None:
     assert check.address("[::1]:9292") == "[::1]:9292"
+
+
+def test_group_ids_leave_room_for_their_cursor_prefix() -> None:
+    from liftbridge._group import GROUP_CURSOR_PREFIX
+
+    room = check.MAX_NAME_BYTES - len(GROUP_CURSOR_PREFIX)
+    assert check.identifier("g" * room, arg="group_id", max_bytes=room) == "g" * room
+    with pytest.raises(liftbridge.InvalidArgumentError, match=rf"^group_id must be at most {room}"):
+        check.identifier("g" * (room + 1), arg="group_id", max_bytes=room)
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        (float("nan"), liftbridge.InvalidArgumentError),
+        (float("inf"), liftbridge.InvalidArgumentError),
+        (10**400, liftbridge.InvalidArgumentError),
+        (0.5, liftbridge.InvalidArgumentError),
+        ("2", liftbridge.ArgumentTypeError),
+        (True, liftbridge.ArgumentTypeError),
+    ],
+)
+def test_bounded_numbers(value: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match=r"^RetryPolicy\.multiplier must be a number"):
+        check.number(value, arg="RetryPolicy.multiplier", minimum=1, maximum=1e6)
+
+
+def test_retry_policy_refuses_non_finite_backoffs_and_survives_a_huge_multiplier() -> None:
+    with pytest.raises(liftbridge.InvalidArgumentError, match="initial_backoff"):
+        liftbridge.RetryPolicy(initial_backoff=float("nan"))
+    with pytest.raises(liftbridge.InvalidArgumentError, match="total_timeout"):
+        liftbridge.RetryPolicy(total_timeout=float("inf"))
+    policy = liftbridge.RetryPolicy(multiplier=1e6, max_backoff=1.0, jitter=0)
+    assert policy.backoff(100) == 1.0  # 1e6 ** 99 overflows a float
+
+
+def test_partition_counts_are_capped() -> None:
+    assert check.partition_count(check.MAX_PARTITIONS) == check.MAX_PARTITIONS
+    with pytest.raises(liftbridge.InvalidArgumentError, match=r"^partitions must be <= 10000"):
+        check.partition_count(2**31 - 1)
+    with pytest.raises(liftbridge.InvalidArgumentError, match=r"^partitions must be >= 1"):
+        check.partition_count(0)
+
+
+def test_message_size_counts_the_request_and_the_envelope() -> None:
+    from liftbridge_api import api_pb2
+
+    request = api_pb2.PublishRequest(stream="s", value=b"v" * 100)
+    limit = request.ByteSize() + check.ENVELOPE_ALLOWANCE
+    check.message_size(request, limit=limit)
+    with pytest.raises(liftbridge.MessageTooLargeError, match=f"max_message_size of {limit - 1}"):
+        check.message_size(request, limit=limit - 1)
+    with pytest.raises(liftbridge.InvalidArgumentError, match=r"^max_message_size must be <="):
+        check.message_size_limit(4 * 1024 * 1024 + 1)
+
+
+def test_messages_must_be_an_iterable_of_messages() -> None:
+    message = liftbridge.Message(offset=0, value=b"v")
+    assert check.messages(iter([message])) == [message]
+    for bad in (None, "abc", {"a": 1}, 5):
+        with pytest.raises(liftbridge.ArgumentTypeError, match=r"^messages must be an iterable"):
+            check.messages(bad)
+    with pytest.raises(liftbridge.ArgumentTypeError, match=r"^messages must hold Message"):
+        check.messages([message, b"v"])
