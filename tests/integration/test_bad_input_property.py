@@ -338,11 +338,17 @@ CALLS = [
             "on_revoked": None,
             "min_pending": None,
             "low_pending": None,
+            "min_ack_pending": None,
             "join_timeout": 60.0,
+            "pinned": False,
+            "pin_timeout": None,
+            "on_pin": None,
         },
         _method("create_consumer"),
     ),
     Call("flush", {"timeout": None}, _method("flush")),
+    Call("describe_group", {"group_id": "g", "timeout": None}, _method("describe_group")),
+    Call("unpin", {"group_id": "g", "timeout": None}, _method("unpin")),
     Call("Subscription.wait", {"timeout": 0.01}, _with_subscription),
     Call("Subscription.close", {"timeout": 1.0}, _closing_subscription),
     Call(
@@ -355,6 +361,13 @@ CALLS = [
     Call("messages_to_arrow", {"messages": []}, _module_function("messages_to_arrow")),
     Call("Consumer.checkpoint", {"timeout": None}, _with_consumer("checkpoint")),
     Call("Consumer.backlog", {"timeout": None}, _with_consumer("backlog")),
+    Call("Consumer.fetch", {"max_messages": 10, "timeout": 0.01}, _with_consumer("fetch")),
+    Call("Consumer.next", {"timeout": 0.01}, _with_consumer("next")),
+    Call(
+        "Consumer.set_overflow",
+        {"min_pending": None, "low_pending": None, "min_ack_pending": None},
+        _with_consumer("set_overflow"),
+    ),
     Call(
         "Client",
         {
