@@ -114,9 +114,10 @@ def messages_table(messages: Iterable[Message], *, limit: int = 50) -> Table:
         InvalidArgumentError: ``limit`` is below 1.
     """
     from liftbridge import _validate as check
+    from liftbridge._messages import checked_messages
 
     check.positive_int(limit, arg="limit")
-    items = check.messages(messages)
+    items = checked_messages(messages)
     rows = tuple(
         (
             m.stream,

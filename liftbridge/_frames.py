@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from liftbridge import _validate as check
 from liftbridge._errors import MissingDependencyError
-from liftbridge._messages import Message
+from liftbridge._messages import Message, checked_messages
 
 if TYPE_CHECKING:
     import pandas
@@ -33,7 +32,7 @@ COLUMNS = (
 
 
 def _checked(messages: Iterable[Message]) -> list[Message]:
-    return check.messages(messages)
+    return checked_messages(messages)
 
 
 def messages_to_arrow(messages: Iterable[Message]) -> pyarrow.Table:

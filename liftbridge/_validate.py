@@ -35,7 +35,6 @@ from typing import Any
 from google.protobuf.message import Message as _Protobuf
 
 from liftbridge._errors import ArgumentTypeError, InvalidArgumentError, MessageTooLargeError
-from liftbridge._messages import Message
 
 RESERVED_STREAMS = frozenset({"__cursors", "__activity"})
 
@@ -246,6 +245,9 @@ def int32(value: Any, *, arg: str, minimum: int = 0) -> int:
     return _int(value, arg, minimum, INT32_MAX)
 
 
+INT64_MIN = -(2**63)
+
+
 def int64(value: Any, *, arg: str, minimum: int = 0) -> int:
     """An int from ``minimum`` up to the largest signed 64-bit int (bool refused)."""
     return _int(value, arg, minimum, INT64_MAX)
@@ -359,17 +361,6 @@ def headers(value: Any, *, arg: str = "headers") -> dict[str, bytes]:
         text(name, arg=f"{arg} key {name!r}")
         out[name] = data(raw, arg=f"{arg}[{name!r}]")
     return out
-
-
-def messages(value: Any, *, arg: str = "messages") -> list[Message]:
-    """An iterable of :class:`Message` (a list, a subscription, a generator)."""
-    if isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
-        raise ArgumentTypeError(f"{arg} must be an iterable of Message, got {_type_name(value)}")
-    items = list(value)
-    for item in items:
-        if not isinstance(item, Message):
-            raise ArgumentTypeError(f"{arg} must hold Message, got {_type_name(item)}")
-    return items
 
 
 def address(value: Any, *, arg: str = "addresses") -> str:

@@ -340,10 +340,12 @@ def test_message_size_counts_the_request_and_the_envelope() -> None:
 
 
 def test_messages_must_be_an_iterable_of_messages() -> None:
+    from liftbridge._messages import checked_messages
+
     message = liftbridge.Message(offset=0, value=b"v")
-    assert check.messages(iter([message])) == [message]
+    assert checked_messages(iter([message])) == [message]
     for bad in (None, "abc", {"a": 1}, 5):
         with pytest.raises(liftbridge.ArgumentTypeError, match=r"^messages must be an iterable"):
-            check.messages(bad)
+            checked_messages(bad)
     with pytest.raises(liftbridge.ArgumentTypeError, match=r"^messages must hold Message"):
-        check.messages([message, b"v"])
+        checked_messages([message, b"v"])
