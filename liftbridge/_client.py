@@ -1074,7 +1074,7 @@ class Client:
             DeadlineExceededError: not within ``timeout``.
             LiftbridgeError: the metadata or the activity stream could not be read.
         """
-        check.stream_name(group_id, arg="group_id")
+        check.identifier(group_id, arg="group_id")
         return describe_group(self._router, group_id, self._deadline_of(timeout))
 
     def unpin(self, group_id: str, *, timeout: float | None = None) -> None:
@@ -1099,7 +1099,7 @@ class Client:
             ClientClosedError: the client is closed.
             LiftbridgeError: the counter could not be read or written.
         """
-        check.stream_name(group_id, arg="group_id")
+        check.identifier(group_id, arg="group_id")
         deadline = self._deadline_of(timeout)
         cursor_id, stream, partition = unpin_cursor(group_id)
         count = self._cursors.fetch(cursor_id, stream, partition, deadline) or 0
