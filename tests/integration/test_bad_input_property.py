@@ -171,7 +171,7 @@ class Call:
 
 
 def _dispose(result: Any) -> None:
-    if isinstance(result, (liftbridge.Subscription, liftbridge.Consumer)):
+    if isinstance(result, (liftbridge.Subscription, liftbridge.Consumer, liftbridge.PullConsumer)):
         result.close()
     elif hasattr(result, "result"):
         with contextlib.suppress(liftbridge.LiftbridgeError):
@@ -189,6 +189,12 @@ def _closing_subscription(env: Env, kwargs: dict[str, Any]) -> Any:
         sub.close(**kwargs)
     finally:
         sub.close()
+        sub.wait(RESULT_WAIT)  # a generated timeout may have been too short to see it end
+
+
+def _with_pull_consumer(env: Env, kwargs: dict[str, Any]) -> Any:
+    with env.client.pull(STREAM, start=liftbridge.StartPosition.EARLIEST) as consumer:
+        return consumer.fetch(**kwargs)
 
 
 def _consumer_subscribe(env: Env, kwargs: dict[str, Any]) -> Any:
@@ -347,6 +353,58 @@ CALLS = [
         _method("create_consumer"),
     ),
     Call("flush", {"timeout": None}, _method("flush")),
+    Call(
+        "get",
+        {"stream": STREAM, "offset": 0, "partition": 0, "read_replica": False, "timeout": None},
+        _method("get"),
+    ),
+    Call(
+        "get_batch",
+        {
+            "stream": STREAM,
+            "start": 0,
+            "partition": 0,
+            "max_messages": None,
+            "max_bytes": None,
+            "read_replica": False,
+            "timeout": None,
+        },
+        _method("get_batch"),
+    ),
+    Call(
+        "get_last_by_key",
+        {
+            "stream": STREAM,
+            "keys": None,
+            "prefix": None,
+            "up_to_offset": None,
+            "up_to_time": None,
+            "read_replica": False,
+            "timeout": None,
+        },
+        _method("get_last_by_key"),
+    ),
+    Call(
+        "pull",
+        {
+            "stream": STREAM,
+            "partitions": None,
+            "start": liftbridge.StartPosition.EARLIEST,
+            "stop": None,
+            "read_replica": False,
+            "max_buffered_messages": None,
+            "max_buffered_bytes": None,
+            "refill_threshold": None,
+            "stall_timeout": 30.0,
+            "on_stall": None,
+        },
+        _method("pull"),
+    ),
+    Call(
+        "PullConsumer.fetch",
+        {"max_messages": None, "max_bytes": None, "timeout": 0.01},
+        _with_pull_consumer,
+    ),
     Call("describe_group", {"group_id": "g", "timeout": None}, _method("describe_group")),
     Call("unpin", {"group_id": "g", "timeout": None}, _method("unpin")),
     Call("Subscription.wait", {"timeout": 0.01}, _with_subscription),
