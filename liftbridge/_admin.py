@@ -40,13 +40,13 @@ def _ms(value: float | None, arg: str) -> api_pb2.NullableInt64 | None:
 def _int64(value: int | None, arg: str) -> api_pb2.NullableInt64 | None:
     if value is None:
         return None
-    return api_pb2.NullableInt64(value=check.positive_int(value, arg=arg, minimum=0))
+    return api_pb2.NullableInt64(value=check.int64(value, arg=arg, minimum=0))
 
 
 def _int32(value: int | None, arg: str) -> api_pb2.NullableInt32 | None:
     if value is None:
         return None
-    return api_pb2.NullableInt32(value=check.positive_int(value, arg=arg, minimum=1))
+    return api_pb2.NullableInt32(value=check.int32(value, arg=arg, minimum=1))
 
 
 def _bool(value: bool | None, arg: str) -> api_pb2.NullableBool | None:
@@ -87,18 +87,18 @@ def create_stream_request(
     check.stream_name(name, arg="name", allow_reserved=False)
     if subject is None:
         subject = name
-    check.subject(subject, wildcards=True)
-    check.positive_int(partitions, arg="partitions")
+    check.stream_subject(subject, partitions=partitions)
+    check.partition_count(partitions)
     if not isinstance(max_replication, bool):
         raise ArgumentTypeError("max_replication must be a bool")
     if group is not None:
-        check.stream_name(group, arg="group")
+        check.queue_group(group)
     if max_replication or replication_factor == -1:
         rf = -1
     elif replication_factor is None:
         rf = 1
     else:
-        rf = check.positive_int(replication_factor, arg="replication_factor")
+        rf = check.int32(replication_factor, arg="replication_factor", minimum=1)
     return api_pb2.CreateStreamRequest(
         subject=subject,
         name=name,

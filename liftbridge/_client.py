@@ -20,7 +20,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from datetime import datetime
 
-from liftbridge import _admin, _direct
+from liftbridge import _admin, _direct, _inbox_publish
 from liftbridge import _validate as check
 from liftbridge._admin import Admin
 from liftbridge._callbacks import CallbackRunner
@@ -107,6 +107,7 @@ class Client:
         ack_wait: float = 5.0,
         max_inflight: int = 1024,
         resubscribe_wait: float = 30.0,
+        max_message_size: int = check.SERVER_MAX_MESSAGE,
     ) -> None:
         """Connects to the cluster.
 
@@ -128,6 +129,12 @@ class Client:
                 :class:`PublishWindowFullError`), which bounds memory.
             resubscribe_wait: seconds a subscription keeps trying to
                 re-establish itself after its broker fails.
+            max_message_size: the server's limit on one message in bytes
+                (default 1 MiB, its ``clustering.replication.max.bytes`` and
+                NATS ``max_payload``); a publish whose serialized request plus
+                1200 bytes for the server's envelope exceeds it raises
+                :class:`MessageTooLargeError` before sending. At most 4 MiB
+                (the server's gRPC limit); raise it only with the server's.
 
         Raises:
             InvalidArgumentError: an option is out of range.
@@ -144,6 +151,7 @@ class Client:
         self._ack_wait = check.seconds(ack_wait, arg="ack_wait")
         self._resubscribe_wait = check.seconds(resubscribe_wait, arg="resubscribe_wait")
         max_inflight = check.positive_int(max_inflight, arg="max_inflight")
+        self._max_message_size = check.message_size_limit(max_message_size)
         self._router = Router(
             seeds,
             tls=tls,
@@ -191,9 +199,7 @@ class Client:
         for a in addresses:
             if not isinstance(a, str):
                 raise ArgumentTypeError(f"addresses must hold str, got {type(a).__name__}")
-            host, sep, port = a.rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise InvalidArgumentError(f"address {a!r} is not of the form 'host:port'")
+            check.address(a)
         return tuple(dict.fromkeys(addresses))
 
     # ------------------------------------------------------------ lifecycle --
@@ -504,6 +510,7 @@ class Client:
         expected_offset: int | None,
         correlation_id: str | None,
         timeout: float | None,
+        ack_inbox: str | None = None,
     ) -> api_pb2.PublishRequest:
         """The request for publish and publish_async, every argument checked."""
         self._check_open()
@@ -518,7 +525,7 @@ class Client:
                 f"ack_policy must be an AckPolicy, got {type(ack_policy).__name__}"
             )
         if expected_offset is not None:
-            check.positive_int(expected_offset, arg="expected_offset", minimum=0)
+            check.int64(expected_offset, arg="expected_offset")
             if ack_policy is AckPolicy.NONE:
                 raise InvalidArgumentError(
                     "expected_offset needs an ack (ack_policy LEADER or ALL): the server refuses "
@@ -526,16 +533,12 @@ class Client:
                 )
         if correlation_id is None:
             correlation_id = self._publisher.next_correlation_id()
-        elif not isinstance(correlation_id, str) or not correlation_id:
-            raise InvalidArgumentError("correlation_id must be a non-empty str or None")
+        else:
+            check.optional_text(correlation_id, arg="correlation_id")
         if partition is not None:
             check.partition(partition)
         elif partitioner is not None:
-            if not isinstance(partitioner, Partitioner):
-                raise ArgumentTypeError(
-                    f"partitioner must implement partition(stream, key, value, metadata), "
-                    f"got {type(partitioner).__name__}"
-                )
+            check.partitioner(partitioner)
             metadata = self._stream_metadata(stream)
             partition = partitioner.partition(stream, key, value, metadata)
             count = metadata.partition_count(stream)
@@ -566,6 +569,9 @@ class Client:
             request.key = key
         if header_map:
             request.headers.update(header_map)
+        if ack_inbox is not None:
+            request.ackInbox = check.subject(ack_inbox, arg="ack_inbox")
+        check.message_size(request, limit=self._max_message_size)
         return request
 
     def publish_async(
@@ -581,6 +587,7 @@ class Client:
         ack_policy: AckPolicy = AckPolicy.LEADER,
         expected_offset: int | None = None,
         correlation_id: str | None = None,
+        ack_inbox: str | None = None,
         timeout: float | None = None,
     ) -> Future[Ack | None]:
         """Publishes a message on the client's PublishAsync stream without waiting.
@@ -611,6 +618,12 @@ class Client:
             expected_offset: optimistic concurrency: the offset the message must
                 get, else :class:`IncorrectOffsetError`. None: no check.
             correlation_id: id matching the ack; generated when None.
+            ack_inbox: a NATS subject (no wildcards) the server also publishes
+                the ack to, as an envelope (:func:`unmarshal_ack` decodes it).
+                Such a publish goes by the unary Publish RPC, one at a time
+                (the server ignores ack inboxes on PublishAsync streams); for
+                ``publish_async`` on a ``liftbridge-inbox-publish`` thread of
+                its own.
             timeout: seconds to wait for the ack; None for ``ack_wait``.
 
         Returns:
@@ -618,6 +631,7 @@ class Client:
 
         Raises:
             InvalidArgumentError, ArgumentTypeError: bad input (nothing sent).
+            MessageTooLargeError: larger than ``max_message_size`` (nothing sent).
             NoSuchStreamError: a partitioner needs metadata of a missing stream.
             PublishWindowFullError: the in-flight window stayed full.
             ClientClosedError: the client is closed.
@@ -635,8 +649,24 @@ class Client:
             expected_offset,
             correlation_id,
             timeout,
+            ack_inbox,
         )
+        if ack_inbox is not None:
+            wait = self._ack_wait if timeout is None else timeout
+            return _inbox_publish.publish_async(
+                self._invoke_publish, request, wait, ack_handler, self._callbacks
+            )
         return self._publisher.submit(request, ack_handler, timeout)
+
+    def _invoke_publish(
+        self, request: api_pb2.PublishRequest, wait: float
+    ) -> api_pb2.PublishResponse:
+        """One unary Publish (for publishes naming an ack inbox); not retried."""
+        deadline = self._router.deadline(wait)
+        response: api_pb2.PublishResponse = self._router.call(
+            "Publish", request, target=ANY, deadline=deadline, retry=False
+        )
+        return response
 
     def publish(
         self,
@@ -650,6 +680,7 @@ class Client:
         ack_policy: AckPolicy = AckPolicy.LEADER,
         expected_offset: int | None = None,
         correlation_id: str | None = None,
+        ack_inbox: str | None = None,
         timeout: float | None = None,
     ) -> Ack | None:
         """Publishes a message and waits for its ack (arguments as for
@@ -690,7 +721,11 @@ class Client:
             expected_offset,
             correlation_id,
             timeout,
+            ack_inbox,
         )
+        if ack_inbox is not None:
+            wait = self._ack_wait if timeout is None else timeout
+            return _inbox_publish.publish(self._invoke_publish, request, wait)
         if ack_policy is not AckPolicy.NONE:
             ack = self._lanes.publish(request, timeout)
             if ack is not None:
@@ -752,9 +787,10 @@ class Client:
             value=check.data(value),
             headers=check.headers(headers),
             ackInbox=ack_inbox or "",
-            correlationId=correlation_id or "",
+            correlationId=check.optional_text(correlation_id, arg="correlation_id") or "",
             ackPolicy=ack_policy.value,
         )
+        check.message_size(request, limit=self._max_message_size)
         wait = self._ack_wait if timeout is None else check.seconds(timeout, arg="timeout")
         deadline = self._router.deadline(wait)
         try:
@@ -897,11 +933,10 @@ class Client:
             timeout: seconds for the whole call, retries included; ``None`` for
                 the retry policy's ``total_timeout``.
         """
-        check.stream_name(cursor_id, arg="cursor_id")
+        check.identifier(cursor_id, arg="cursor_id")
         check.stream_name(stream)
         check.partition(partition)
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < -1:
-            raise InvalidArgumentError(f"offset must be an int >= -1, got {offset!r}")
+        check.int64(offset, arg="offset", minimum=-1)
         self._cursors.set(cursor_id, stream, partition, offset, self._deadline_of(timeout))
 
     def fetch_cursor(
@@ -909,7 +944,7 @@ class Client:
     ) -> int | None:
         """Fetches a cursor's offset: the last offset processed, so resume at
         the returned value + 1. None when no cursor is stored."""
-        check.stream_name(cursor_id, arg="cursor_id")
+        check.identifier(cursor_id, arg="cursor_id")
         check.stream_name(stream)
         check.partition(partition)
         return self._cursors.fetch(cursor_id, stream, partition, self._deadline_of(timeout))
@@ -1039,7 +1074,7 @@ class Client:
             DeadlineExceededError: not within ``timeout``.
             LiftbridgeError: the metadata or the activity stream could not be read.
         """
-        check.stream_name(group_id, arg="group_id")
+        check.identifier(group_id, arg="group_id")
         return describe_group(self._router, group_id, self._deadline_of(timeout))
 
     def unpin(self, group_id: str, *, timeout: float | None = None) -> None:
@@ -1064,7 +1099,7 @@ class Client:
             ClientClosedError: the client is closed.
             LiftbridgeError: the counter could not be read or written.
         """
-        check.stream_name(group_id, arg="group_id")
+        check.identifier(group_id, arg="group_id")
         deadline = self._deadline_of(timeout)
         cursor_id, stream, partition = unpin_cursor(group_id)
         count = self._cursors.fetch(cursor_id, stream, partition, deadline) or 0

@@ -29,6 +29,7 @@ from liftbridge._errors import (
     LiftbridgeError,
 )
 from liftbridge._group import (
+    GROUP_CURSOR_PREFIX,
     AutoOffset,
     Backlog,
     OverflowRule,
@@ -205,9 +206,12 @@ class Consumer:
         Raises:
             InvalidArgumentError, ArgumentTypeError: a bad option.
         """
-        check.stream_name(group_id, arg="group_id")
+        # The group's cursor id, __group:<group id>, must itself be a valid cursor id.
+        check.identifier(
+            group_id, arg="group_id", max_bytes=check.MAX_NAME_BYTES - len(GROUP_CURSOR_PREFIX)
+        )
         if consumer_id is not None:
-            check.stream_name(consumer_id, arg="consumer_id")
+            check.identifier(consumer_id, arg="consumer_id")
         if auto_checkpoint is not None:
             auto_checkpoint = check.seconds(auto_checkpoint, arg="auto_checkpoint")
         if not isinstance(auto_offset, AutoOffset):

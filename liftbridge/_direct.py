@@ -336,7 +336,7 @@ def message_size(message: Message) -> int:
 
 def _key_bytes(value: object, arg: str) -> bytes:
     if isinstance(value, str):
-        return value.encode()
+        return check.text(value, arg=arg).encode()
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
     raise ArgumentTypeError(f"{arg} must be bytes or str, got {type(value).__name__}")
@@ -363,15 +363,13 @@ def get_last_by_key(
     if keys is not None:
         if isinstance(keys, (str, bytes)):
             raise ArgumentTypeError("keys must be an iterable of keys, not one key")
+        if not isinstance(keys, Iterable):
+            raise ArgumentTypeError(f"keys must be an iterable of keys, got {type(keys).__name__}")
         wanted = frozenset(_key_bytes(k, "keys") for k in keys)
     prefix_bytes = None if prefix is None else _key_bytes(prefix, "prefix")
     limit_ns: int | None = None
     if up_to_time is not None:
-        if not isinstance(up_to_time, datetime):
-            raise ArgumentTypeError("up_to_time must be a datetime")
-        if up_to_time.tzinfo is None:
-            raise InvalidArgumentError("up_to_time must be timezone-aware")
-        limit_ns = int(up_to_time.timestamp() * 1_000_000_000)
+        limit_ns = check.timestamp_ns(up_to_time, arg="up_to_time")
     router.partition_info(stream, 0, deadline)  # raises NoSuchStreamError
     metadata = router.metadata
     count = metadata.partition_count(stream)

@@ -114,14 +114,10 @@ def messages_table(messages: Iterable[Message], *, limit: int = 50) -> Table:
         InvalidArgumentError: ``limit`` is below 1.
     """
     from liftbridge import _validate as check
-    from liftbridge._errors import ArgumentTypeError
-    from liftbridge._messages import Message
+    from liftbridge._messages import checked_messages
 
     check.positive_int(limit, arg="limit")
-    items = list(messages)
-    for item in items:
-        if not isinstance(item, Message):
-            raise ArgumentTypeError(f"messages must hold Message, got {type(item).__name__}")
+    items = checked_messages(messages)
     rows = tuple(
         (
             m.stream,

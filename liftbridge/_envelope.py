@@ -254,9 +254,7 @@ def _parse(pb: _Proto, payload: bytes, name: str) -> _Proto:
 
 
 def _text(value: Any, *, arg: str) -> str:
-    if not isinstance(value, str):
-        raise ArgumentTypeError(f"{arg} must be a str, got {type(value).__name__}")
-    return value
+    return _validate.text(value, arg=arg)
 
 
 def _ack_inbox(value: Any) -> str:
@@ -283,4 +281,4 @@ def _expected_offset(value: Any) -> int:
         )
     if value < 0:
         raise InvalidArgumentError(f"expected_offset must be >= 0 or None, got {value}")
-    return value
+    return _validate.int64(value, arg="expected_offset")

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from liftbridge._errors import ArgumentTypeError, MissingDependencyError
-from liftbridge._messages import Message
+from liftbridge._errors import MissingDependencyError
+from liftbridge._messages import Message, checked_messages
 
 if TYPE_CHECKING:
     import pandas
@@ -32,11 +32,7 @@ COLUMNS = (
 
 
 def _checked(messages: Iterable[Message]) -> list[Message]:
-    items = list(messages)
-    for item in items:
-        if not isinstance(item, Message):
-            raise ArgumentTypeError(f"messages must hold Message, got {type(item).__name__}")
-    return items
+    return checked_messages(messages)
 
 
 def messages_to_arrow(messages: Iterable[Message]) -> pyarrow.Table:

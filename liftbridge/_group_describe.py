@@ -237,7 +237,7 @@ def read_activity(router: Router, deadline: Deadline) -> list[ActivityEvent]:
         open_timeout=wait,
     )
     try:
-        if not subscription.wait(deadline.remaining()):
+        if not subscription.wait(max(0.0, deadline.remaining())):
             raise DeadlineExceededError("the activity stream was not read in time")
     finally:
         subscription.close(timeout=max(0.0, deadline.remaining()))

@@ -6,13 +6,14 @@ Protobufs are converted here, at the boundary; user code only sees these.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import FrozenInstanceError
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, Self
 
-from liftbridge._errors import LiftbridgeError, ServerError, from_async_error
+from liftbridge import _validate as check
+from liftbridge._errors import ArgumentTypeError, LiftbridgeError, ServerError, from_async_error
 from liftbridge_api import api_pb2
 
 _EMPTY_HEADERS: Mapping[str, bytes] = MappingProxyType({})
@@ -105,15 +106,15 @@ class Message(_WireValue):
         headers: Mapping[str, bytes] | None = None,
     ) -> None:
         pb = api_pb2.Message(
-            offset=offset,
-            value=value,
-            key=key or b"",
-            timestamp=timestamp_ns,
-            stream=stream,
-            partition=partition,
-            subject=subject,
-            replySubject=reply_subject,
-            headers=headers or {},
+            offset=check.int64(offset, arg="offset", minimum=check.INT64_MIN),
+            value=check.data(value),
+            key=check.optional_bytes(key, arg="key") or b"",
+            timestamp=check.int64(timestamp_ns, arg="timestamp_ns", minimum=check.INT64_MIN),
+            stream=check.text(stream, arg="stream"),
+            partition=check.partition(partition),
+            subject=check.text(subject, arg="subject"),
+            replySubject=check.text(reply_subject, arg="reply_subject"),
+            headers=check.headers(headers),
         )
         _set_pb(self, pb)
 
@@ -239,6 +240,8 @@ class Ack(_WireValue):
 
     Attributes:
         stream: stream name.
+        partition: the partition the message was stored in (derived from the
+            subjects below).
         partition_subject: NATS subject of the partition.
         message_subject: NATS subject the message was received on.
         offset: offset the message was committed at.
@@ -275,17 +278,29 @@ class Ack(_WireValue):
         commit_timestamp_ns: int,
         error: LiftbridgeError | None = None,
     ) -> None:
-        policy = AckPolicy(ack_policy)
+        if not isinstance(ack_policy, AckPolicy):
+            raise ArgumentTypeError(
+                f"ack_policy must be an AckPolicy, got {type(ack_policy).__name__}"
+            )
+        if error is not None and not isinstance(error, LiftbridgeError):
+            raise ArgumentTypeError(
+                f"error must be a LiftbridgeError or None, got {type(error).__name__}"
+            )
+        policy = ack_policy
         pb = api_pb2.Ack(
-            stream=stream,
-            partitionSubject=partition_subject,
-            msgSubject=message_subject,
-            offset=offset,
-            ackInbox=ack_inbox,
-            correlationId=correlation_id,
+            stream=check.text(stream, arg="stream"),
+            partitionSubject=check.text(partition_subject, arg="partition_subject"),
+            msgSubject=check.text(message_subject, arg="message_subject"),
+            offset=check.int64(offset, arg="offset", minimum=check.INT64_MIN),
+            ackInbox=check.text(ack_inbox, arg="ack_inbox"),
+            correlationId=check.text(correlation_id, arg="correlation_id"),
             ackPolicy=policy.value,
-            receptionTimestamp=reception_timestamp_ns,
-            commitTimestamp=commit_timestamp_ns,
+            receptionTimestamp=check.int64(
+                reception_timestamp_ns, arg="reception_timestamp_ns", minimum=check.INT64_MIN
+            ),
+            commitTimestamp=check.int64(
+                commit_timestamp_ns, arg="commit_timestamp_ns", minimum=check.INT64_MIN
+            ),
         )
         _set_ack_pb(self, pb)
         _set_ack_policy(self, policy)
@@ -302,6 +317,25 @@ class Ack(_WireValue):
     @property
     def message_subject(self) -> str:
         return self._pb.msgSubject
+
+    @property
+    def partition(self) -> int:
+        """The partition the message was stored in, read from the subjects
+        (computed when read, so acks cost nothing more on the publish path).
+
+        Partition N > 0 of a stream listens on ``<partition_subject>.N``, so a
+        message subject one token longer than the partition subject ends in the
+        partition number; otherwise (and for a subject ending in ``>``, which
+        takes one partition only) the partition is 0.
+        """
+        pb = self._pb
+        base = pb.partitionSubject
+        if base.endswith(">"):
+            return 0
+        head, _, last = pb.msgSubject.rpartition(".")
+        if head and last.isascii() and last.isdigit() and head.count(".") == base.count("."):
+            return int(last)
+        return 0
 
     @property
     def offset(self) -> int:
@@ -345,6 +379,11 @@ class Ack(_WireValue):
             "commit_timestamp_ns": self.commit_timestamp_ns,
             "error": self.error,
         }
+
+    def __repr__(self) -> str:
+        fields = self._fields()
+        shown = {"stream": fields.pop("stream"), "partition": self.partition, **fields}
+        return "Ack(" + ", ".join(f"{name}={value!r}" for name, value in shown.items()) + ")"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Ack):
@@ -420,3 +459,19 @@ def ack_from_proto(pb: api_pb2.Ack) -> Ack:
     _set_ack_policy(ack, policy)
     _set_ack_error(ack, error)
     return ack
+
+
+def checked_messages(value: object, *, arg: str = "messages") -> list[Message]:
+    """An iterable of :class:`Message` (a list, a subscription, a generator),
+    as a list; for the helpers that tabulate messages.
+
+    Raises:
+        ArgumentTypeError: not an iterable, or an item is not a Message.
+    """
+    if isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
+        raise ArgumentTypeError(f"{arg} must be an iterable of Message, got {type(value).__name__}")
+    items = list(value)
+    for item in items:
+        if not isinstance(item, Message):
+            raise ArgumentTypeError(f"{arg} must hold Message, got {type(item).__name__}")
+    return items

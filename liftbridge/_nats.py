@@ -636,6 +636,8 @@ def _parse_url(url: Any) -> tuple[str, int, str]:
     """Checks a NATS URL; returns host, port and the URL with its port."""
     if not isinstance(url, str):
         raise ArgumentTypeError(f"url must be a str, got {type(url).__name__}")
+    _validate.text(url, arg="url")
+    _validate.printable(url, arg="url")
     try:
         parts = urlsplit(url)
         host, port = parts.hostname, parts.port

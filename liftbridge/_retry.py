@@ -19,7 +19,7 @@ from typing import TypeVar
 
 import tenacity
 
-from liftbridge._errors import InvalidArgumentError
+from liftbridge import _validate as check
 
 _log = logging.getLogger(__name__)
 
@@ -54,30 +54,19 @@ class RetryPolicy:
     total_timeout: float | None = 30.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
-            raise InvalidArgumentError(
-                f"RetryPolicy.max_attempts must be an int >= 1, got {self.max_attempts!r}"
-            )
+        check.int32(self.max_attempts, arg="RetryPolicy.max_attempts", minimum=1)
         for name in ("initial_backoff", "max_backoff", "jitter"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or value < 0:
-                raise InvalidArgumentError(
-                    f"RetryPolicy.{name} must be a number of seconds >= 0, got {value!r}"
-                )
-        if not isinstance(self.multiplier, (int, float)) or self.multiplier < 1:
-            raise InvalidArgumentError(
-                f"RetryPolicy.multiplier must be >= 1, got {self.multiplier!r}"
-            )
-        if self.total_timeout is not None and (
-            not isinstance(self.total_timeout, (int, float)) or self.total_timeout <= 0
-        ):
-            raise InvalidArgumentError(
-                f"RetryPolicy.total_timeout must be seconds > 0 or None, got {self.total_timeout!r}"
-            )
+            check.seconds(getattr(self, name), arg=f"RetryPolicy.{name}", allow_zero=True)
+        check.number(self.multiplier, arg="RetryPolicy.multiplier", minimum=1, maximum=1e6)
+        if self.total_timeout is not None:
+            check.seconds(self.total_timeout, arg="RetryPolicy.total_timeout")
 
     def backoff(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based), jitter included."""
-        base = self.initial_backoff * self.multiplier ** max(0, attempt - 1)
+        try:
+            base = self.initial_backoff * self.multiplier ** max(0, attempt - 1)
+        except OverflowError:  # a float power past 1.8e308
+            base = self.max_backoff
         return min(base, self.max_backoff) + random.uniform(0, self.jitter)
 
 

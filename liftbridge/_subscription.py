@@ -38,6 +38,7 @@ from datetime import datetime, timedelta
 
 import grpc
 
+from liftbridge import _validate as check
 from liftbridge._channels import StreamCall
 from liftbridge._errors import (
     ArgumentTypeError,
@@ -106,11 +107,7 @@ Stop = StopPosition | int | datetime
 
 
 def _unix_ns(when: datetime, arg: str) -> int:
-    if when.tzinfo is None:
-        raise InvalidArgumentError(
-            f"{arg} must be timezone-aware (e.g. datetime.now(timezone.utc))"
-        )
-    return int(when.timestamp() * 1_000_000_000)
+    return check.timestamp_ns(when, arg=arg)
 
 
 def subscribe_request(
@@ -138,18 +135,15 @@ def subscribe_request(
             StartPosition.LATEST: api_pb2.LATEST,
         }[start]
     elif isinstance(start, int) and not isinstance(start, bool):
-        if start < 0:
-            raise InvalidArgumentError(f"start offset must be >= 0, got {start}")
+        check.int64(start, arg="start offset")
         request.startPosition = api_pb2.OFFSET
         request.startOffset = start
     elif isinstance(start, datetime):
         request.startPosition = api_pb2.TIMESTAMP
         request.startTimestamp = _unix_ns(start, "start")
     elif isinstance(start, timedelta):
-        if start < timedelta(0):
-            raise InvalidArgumentError(f"start time delta must be >= 0, got {start}")
         request.startPosition = api_pb2.TIMESTAMP
-        request.startTimestamp = time.time_ns() - int(start.total_seconds() * 1_000_000_000)
+        request.startTimestamp = check.time_before_now_ns(start, arg="start")
     else:
         raise ArgumentTypeError(
             "start must be a StartPosition, an int offset, a datetime or a timedelta, "
@@ -160,8 +154,7 @@ def subscribe_request(
     elif isinstance(stop, StopPosition):
         request.stopPosition = api_pb2.STOP_LATEST
     elif isinstance(stop, int) and not isinstance(stop, bool):
-        if stop < 0:
-            raise InvalidArgumentError(f"stop offset must be >= 0, got {stop}")
+        check.int64(stop, arg="stop offset")
         if request.startPosition == api_pb2.OFFSET and stop < request.startOffset:
             raise InvalidArgumentError(
                 f"stop offset {stop} is before start offset {request.startOffset}"
@@ -309,7 +302,7 @@ class Subscription:
         Returns:
             True when it ended, False when the timeout passed first.
         """
-        return self._done.wait(timeout)
+        return self._done.wait(check.optional_seconds(timeout))
 
     def close(self, timeout: float | None = None) -> None:
         """Ends the subscription. Idempotent; safe from any thread, including
@@ -319,6 +312,7 @@ class Subscription:
             timeout: seconds to wait for the thread (a handler still running
                 finishes its message first); None for 5 seconds.
         """
+        timeout = check.optional_seconds(timeout)
         close_all([self], time.monotonic() + (_JOIN_TIMEOUT if timeout is None else timeout))
 
     def _signal_close(self) -> None:

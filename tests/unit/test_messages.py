@@ -153,7 +153,9 @@ def test_ack_equality_hash_copy_pickle_and_immutability() -> None:
     assert wired != "not an ack"
     assert pickle.loads(pickle.dumps(wired)) == wired
     assert copy.deepcopy(wired) == wired
-    assert repr(wired).startswith("Ack(stream='orders', partition_subject='orders.1', ")
+    assert repr(wired).startswith(
+        "Ack(stream='orders', partition=0, partition_subject='orders.1', "
+    )
     with pytest.raises(dataclasses.FrozenInstanceError, match="offset"):
         wired.offset = 1  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -164,3 +166,36 @@ def test_an_unknown_ack_error_code_is_a_server_error_not_a_value_error() -> None
     refused = ack_from_proto(wire_ack(ackError=99))
     assert isinstance(refused.error, liftbridge.ServerError)
     assert refused.error.code == "UNKNOWN_99"
+
+
+@pytest.mark.parametrize(
+    ("partition_subject", "message_subject", "partition"),
+    [
+        ("orders", "orders", 0),
+        ("orders", "orders.1", 1),
+        ("orders", "orders.12", 12),
+        ("a.b", "a.b.3", 3),
+        ("a.*", "a.x", 0),  # a wildcard stream: the token is not a partition
+        ("a.*", "a.7", 0),
+        ("a.*", "a.x.2", 2),
+        ("a.>", "a.b.c.4", 0),  # '>' takes one partition only
+        ("orders", "orders.x", 0),
+        ("orders", "", 0),
+    ],
+)
+def test_ack_partition_comes_from_the_subjects(
+    partition_subject: str, message_subject: str, partition: int
+) -> None:
+    ack = liftbridge.Ack(
+        stream="s",
+        partition_subject=partition_subject,
+        message_subject=message_subject,
+        offset=0,
+        ack_inbox="",
+        correlation_id="c",
+        ack_policy=liftbridge.AckPolicy.LEADER,
+        reception_timestamp_ns=0,
+        commit_timestamp_ns=0,
+    )
+    assert ack.partition == partition
+    assert f"partition={partition}," in repr(ack)

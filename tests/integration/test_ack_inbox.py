@@ -1,0 +1,144 @@
+"""``ack_inbox`` on publish and publish_async, and ``Ack.partition``, against a
+real server. The ack published to the inbox is read straight from the
+embedded NATS server with a minimal protocol reader (no client library)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+
+import liftbridge
+from liftbridge.testing import LocalServer
+
+DEADLINE = 10.0  # seconds, for every socket read
+
+
+class NatsInbox:
+    """Subscribes to one NATS subject and returns its messages' payloads."""
+
+    def __init__(self, url: str, subject: str) -> None:
+        parts = urlsplit(url)
+        assert parts.hostname == "127.0.0.1" and parts.port is not None
+        self._sock = socket.create_connection((parts.hostname, parts.port), timeout=DEADLINE)
+        self._file = self._sock.makefile("rb")
+        assert self._file.readline().startswith(b"INFO ")
+        self._sock.sendall(
+            b'CONNECT {"verbose":false,"pedantic":false}\r\n'
+            + f"SUB {subject} 1\r\n".encode()
+            + b"PING\r\n"
+        )
+        # The PONG answers our PING, so the subscription is in place.
+        assert self._file.readline() == b"PONG\r\n"
+
+    def next_payload(self) -> bytes:
+        while True:
+            line = self._file.readline()
+            if line == b"PING\r\n":
+                self._sock.sendall(b"PONG\r\n")
+                continue
+            assert line.startswith(b"MSG "), line
+            size = int(line.split()[-1])
+            payload = self._file.read(size + 2)
+            assert payload.endswith(b"\r\n")
+            return payload[:-2]
+
+    def close(self) -> None:
+        self._file.close()
+        self._sock.close()
+
+
+@pytest.fixture
+def inbox_subject(unique_name: str) -> str:
+    return f"acks.{unique_name}"
+
+
+@pytest.fixture
+def inbox(server: LocalServer, inbox_subject: str) -> Iterator[NatsInbox]:
+    reader = NatsInbox(server.nats_url, inbox_subject)
+    yield reader
+    reader.close()
+
+
+def test_publish_also_sends_the_ack_to_the_inbox(
+    client: liftbridge.Client, stream: str, inbox: NatsInbox, inbox_subject: str
+) -> None:
+    client.publish(stream, b"first")
+    ack = client.publish(stream, b"second", key=b"k", ack_inbox=inbox_subject)
+    assert ack is not None
+    assert (ack.offset, ack.ack_inbox, ack.stream) == (1, inbox_subject, stream)
+    from_nats = liftbridge.unmarshal_ack(inbox.next_payload())
+    assert from_nats == ack
+
+
+def test_publish_async_also_sends_the_ack_to_the_inbox(
+    client: liftbridge.Client, stream: str, inbox: NatsInbox, inbox_subject: str
+) -> None:
+    outcomes: list[tuple[liftbridge.Ack | None, BaseException | None, str]] = []
+    handled = threading.Event()
+
+    def handler(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
+        outcomes.append((ack, error, threading.current_thread().name))
+        handled.set()
+
+    future = client.publish_async(
+        stream, b"v", handler, ack_inbox=inbox_subject, correlation_id="inbox-1"
+    )
+    ack = future.result(timeout=DEADLINE)
+    assert ack is not None
+    assert (ack.offset, ack.correlation_id, ack.ack_inbox) == (0, "inbox-1", inbox_subject)
+    assert handled.wait(DEADLINE)
+    assert outcomes == [(ack, None, "liftbridge-callbacks")]
+    assert liftbridge.unmarshal_ack(inbox.next_payload()) == ack
+
+
+def test_publish_with_an_inbox_raises_the_servers_refusal(
+    client: liftbridge.Client, unique_name: str, inbox_subject: str
+) -> None:
+    client.create_stream(unique_name, optimistic_concurrency_control=True)
+    with pytest.raises(liftbridge.IncorrectOffsetError):
+        client.publish(unique_name, b"v", expected_offset=5, ack_inbox=inbox_subject)
+    future = client.publish_async(unique_name, b"v", expected_offset=7, ack_inbox=inbox_subject)
+    with pytest.raises(liftbridge.IncorrectOffsetError):
+        future.result(timeout=DEADLINE)
+    with pytest.raises(liftbridge.NoSuchStreamError):
+        client.publish("no-such-stream-" + unique_name, b"v", ack_inbox=inbox_subject)
+
+
+@pytest.mark.parametrize("bad", ["acks.*", "acks.>", "a..b", "a b", "", "a\x00"])
+def test_bad_inboxes_are_refused(client: liftbridge.Client, stream: str, bad: str) -> None:
+    with pytest.raises(liftbridge.InvalidArgumentError, match=r"^ack_inbox\b"):
+        client.publish(stream, b"v", ack_inbox=bad)
+    with pytest.raises(liftbridge.InvalidArgumentError, match=r"^ack_inbox\b"):
+        client.publish_async(stream, b"v", ack_inbox=bad)
+
+
+def test_acks_carry_the_partition(
+    client: liftbridge.Client, unique_name: str, inbox_subject: str
+) -> None:
+    client.create_stream(unique_name, partitions=3)
+    for partition in (0, 1, 2):
+        ack = client.publish(unique_name, b"v", partition=partition)
+        assert ack is not None and ack.partition == partition
+        future = client.publish_async(unique_name, b"v", partition=partition)
+        ack = future.result(timeout=DEADLINE)
+        assert ack is not None and ack.partition == partition
+        ack = client.publish(unique_name, b"v", partition=partition, ack_inbox=inbox_subject)
+        assert ack is not None and ack.partition == partition
+    key = b"some key"
+    ack = client.publish(unique_name, b"v", key=key)
+    expected = liftbridge.PartitionByKey().partition(unique_name, key, b"v", client.metadata)
+    assert ack is not None and ack.partition == expected
+
+
+def test_acks_of_a_wildcard_stream_carry_the_partition(
+    client: liftbridge.Client, unique_name: str
+) -> None:
+    client.create_stream(unique_name, subject=f"{unique_name}.*", partitions=2)
+    ack = client.publish_to_subject(f"{unique_name}.7", b"v")
+    assert ack is not None and (ack.stream, ack.partition) == (unique_name, 0)
+    ack = client.publish_to_subject(f"{unique_name}.x.1", b"v")
+    assert ack is not None and (ack.stream, ack.partition) == (unique_name, 1)
