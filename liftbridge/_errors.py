@@ -371,6 +371,8 @@ def from_async_error(code_name: str, message: str) -> LiftbridgeError:
     text = f"{message} ({code_name})" if message else code_name
     if _too_large(message.lower()):  # NATS refuses it; the server says INTERNAL
         return MessageTooLargeError(text)
+    if code_name == "NOT_FOUND" and "no such stream" in message.lower():
+        return NoSuchStreamError(text)  # as subscribe says it
     cls = _ASYNC_ERRORS.get(code_name)
     if cls is None:
         return ServerError(text, code_name)

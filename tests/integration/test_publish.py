@@ -341,3 +341,14 @@ def test_publish_after_stream_readonly_async(client: liftbridge.Client, stream: 
     client.set_stream_readonly(stream)
     future = client.publish_async(stream, b"x")
     assert isinstance(future.exception(timeout=10), liftbridge.ReadonlyPartitionError)
+
+
+def test_a_missing_stream_is_the_same_error_from_publish_and_subscribe(
+    client: liftbridge.Client, unique_name: str
+) -> None:
+    with pytest.raises(liftbridge.NoSuchStreamError):
+        client.publish(unique_name, b"x")
+    with pytest.raises(liftbridge.NoSuchStreamError):
+        client.publish_async(unique_name, b"x").result(timeout=10)
+    with pytest.raises(liftbridge.NoSuchStreamError):
+        client.subscribe(unique_name)
