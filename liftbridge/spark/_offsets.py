@@ -1,0 +1,225 @@
+"""Offsets on the driver: which partitions a read covers, where each range
+starts and ends as concrete offsets, how ranges split into Spark partitions,
+and how much of the backlog one micro-batch admits.
+
+Streaming offsets are ``{stream: {partition: next_offset}}`` with string
+partition keys (JSON's), built in sorted order so equal positions serialize
+to equal JSON.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+
+from liftbridge import (
+    Client,
+    InvalidArgumentError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    StartPosition,
+)
+from liftbridge.spark._fetch import OffsetRange, first_offset
+from liftbridge.spark._options import EARLIEST, LATEST, OffsetSpec, ReadOptions
+
+Offsets = dict[str, dict[str, int]]
+"""A streaming position: per stream, per partition (a str), the next offset to read."""
+
+Partition = tuple[str, int]
+
+
+def canonical(positions: Mapping[Partition, int]) -> Offsets:
+    """The JSON-ready form of per-partition next offsets, in sorted order."""
+    offsets: Offsets = {}
+    for (stream, partition), offset in sorted(positions.items()):
+        offsets.setdefault(stream, {})[str(partition)] = offset
+    return offsets
+
+
+def positions(offsets: Mapping[str, Mapping[str, int]]) -> dict[Partition, int]:
+    """The inverse of :func:`canonical`."""
+    return {
+        (stream, int(partition)): int(offset)
+        for stream, per_partition in offsets.items()
+        for partition, offset in per_partition.items()
+    }
+
+
+def partitions_read(client: Client, options: ReadOptions, *, must_exist: bool) -> list[Partition]:
+    """The partitions ``stream`` / ``assign`` name, from fresh metadata.
+
+    Args:
+        client: an open client.
+        options: the read's options.
+        must_exist: fail on a listed stream the cluster does not have
+            (batch reads); otherwise such a stream adds no partition yet.
+
+    Raises:
+        NoSuchStreamError, NoSuchPartitionError: naming the option.
+    """
+    metadata = client.fetch_metadata()
+    found: list[Partition] = []
+    for stream in options.streams:
+        info = metadata.get_stream(stream)
+        option = "stream" if options.assign is None else "assign"
+        if info is None:
+            if must_exist or options.assign is not None:
+                raise NoSuchStreamError(f"option {option}: the cluster has no stream {stream!r}")
+            continue
+        if options.assign is None:
+            found.extend((stream, p) for p in sorted(info.partitions))
+            continue
+        for p in options.assign[stream]:
+            if p not in info.partitions:
+                raise NoSuchPartitionError(
+                    f"option assign: stream {stream!r} has no partition {p} "
+                    f"(it has {len(info.partitions)})"
+                )
+            found.append((stream, p))
+    return found
+
+
+def end_offset(client: Client, stream: str, partition: int) -> int:
+    """The offset after the partition's newest committed message (its high watermark + 1)."""
+    return client.fetch_partition_metadata(stream, partition).high_watermark + 1
+
+
+def _spec_for(spec: OffsetSpec, stream: str, partition: int, default: int) -> int:
+    if isinstance(spec, int):
+        return spec
+    return spec.get(stream, {}).get(partition, default)
+
+
+def _start(
+    client: Client, options: ReadOptions, stream: str, partition: int, end: int, default: int
+) -> tuple[int, bool]:
+    """The concrete start offset and whether it stands for "earliest"."""
+    timeout = options.poll_timeout
+    if options.starting_timestamp_ms is not None:
+        if end == 0:
+            return 0, False
+        when = datetime.fromtimestamp(options.starting_timestamp_ms / 1000, tz=timezone.utc)
+        received = client.fetch_partition_metadata(stream, partition).messages_received
+        if received.latest_ns < options.starting_timestamp_ms * 1_000_000:
+            return end, False  # nothing at or after that time yet
+        found = first_offset(client, stream, partition, when, end - 1, timeout)
+        return (end if found is None else found), False
+    spec = _spec_for(options.starting, stream, partition, default)
+    if spec == LATEST:
+        return end, False
+    if spec == EARLIEST:
+        if end == 0:
+            return 0, True
+        found = first_offset(client, stream, partition, StartPosition.EARLIEST, end - 1, timeout)
+        return (end if found is None else found), True
+    return spec, False
+
+
+def batch_ranges(client: Client, options: ReadOptions) -> list[OffsetRange]:
+    """Concrete ranges of a batch read, one per partition with something to read.
+
+    Raises:
+        NoSuchStreamError, NoSuchPartitionError: a stream or partition named
+            by the options does not exist.
+        InvalidArgumentError: an offset of ``startingOffsets`` /
+            ``endingOffsets`` is outside the partition.
+    """
+    ranges = []
+    for stream, partition in partitions_read(client, options, must_exist=True):
+        latest = end_offset(client, stream, partition)
+        end = _spec_for(options.ending, stream, partition, LATEST)
+        if end == LATEST:
+            end = latest
+        elif end > latest:
+            raise InvalidArgumentError(
+                f"option endingOffsets: {stream}/{partition} ends at {latest} (its newest "
+                f"message is offset {latest - 1}); {end} is past it"
+            )
+        start, from_earliest = _start(client, options, stream, partition, latest, EARLIEST)
+        if start > end:
+            if options.starting_timestamp_ms is not None:
+                start = end  # the time is after the range's end: nothing to read
+            else:
+                raise InvalidArgumentError(
+                    f"option startingOffsets: {stream}/{partition} starts at {start}, "
+                    f"after its ending offset {end}"
+                )
+        if end > start:
+            ranges.append(OffsetRange(stream, partition, start, end, from_earliest))
+    return ranges
+
+
+def initial_offsets(client: Client, options: ReadOptions) -> Offsets:
+    """Where a new streaming query starts (``startingOffsets``, default latest)."""
+    start = {}
+    for stream, partition in partitions_read(client, options, must_exist=False):
+        end = end_offset(client, stream, partition)
+        start[stream, partition], _ = _start(client, options, stream, partition, end, LATEST)
+    return canonical(start)
+
+
+def available_offsets(client: Client, options: ReadOptions) -> dict[Partition, int]:
+    """Every partition read and the offset after its newest committed message."""
+    return {
+        (stream, partition): end_offset(client, stream, partition)
+        for stream, partition in partitions_read(client, options, must_exist=False)
+    }
+
+
+def stream_ranges(start: Offsets, end: Offsets) -> list[OffsetRange]:
+    """The ranges of a micro-batch. A partition missing from ``start`` (new
+    since the query started) is read from its earliest message."""
+    begin = positions(start)
+    ranges = []
+    for (stream, partition), stop in sorted(positions(end).items()):
+        first = begin.get((stream, partition))
+        offsets = OffsetRange(stream, partition, first or 0, stop, from_earliest=first is None)
+        if offsets.size:
+            ranges.append(offsets)
+    return ranges
+
+
+def split(ranges: Iterable[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
+    """Splits ranges so there are at least about ``min_partitions`` of them,
+    each range into pieces in proportion to its share of all offsets."""
+    ranges = list(ranges)
+    total = sum(r.size for r in ranges)
+    if not min_partitions or len(ranges) >= min_partitions or total == 0:
+        return ranges
+    pieces = []
+    for r in ranges:
+        count = min(r.size, max(1, round(r.size / total * min_partitions)))
+        bounds = [r.start + r.size * i // count for i in range(count + 1)]
+        for i in range(count):
+            pieces.append(
+                OffsetRange(
+                    r.stream,
+                    r.partition,
+                    bounds[i],
+                    bounds[i + 1],
+                    from_earliest=r.from_earliest and i == 0,
+                )
+            )
+    return pieces
+
+
+def admit(
+    start: Mapping[Partition, int], available: Mapping[Partition, int], limit: int
+) -> dict[Partition, int]:
+    """The end of a micro-batch that covers at most ``limit`` new offsets,
+    shared among the partitions in proportion to their backlog (every
+    partition behind gets at least one while the limit allows)."""
+    backlog = {p: max(0, end - start.get(p, 0)) for p, end in available.items()}
+    total = sum(backlog.values())
+    if total <= limit:
+        return dict(available)
+    share = {p: math.floor(limit * lag / total) for p, lag in backlog.items()}
+    spare = limit - sum(share.values())
+    for p in sorted(backlog, key=lambda q: (-backlog[q], q)):
+        if spare == 0:
+            break
+        if share[p] < backlog[p]:
+            share[p] += 1
+            spare -= 1
+    return {p: start.get(p, 0) + share[p] for p in available}

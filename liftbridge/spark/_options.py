@@ -1,0 +1,461 @@
+"""The connector's options: parsed and checked once, at planning time, into
+frozen values that pickle to executors.
+
+Spark hands a data source its options as case-insensitive strings; every
+check here names the option it refuses, so a typo fails before any task runs.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from liftbridge import AckPolicy, InvalidArgumentError, TLSConfig
+
+_log = logging.getLogger(__name__)
+
+EARLIEST = -2
+"""An offset in ``startingOffsets`` JSON meaning the partition's oldest message."""
+LATEST = -1
+"""An offset in offsets JSON meaning the partition's end (after its newest committed message)."""
+
+_TLS_OPTIONS = ("tls.ca", "tls.cert", "tls.key", "tls.servername")
+_READ_OPTIONS = frozenset(
+    {
+        "servers",
+        "stream",
+        "assign",
+        "startingoffsets",
+        "endingoffsets",
+        "startingtimestamp",
+        "maxoffsetspertrigger",
+        "minoffsetspertrigger",
+        "maxtriggerdelay",
+        "minpartitions",
+        "failondataloss",
+        "includeheaders",
+        "readreplica",
+        "polltimeoutms",
+        *_TLS_OPTIONS,
+    }
+)
+_WRITE_OPTIONS = frozenset({"servers", "stream", "ackpolicy", "acktimeoutms", *_TLS_OPTIONS})
+# Options Spark itself reads from the same map (they reach the source too).
+_SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
+
+
+class Mode(enum.Enum):
+    """Which kind of query the options are for."""
+
+    BATCH = "batch"
+    STREAMING = "streaming"
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def _warn_unknown(options: Mapping[str, str], known: frozenset[str], what: str) -> None:
+    for name in sorted(set(options) - known - _SPARK_OPTIONS):
+        _log.warning("liftbridge %s ignores the unknown option %r", what, name)
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise InvalidArgumentError(f"option {name} must be true or false, got {raw!r}")
+    return value == "true"
+
+
+def _int(options: Mapping[str, str], name: str, minimum: int) -> int | None:
+    raw = options.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise InvalidArgumentError(f"option {name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise InvalidArgumentError(f"option {name} must be >= {minimum}, got {value}")
+    return value
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def _duration(options: Mapping[str, str], name: str, default: float) -> float:
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    match = _DURATION.match(raw.lower())
+    if match is None:
+        raise InvalidArgumentError(
+            f"option {name} must be a duration such as 500ms, 30s, 15m or 1h, got {raw!r}"
+        )
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def _stream_name(value: str, option: str) -> str:
+    if not value or value.split() != [value]:
+        raise InvalidArgumentError(
+            f"option {option}: {value!r} is not a stream name (empty or has whitespace)"
+        )
+    return value
+
+
+# ----------------------------------------------------------------- clients --
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """What an executor needs to open a client: picklable, hashable (the key of
+    each worker process's client cache) and free of file paths, because the
+    PEM files named by the TLS options are read on the driver.
+
+    Attributes:
+        servers: seed addresses, ``host:port``.
+        tls_ca: PEM of the certificates that sign the servers'.
+        tls_cert: PEM of the client certificate chain (mTLS).
+        tls_key: PEM of the client key (mTLS).
+        tls_server_name: name to check the server certificate against.
+    """
+
+    servers: tuple[str, ...]
+    tls_ca: bytes | None = None
+    tls_cert: bytes | None = None
+    tls_key: bytes | None = None
+    tls_server_name: str | None = None
+
+    @property
+    def tls(self) -> TLSConfig | None:
+        """The SDK's TLS settings, None for plaintext."""
+        if (
+            self.tls_ca is None
+            and self.tls_cert is None
+            and self.tls_server_name is None
+            and self.tls_key is None
+        ):
+            return None
+        return TLSConfig(
+            ca=self.tls_ca, cert=self.tls_cert, key=self.tls_key, server_name=self.tls_server_name
+        )
+
+    def __repr__(self) -> str:
+        # Never show key material, not even in a log line.
+        tls = "tls" if self.tls is not None else "plaintext"
+        return f"ClientConfig({','.join(self.servers)}, {tls})"
+
+
+def _pem(options: Mapping[str, str], name: str) -> bytes | None:
+    raw = options.get(name.lower())
+    if raw is None:
+        return None
+    if raw.lstrip().startswith("-----BEGIN"):
+        return raw.encode()
+    try:
+        return Path(raw).read_bytes()
+    except OSError as e:
+        raise InvalidArgumentError(f"option {name}: cannot read {raw!r}: {e.strerror}") from None
+
+
+def client_config(options: Mapping[str, str]) -> ClientConfig:
+    """The ``servers`` and TLS options (keys already lower-case).
+
+    Raises:
+        InvalidArgumentError: ``servers`` is missing or malformed, a TLS file
+            cannot be read, or only one of ``tls.cert`` / ``tls.key`` is set.
+    """
+    raw = options.get("servers")
+    if raw is None or not raw.strip():
+        raise InvalidArgumentError(
+            "option servers is required: one or more Liftbridge addresses, "
+            "e.g. .option('servers', 'host1:9292,host2:9292')"
+        )
+    servers = tuple(s.strip() for s in raw.split(","))
+    for server in servers:
+        host, _, port = server.rpartition(":")
+        if not host or not port.isdigit():
+            raise InvalidArgumentError(f"option servers: {server!r} is not host:port (in {raw!r})")
+    cert, key = _pem(options, "tls.cert"), _pem(options, "tls.key")
+    if (cert is None) != (key is None):
+        raise InvalidArgumentError("options tls.cert and tls.key must be given together (mTLS)")
+    server_name = options.get("tls.servername")
+    return ClientConfig(
+        servers=servers,
+        tls_ca=_pem(options, "tls.ca"),
+        tls_cert=cert,
+        tls_key=key,
+        tls_server_name=server_name.strip() if server_name else None,
+    )
+
+
+# ----------------------------------------------------------------- reading --
+
+OffsetSpec = int | dict[str, dict[int, int]]
+"""EARLIEST, LATEST, or per stream and partition an offset (or EARLIEST/LATEST)."""
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """A read's options, checked.
+
+    Attributes:
+        client: servers and TLS.
+        streams: the streams read, in the order given.
+        assign: per stream the partitions read; None reads every partition.
+        starting: where reading starts (an :data:`OffsetSpec`).
+        ending: where a batch read ends (an :data:`OffsetSpec`).
+        starting_timestamp_ms: start at the first message at or after this
+            time (unix milliseconds) instead of ``starting``.
+        max_offsets_per_trigger: most offsets a micro-batch covers.
+        min_offsets_per_trigger: fewest new offsets that start a micro-batch.
+        max_trigger_delay: seconds after which a micro-batch starts anyway.
+        min_partitions: fewest Spark partitions a read is split into.
+        fail_on_data_loss: fail when offsets a read needs are gone.
+        include_headers: add the ``headers`` column.
+        read_replica: read from a random in-sync replica instead of the leader.
+        poll_timeout: seconds an executor waits for the next message of its range.
+    """
+
+    client: ClientConfig
+    streams: tuple[str, ...]
+    assign: Mapping[str, tuple[int, ...]] | None
+    starting: OffsetSpec
+    ending: OffsetSpec
+    starting_timestamp_ms: int | None
+    max_offsets_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay: float
+    min_partitions: int | None
+    fail_on_data_loss: bool
+    include_headers: bool
+    read_replica: bool
+    poll_timeout: float
+
+
+def _assign(raw: str) -> dict[str, tuple[int, ...]]:
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise InvalidArgumentError(f"option assign is not valid JSON ({e}): {raw!r}") from None
+    if not isinstance(value, dict) or not value:
+        raise InvalidArgumentError(
+            'option assign must be a JSON object of stream to partitions, e.g. {"orders": [0, 1]}'
+        )
+    assign: dict[str, tuple[int, ...]] = {}
+    for stream, partitions in value.items():
+        _stream_name(stream, "assign")
+        if (
+            not isinstance(partitions, list)
+            or not partitions
+            or not all(
+                isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in partitions
+            )
+        ):
+            raise InvalidArgumentError(
+                f"option assign: stream {stream!r} needs a non-empty list of partition "
+                f"numbers >= 0, got {partitions!r}"
+            )
+        assign[stream] = tuple(sorted(set(partitions)))
+    return assign
+
+
+def _offsets(
+    options: Mapping[str, str], name: str, streams: tuple[str, ...], default: int
+) -> OffsetSpec:
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    word = raw.strip().lower()
+    if word == "earliest":
+        return EARLIEST
+    if word == "latest":
+        return LATEST
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        raise InvalidArgumentError(
+            f'option {name} must be earliest, latest or JSON such as {{"orders": {{"0": 42}}}}, '
+            f"got {raw!r}"
+        ) from None
+    if not isinstance(value, dict):
+        raise InvalidArgumentError(
+            f"option {name} JSON must be an object of stream to {{partition: offset}}"
+        )
+    spec: dict[str, dict[int, int]] = {}
+    for stream, per_partition in value.items():
+        if stream not in streams:
+            raise InvalidArgumentError(
+                f"option {name} names stream {stream!r}, which is not read "
+                f"(streams read: {', '.join(streams)})"
+            )
+        if not isinstance(per_partition, dict):
+            raise InvalidArgumentError(
+                f"option {name}: stream {stream!r} needs an object of partition to offset"
+            )
+        offsets: dict[int, int] = {}
+        for partition, offset in per_partition.items():
+            try:
+                number = int(partition)
+            except ValueError:
+                number = -1
+            if number < 0:
+                raise InvalidArgumentError(
+                    f"option {name}: {partition!r} of stream {stream!r} is not a partition number"
+                )
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < EARLIEST:
+                raise InvalidArgumentError(
+                    f"option {name}: the offset of {stream}/{number} must be an integer >= 0, "
+                    f"or -2 (earliest) or -1 (latest), got {offset!r}"
+                )
+            offsets[number] = offset
+        spec[stream] = offsets
+    return spec
+
+
+def _uses(spec: OffsetSpec, offset: int) -> bool:
+    if isinstance(spec, int):
+        return spec == offset
+    return any(offset in per_partition.values() for per_partition in spec.values())
+
+
+def read_options(raw_options: Mapping[str, str], mode: Mode) -> ReadOptions:
+    """Checks a read's options.
+
+    Raises:
+        InvalidArgumentError: an option is missing, malformed, or not allowed
+            with another option or in this mode; the message names it.
+    """
+    options = _lower(raw_options)
+    _warn_unknown(options, _READ_OPTIONS, "source")
+    client = client_config(options)
+    stream_option, assign_option = options.get("stream"), options.get("assign")
+    if (stream_option is None) == (assign_option is None):
+        raise InvalidArgumentError(
+            "give exactly one of the options stream (one stream or a comma-separated list) "
+            'and assign (JSON such as {"orders": [0, 1]})'
+        )
+    assign: dict[str, tuple[int, ...]] | None = None
+    if stream_option is not None:
+        streams = tuple(_stream_name(s.strip(), "stream") for s in stream_option.split(","))
+        if len(set(streams)) != len(streams):
+            raise InvalidArgumentError(f"option stream names a stream twice: {stream_option!r}")
+    else:
+        assert assign_option is not None
+        assign = _assign(assign_option)
+        streams = tuple(assign)
+    streaming = mode is Mode.STREAMING
+    starting = _offsets(options, "startingOffsets", streams, LATEST if streaming else EARLIEST)
+    if "endingoffsets" in options and streaming:
+        raise InvalidArgumentError("option endingOffsets is for batch reads only (not readStream)")
+    ending = _offsets(options, "endingOffsets", streams, LATEST)
+    if not streaming and _uses(starting, LATEST):
+        raise InvalidArgumentError(
+            "option startingOffsets: latest (-1) is not allowed in a batch read, which would "
+            "read nothing there; use readStream to read new messages"
+        )
+    if _uses(ending, EARLIEST):
+        raise InvalidArgumentError("option endingOffsets: earliest (-2) is not allowed")
+    starting_timestamp = _int(options, "startingTimestamp", 0)
+    if starting_timestamp is not None and "startingoffsets" in options:
+        raise InvalidArgumentError(
+            "options startingTimestamp and startingOffsets exclude each other: give one"
+        )
+    max_per_trigger = _int(options, "maxOffsetsPerTrigger", 1)
+    min_per_trigger = _int(options, "minOffsetsPerTrigger", 1)
+    if not streaming:
+        for name, value in (
+            ("maxOffsetsPerTrigger", max_per_trigger),
+            ("minOffsetsPerTrigger", min_per_trigger),
+            ("maxTriggerDelay", options.get("maxtriggerdelay")),
+        ):
+            if value is not None:
+                raise InvalidArgumentError(f"option {name} is for readStream only")
+    if (
+        max_per_trigger is not None
+        and min_per_trigger is not None
+        and min_per_trigger > max_per_trigger
+    ):
+        raise InvalidArgumentError(
+            f"option minOffsetsPerTrigger ({min_per_trigger}) is above "
+            f"maxOffsetsPerTrigger ({max_per_trigger})"
+        )
+    poll_timeout_ms = _int(options, "pollTimeoutMs", 1)
+    return ReadOptions(
+        client=client,
+        streams=streams,
+        assign=assign,
+        starting=starting,
+        ending=ending,
+        starting_timestamp_ms=starting_timestamp,
+        max_offsets_per_trigger=max_per_trigger,
+        min_offsets_per_trigger=min_per_trigger,
+        max_trigger_delay=_duration(options, "maxTriggerDelay", 15 * 60.0),
+        min_partitions=_int(options, "minPartitions", 1),
+        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+        include_headers=_bool(options, "includeHeaders", False),
+        read_replica=_bool(options, "readReplica", False),
+        poll_timeout=(poll_timeout_ms if poll_timeout_ms is not None else 120_000) / 1000,
+    )
+
+
+def include_headers(raw_options: Mapping[str, str]) -> bool:
+    """Whether the schema has the ``headers`` column (checked like the rest)."""
+    return _bool(_lower(raw_options), "includeHeaders", False)
+
+
+# ----------------------------------------------------------------- writing --
+
+_ACK_POLICIES = {"leader": AckPolicy.LEADER, "all": AckPolicy.ALL, "none": AckPolicy.NONE}
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """A write's options, checked.
+
+    Attributes:
+        client: servers and TLS.
+        stream: the stream every row goes to; None takes each row's ``stream`` column.
+        ack_policy: which acks a publish waits for.
+        ack_timeout: seconds each publish waits for its ack.
+    """
+
+    client: ClientConfig
+    stream: str | None
+    ack_policy: AckPolicy
+    ack_timeout: float
+
+
+def write_options(raw_options: Mapping[str, str]) -> WriteOptions:
+    """Checks a write's options.
+
+    Raises:
+        InvalidArgumentError: an option is missing or malformed; the message names it.
+    """
+    options = _lower(raw_options)
+    _warn_unknown(options, _WRITE_OPTIONS, "sink")
+    stream = options.get("stream")
+    if stream is not None:
+        _stream_name(stream.strip(), "stream")
+        stream = stream.strip()
+    policy = options.get("ackpolicy", "leader").strip().lower()
+    if policy not in _ACK_POLICIES:
+        raise InvalidArgumentError(
+            f"option ackPolicy must be leader, all or none, got {options['ackpolicy']!r}"
+        )
+    ack_timeout_ms = _int(options, "ackTimeoutMs", 1)
+    return WriteOptions(
+        client=client_config(options),
+        stream=stream,
+        ack_policy=_ACK_POLICIES[policy],
+        ack_timeout=(ack_timeout_ms if ack_timeout_ms is not None else 30_000) / 1000,
+    )
