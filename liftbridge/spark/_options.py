@@ -328,8 +328,9 @@ def _uses(spec: OffsetSpec, offset: int) -> bool:
     return any(offset in per_partition.values() for per_partition in spec.values())
 
 
-def read_options(raw_options: Mapping[str, str], mode: Mode) -> ReadOptions:
-    """Checks a read's options.
+def read_options(raw_options: Mapping[str, str], mode: Mode | None) -> ReadOptions:
+    """Checks a read's options; with ``mode`` None, only what holds in both modes
+    (``load()`` checks that much before it knows the query's kind).
 
     Raises:
         InvalidArgumentError: an option is missing, malformed, or not allowed
@@ -354,11 +355,12 @@ def read_options(raw_options: Mapping[str, str], mode: Mode) -> ReadOptions:
         assign = _assign(assign_option)
         streams = tuple(assign)
     streaming = mode is Mode.STREAMING
+    batch = mode is Mode.BATCH
     starting = _offsets(options, "startingOffsets", streams, LATEST if streaming else EARLIEST)
     if "endingoffsets" in options and streaming:
         raise InvalidArgumentError("option endingOffsets is for batch reads only (not readStream)")
     ending = _offsets(options, "endingOffsets", streams, LATEST)
-    if not streaming and _uses(starting, LATEST):
+    if batch and _uses(starting, LATEST):
         raise InvalidArgumentError(
             "option startingOffsets: latest (-1) is not allowed in a batch read, which would "
             "read nothing there; use readStream to read new messages"
@@ -372,7 +374,7 @@ def read_options(raw_options: Mapping[str, str], mode: Mode) -> ReadOptions:
         )
     max_per_trigger = _int(options, "maxOffsetsPerTrigger", 1)
     min_per_trigger = _int(options, "minOffsetsPerTrigger", 1)
-    if not streaming:
+    if batch:
         for name, value in (
             ("maxOffsetsPerTrigger", max_per_trigger),
             ("minOffsetsPerTrigger", min_per_trigger),
@@ -406,11 +408,6 @@ def read_options(raw_options: Mapping[str, str], mode: Mode) -> ReadOptions:
         read_replica=_bool(options, "readReplica", False),
         poll_timeout=(poll_timeout_ms if poll_timeout_ms is not None else 120_000) / 1000,
     )
-
-
-def include_headers(raw_options: Mapping[str, str]) -> bool:
-    """Whether the schema has the ``headers`` column (checked like the rest)."""
-    return _bool(_lower(raw_options), "includeHeaders", False)
 
 
 # ----------------------------------------------------------------- writing --

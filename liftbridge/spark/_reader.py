@@ -83,7 +83,8 @@ class LiftbridgeReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Reads one range (executor)."""
-        assert isinstance(partition, RangePartition)
+        if not isinstance(partition, RangePartition):
+            return  # Spark reads one empty partition when partitions() has none
         settings = _settings(self._options, self.rows_per_batch)
         yield from read_range(client_for(self._options.client), partition.offsets, settings)
 
@@ -170,7 +171,8 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Reads one range (executor)."""
-        assert isinstance(partition, RangePartition)
+        if not isinstance(partition, RangePartition):
+            return  # Spark reads one empty partition when partitions() has none
         settings = _settings(self._options, self.rows_per_batch)
         yield from read_range(client_for(self._options.client), partition.offsets, settings)
 

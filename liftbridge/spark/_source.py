@@ -14,7 +14,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from liftbridge import InvalidArgumentError
-from liftbridge.spark._options import Mode, include_headers, read_options, write_options
+from liftbridge.spark._options import Mode, read_options, write_options
 from liftbridge.spark._reader import LiftbridgeReader, LiftbridgeStreamReader
 from liftbridge.spark._schema import read_schema
 from liftbridge.spark._writer import LiftbridgeStreamWriter, LiftbridgeWriter, check_schema
@@ -45,8 +45,12 @@ class LiftbridgeDataSource(DataSource):
     def schema(self) -> StructType:
         """``key binary, value binary, stream string, subject string, partition
         int, offset long, timestamp timestamp``, plus ``headers
-        map<string,binary>`` with option ``includeHeaders``."""
-        return read_schema(include_headers(self.options))
+        map<string,binary>`` with option ``includeHeaders``.
+
+        Spark asks for it in ``load()``, so the read options are checked here
+        already, as far as they do not depend on batch versus streaming.
+        """
+        return read_schema(read_options(self.options, None).include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch reader (driver)."""

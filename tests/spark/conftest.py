@@ -1,0 +1,73 @@
+"""Spark fixtures: one SparkSession per test module (starting one costs 7-9 s).
+
+Spark's Python workers are separate processes started by the JVM; they find
+this checkout (``liftbridge``, ``pyspark_liftbridge`` and the test helpers in
+``tests.spark``) through ``PYTHONPATH``, set here before the JVM starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip(
+    "pyspark", reason="the Spark tests need the spark extra: pip install -e '.[spark]'"
+)
+pytest.importorskip(
+    "pyarrow", reason="the Spark tests need the spark extra: pip install -e '.[spark]'"
+)
+
+from pyspark.sql import SparkSession
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# py4j logs every command it sends to the JVM at DEBUG.
+logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+def python_path() -> str:
+    """PYTHONPATH for Spark's Python workers: this checkout first."""
+    rest = os.environ.get("PYTHONPATH", "")
+    return os.pathsep.join(p for p in (str(REPO_ROOT), rest) if p)
+
+
+def spark_session(master: str, **conf: str) -> SparkSession:
+    """A new SparkSession for ``master``, configured for small tests."""
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs Java 17 or 21, which is not installed")
+    os.environ["PYTHONPATH"] = python_path()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    builder = (
+        SparkSession.builder.master(master)
+        .appName("liftbridge-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.executorEnv.PYTHONPATH", python_path())
+        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+        .config("spark.python.worker.reuse", "true")
+    )
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    """A ``local[2]`` session shared by the module's tests; a failed task is
+    tried up to 3 times (``local[2,3]``), as on a cluster."""
+    session = spark_session("local[2,3]")
+    try:
+        yield session
+    finally:
+        session.stop()
