@@ -207,16 +207,25 @@ def split(ranges: Iterable[OffsetRange], min_partitions: int | None) -> list[Off
 def admit(
     start: Mapping[Partition, int], available: Mapping[Partition, int], limit: int
 ) -> dict[Partition, int]:
-    """The end of a micro-batch that covers at most ``limit`` new offsets,
-    shared among the partitions in proportion to their backlog (every
-    partition behind gets at least one while the limit allows)."""
+    """The end of a micro-batch that covers at most ``limit`` new offsets.
+
+    Every partition behind gets one offset first (largest backlog first, while
+    the limit lasts), so none starves; the rest is shared in proportion to
+    what each still has to read.
+    """
     backlog = {p: max(0, end - start.get(p, 0)) for p, end in available.items()}
-    total = sum(backlog.values())
-    if total <= limit:
+    if sum(backlog.values()) <= limit:
         return dict(available)
-    share = {p: math.floor(limit * lag / total) for p, lag in backlog.items()}
+    behind = sorted((p for p, lag in backlog.items() if lag > 0), key=lambda p: (-backlog[p], p))
+    share = dict.fromkeys(available, 0)
+    for p in behind[:limit]:
+        share[p] = 1
+    left = {p: backlog[p] - share[p] for p in behind}
+    spare, total = limit - sum(share.values()), sum(left.values())
+    for p in behind:
+        share[p] += math.floor(spare * left[p] / total)
     spare = limit - sum(share.values())
-    for p in sorted(backlog, key=lambda q: (-backlog[q], q)):
+    for p in behind:
         if spare == 0:
             break
         if share[p] < backlog[p]:

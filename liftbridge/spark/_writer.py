@@ -135,8 +135,10 @@ def _bytes(value: Any) -> Any:
 class _Tally:
     """Counts acked rows and the last offset per partition.
 
-    An ack names its partition by NATS subject (``<subject>`` for partition
-    0, ``<subject>.<n>`` for n); the stream's subject comes from metadata.
+    An ack names its partition only by the subject the message was received
+    on (``<subject>`` for partition 0, ``<subject>.<n>`` for n; its
+    ``partition_subject`` is the stream's subject for every partition in
+    server v1.9.0); the stream's subject comes from metadata.
     """
 
     def __init__(self, client: Client) -> None:
@@ -147,7 +149,7 @@ class _Tally:
 
     def _partition(self, ack: Ack) -> int:
         subjects = self._subjects.get(ack.stream)
-        if subjects is None or ack.partition_subject not in subjects:
+        if subjects is None or ack.message_subject not in subjects:
             info = self._client.metadata.get_stream(ack.stream)
             if info is None or len(info.partitions) <= len(subjects or ()):
                 info = self._client.fetch_metadata().get_stream(ack.stream)
@@ -156,7 +158,7 @@ class _Tally:
                 for p in info.partitions:
                     subjects[info.subject if p == 0 else f"{info.subject}.{p}"] = p
             self._subjects[ack.stream] = subjects
-        return subjects.get(ack.partition_subject, -1)
+        return subjects.get(ack.message_subject, -1)
 
     def add(self, ack: Ack | None) -> None:
         if ack is None:
