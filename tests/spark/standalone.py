@@ -18,7 +18,7 @@ import pyspark
 from tests.spark.conftest import python_path
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
-START_TIMEOUT = 90.0
+START_TIMEOUT = 180.0
 STOP_TIMEOUT = 20.0
 
 

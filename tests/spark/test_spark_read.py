@@ -19,7 +19,7 @@ from liftbridge import StartPosition, StopPosition
 from liftbridge.testing import LocalServer
 from tests.spark.helpers import fill, sdk_rows, spark_rows
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 
 @pytest.fixture

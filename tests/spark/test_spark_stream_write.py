@@ -16,7 +16,7 @@ import liftbridge
 from liftbridge.testing import LocalServer
 from tests.spark.helpers import fill, sdk_rows, spark_rows
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 QUERY_TIMEOUT = 120
 
