@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from liftbridge import (
     Client,
@@ -99,7 +99,7 @@ def _start(
     if options.starting_timestamp_ms is not None:
         if end == 0:
             return 0, False
-        when = datetime.fromtimestamp(options.starting_timestamp_ms / 1000, tz=timezone.utc)
+        when = datetime.fromtimestamp(options.starting_timestamp_ms / 1000, tz=UTC)
         received = client.fetch_partition_metadata(stream, partition).messages_received
         if received.latest_ns < options.starting_timestamp_ms * 1_000_000:
             return end, False  # nothing at or after that time yet
