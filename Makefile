@@ -57,6 +57,7 @@ demo: venv server
 
 bench: venv server bench-go
 	$(PY) -m bench
+	$(PY) -m bench.spark
 
 # Every row of the fault matrix, then 1,000,000 fuzzed inputs; the table goes to
 # the terminal and chaos/results/last.json. `make test` runs the fast rows

@@ -1,0 +1,207 @@
+"""Spark figures next to the plain SDK: ``python -m bench.spark`` (``make bench`` runs it
+after the main suite when the spark extra and Java are there; ``BENCH_NO_SPARK=1`` skips it).
+
+Measured on one ``LocalServer`` and a ``local[2]`` SparkSession, after a warm-up
+query (Spark's first Python data-source query pays for starting its workers):
+
+- the plain SDK: one partition read with ``subscribe`` (iterating, start and
+  stop offsets), the rate a Spark read is compared with;
+- Spark batch reads of one and of three partitions (``value`` summed, so every
+  row crosses into the JVM), rows/s from the action's wall time;
+- a Spark batch write (``publish_async`` per row, every row acked), rows/s;
+- per-micro-batch latency of a streaming read (``availableNow``,
+  ``maxOffsetsPerTrigger``, ``noop`` sink): median ``triggerExecution`` time.
+
+Each figure is the median of a few repetitions; the JSON file keeps them all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import liftbridge
+from bench import machine, report
+from bench.cli import RESULTS, _find_servers
+from liftbridge.testing import LocalServer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _median_rate(rows: int, reps: int, action: Callable[[], object]) -> tuple[float, list[float]]:
+    rates = []
+    for _ in range(reps):
+        started = time.perf_counter()
+        action()
+        rates.append(rows / (time.perf_counter() - started))
+    return statistics.median(rates), rates
+
+
+def _fill(client: liftbridge.Client, stream: str, partitions: int, per_partition: int) -> None:
+    value = b"v" * 100
+    for partition in range(partitions):
+        futures = [
+            client.publish_async(stream, value, partition=partition) for _ in range(per_partition)
+        ]
+        for future in futures:
+            future.result(timeout=120)
+
+
+def _sdk_read(client: liftbridge.Client, stream: str, count: int) -> None:
+    seen = 0
+    with client.subscribe(stream, partition=0, start=0, stop=count - 1) as subscription:
+        for _ in subscription:
+            seen += 1
+    assert seen == count, f"read {seen} of {count}"
+
+
+def run(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.spark", description=__doc__)
+    parser.add_argument("--rows", type=int, default=60_000, help="messages per partition")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--output", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if os.environ.get("BENCH_NO_SPARK", "").strip().lower() in {"1", "true", "yes", "on"}:
+        print("bench.spark: skipped (BENCH_NO_SPARK)", file=sys.stderr)
+        return 0
+    try:
+        from pyspark.sql import SparkSession
+        from pyspark.sql import functions as F
+    except ImportError:
+        print("bench.spark: skipped (no pyspark; install the spark extra)", file=sys.stderr)
+        return 0
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        print("bench.spark: skipped (Spark needs Java 17+)", file=sys.stderr)
+        return 0
+    _find_servers()
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+    )
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    n, reps = args.rows, args.reps
+    figures: dict[str, dict[str, object]] = {}
+
+    def record(name: str, unit: str, median: float, values: list[float]) -> None:
+        figures[name] = {"unit": unit, "median": median, "values": values}
+        print(f"   {name}: {median:,.0f} {unit}", file=sys.stderr, flush=True)
+
+    started = datetime.datetime.now(datetime.UTC)
+    with LocalServer(log_level="warn") as server, liftbridge.Client(server.address) as client:
+        stream = f"bench-spark-{uuid.uuid4().hex[:6]}"
+        client.create_stream(stream, partitions=3)
+        print(f"bench.spark: publishing {3 * n:,} messages", file=sys.stderr, flush=True)
+        _fill(client, stream, 3, n)
+        _sdk_read(client, stream, min(n, 10_000))  # warm-up
+        median, values = _median_rate(n, reps, lambda: _sdk_read(client, stream, n))
+        record("plain SDK subscribe, 1 partition", "msgs/s", median, values)
+
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.driver.host", "127.0.0.1")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        try:
+
+            def read(assign: str) -> Callable[[], object]:
+                df = (
+                    spark.read.format("liftbridge")
+                    .option("servers", server.address)
+                    .option("assign", assign)
+                    .load()
+                )
+                return lambda: df.select(F.sum(F.length("value"))).collect()
+
+            one = read(f'{{"{stream}": [0]}}')
+            three = read(f'{{"{stream}": [0, 1, 2]}}')
+            one()  # warm-up: starts the Python workers
+            median, values = _median_rate(n, reps, one)
+            record("Spark batch read, 1 partition", "rows/s", median, values)
+            median, values = _median_rate(3 * n, reps, three)
+            record("Spark batch read, 3 partitions", "rows/s", median, values)
+
+            sink = f"{stream}-out"
+            client.create_stream(sink, partitions=3)
+            rows = spark.range(n).select(
+                F.col("id").cast("string").alias("key"), F.lit("v" * 100).alias("value")
+            )
+            rows = rows.repartition(2).cache()
+            rows.count()
+
+            def write() -> None:
+                rows.write.format("liftbridge").option("servers", server.address).option(
+                    "stream", sink
+                ).mode("append").save()
+
+            median, values = _median_rate(n, reps, write)
+            record("Spark batch write (2 tasks)", "rows/s", median, values)
+
+            checkpoint = tempfile.mkdtemp(prefix="bench-spark-")
+            try:
+                per_batch = 1_000
+                query = (
+                    spark.readStream.format("liftbridge")
+                    .option("servers", server.address)
+                    .option("assign", f'{{"{stream}": [0]}}')
+                    .option("startingOffsets", "earliest")
+                    .option("maxOffsetsPerTrigger", str(per_batch))
+                    .load()
+                    .writeStream.format("noop")
+                    .option("checkpointLocation", checkpoint)
+                    .trigger(availableNow=True)
+                    .start()
+                )
+                query.awaitTermination(600)
+                batches = [
+                    p["durationMs"]["triggerExecution"]
+                    for p in query.recentProgress
+                    if p["numInputRows"] > 0
+                ][1:]  # the first batch starts the query's workers
+                latency = [float(ms) for ms in batches]
+                record(
+                    f"Spark micro-batch of {per_batch:,} rows (availableNow)",
+                    "ms",
+                    statistics.median(latency),
+                    latency,
+                )
+            finally:
+                shutil.rmtree(checkpoint, ignore_errors=True)
+        finally:
+            spark.stop()
+
+    sdk_rate = float(figures["plain SDK subscribe, 1 partition"]["median"])  # type: ignore[arg-type]
+    one_rate = float(figures["Spark batch read, 1 partition"]["median"])  # type: ignore[arg-type]
+    three_rate = float(figures["Spark batch read, 3 partitions"]["median"])  # type: ignore[arg-type]
+    print()
+    for name, figure in figures.items():
+        print(f"{name:<48} {figure['median']:>12,.0f} {figure['unit']}")
+    print(f"{'Spark 1-partition read / plain SDK subscribe':<48} {one_rate / sdk_rate:>12.2f}")
+    print(f"{'Spark 3-partition read / 1-partition read':<48} {three_rate / one_rate:>12.2f}")
+    stamp = started.strftime("%Y%m%d-%H%M%S")
+    path = report.write_json(
+        args.output / f"{stamp}-spark.json",
+        {
+            "started_at": started.isoformat(),
+            "rows_per_partition": n,
+            "reps": reps,
+            "machine": machine.describe(),
+            "figures": figures,
+        },
+    )
+    print(f"\nwritten to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run())
