@@ -7,7 +7,8 @@ query (Spark's first Python data-source query pays for starting its workers):
 - the plain SDK: one partition read with ``subscribe`` (iterating, start and
   stop offsets), the rate a Spark read is compared with;
 - Spark batch reads of one and of three partitions (``value`` summed, so every
-  row crosses into the JVM), rows/s from the action's wall time;
+  row crosses into the JVM), rows/s from the action's wall time, and again
+  without a query's fixed cost (the rate of the rows beyond a short read's);
 - a Spark batch write (``publish_async`` per row, every row acked), rows/s;
 - per-micro-batch latency of a streaming read (``availableNow``,
   ``maxOffsetsPerTrigger``, ``noop`` sink): median ``triggerExecution`` time.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import shutil
 import statistics
@@ -35,6 +37,8 @@ from bench.cli import RESULTS, _find_servers
 from liftbridge.testing import LocalServer
 
 ROOT = Path(__file__).resolve().parent.parent
+SMALL = 1_000
+"""Rows per partition of the short reads that measure a query's fixed cost."""
 
 
 def _median_rate(rows: int, reps: int, action: Callable[[], object]) -> tuple[float, list[float]]:
@@ -114,22 +118,42 @@ def run(argv: list[str] | None = None) -> int:
         spark.sparkContext.setLogLevel("ERROR")
         try:
 
-            def read(assign: str) -> Callable[[], object]:
-                df = (
+            def read(partitions: int, end: int, **options: str) -> Callable[[], object]:
+                ending = {stream: {str(p): end for p in range(partitions)}}
+                reader = (
                     spark.read.format("liftbridge")
                     .option("servers", server.address)
-                    .option("assign", assign)
-                    .load()
+                    .option("assign", json.dumps({stream: list(range(partitions))}))
+                    .option("endingOffsets", json.dumps(ending))
                 )
+                for name, value in options.items():
+                    reader = reader.option(name, value)
+                df = reader.load()
                 return lambda: df.select(F.sum(F.length("value"))).collect()
 
-            one = read(f'{{"{stream}": [0]}}')
-            three = read(f'{{"{stream}": [0, 1, 2]}}')
-            one()  # warm-up: starts the Python workers
-            median, values = _median_rate(n, reps, one)
-            record("Spark batch read, 1 partition", "rows/s", median, values)
-            median, values = _median_rate(3 * n, reps, three)
-            record("Spark batch read, 3 partitions", "rows/s", median, values)
+            def seconds(action: Callable[[], object]) -> list[float]:
+                times = []
+                for _ in range(reps):
+                    started = time.perf_counter()
+                    action()
+                    times.append(time.perf_counter() - started)
+                return times
+
+            read(1, SMALL)()  # warm-up: starts the Python workers
+            for partitions, options in ((1, {}), (3, {}), (3, {"minPartitions": "6"})):
+                label = f"Spark batch read, {partitions} partition{'s' if partitions > 1 else ''}"
+                if options:
+                    label += ", " + ", ".join(f"{k}={v}" for k, v in options.items())
+                small = seconds(read(partitions, SMALL, **options))
+                full = seconds(read(partitions, n, **options))
+                rows = partitions * n
+                record(label, "rows/s", rows / statistics.median(full), [rows / t for t in full])
+                # Without the fixed cost of a query (planning in fresh Python
+                # processes, scheduling): the rate of the rows beyond the first SMALL.
+                extra = partitions * (n - SMALL)
+                marginal = extra / (statistics.median(full) - statistics.median(small))
+                record(label + " (beyond a query's fixed cost)", "rows/s", marginal, [])
+                record(label + ": fixed cost of a query", "ms", statistics.median(small) * 1000, [])
 
             sink = f"{stream}-out"
             client.create_stream(sink, partitions=3)
@@ -180,14 +204,24 @@ def run(argv: list[str] | None = None) -> int:
         finally:
             spark.stop()
 
-    sdk_rate = float(figures["plain SDK subscribe, 1 partition"]["median"])  # type: ignore[arg-type]
-    one_rate = float(figures["Spark batch read, 1 partition"]["median"])  # type: ignore[arg-type]
-    three_rate = float(figures["Spark batch read, 3 partitions"]["median"])  # type: ignore[arg-type]
+    def rate(name: str) -> float:
+        return float(figures[name]["median"])  # type: ignore[arg-type]
+
+    sdk = "plain SDK subscribe, 1 partition"
+    one, three = "Spark batch read, 1 partition", "Spark batch read, 3 partitions"
+    beyond = " (beyond a query's fixed cost)"
+    ratios = [
+        ("Spark 1-partition read / plain SDK subscribe", one, sdk),
+        ("  beyond a query's fixed cost", one + beyond, sdk),
+        ("Spark 3-partition read / 1-partition read", three, one),
+        ("  with minPartitions=6", three + ", minPartitions=6", one),
+        ("  beyond a query's fixed cost", three + beyond, one + beyond),
+    ]
     print()
     for name, figure in figures.items():
-        print(f"{name:<48} {figure['median']:>12,.0f} {figure['unit']}")
-    print(f"{'Spark 1-partition read / plain SDK subscribe':<48} {one_rate / sdk_rate:>12.2f}")
-    print(f"{'Spark 3-partition read / 1-partition read':<48} {three_rate / one_rate:>12.2f}")
+        print(f"{name:<64} {figure['median']:>10,.0f} {figure['unit']}")
+    for name, top, bottom in ratios:
+        print(f"{name:<64} {rate(top) / rate(bottom):>10.2f}")
     stamp = started.strftime("%Y%m%d-%H%M%S")
     path = report.write_json(
         args.output / f"{stamp}-spark.json",

@@ -80,6 +80,26 @@ def partitions_read(client: Client, options: ReadOptions, *, must_exist: bool) -
     return found
 
 
+def check_named_partitions(options: ReadOptions, found: list[Partition]) -> None:
+    """Fails when ``startingOffsets`` / ``endingOffsets`` JSON names a partition
+    that is not read (a typo would otherwise be ignored).
+
+    Raises:
+        InvalidArgumentError: naming the option and the partition.
+    """
+    read = set(found)
+    for option, spec in (("startingOffsets", options.starting), ("endingOffsets", options.ending)):
+        if isinstance(spec, int):
+            continue
+        for stream, per_partition in spec.items():
+            for partition in per_partition:
+                if (stream, partition) not in read:
+                    raise InvalidArgumentError(
+                        f"option {option} names partition {partition} of {stream!r}, "
+                        "which is not read (no such partition, or not assigned)"
+                    )
+
+
 def end_offset(client: Client, stream: str, partition: int) -> int:
     """The offset after the partition's newest committed message (its high watermark + 1)."""
     return client.fetch_partition_metadata(stream, partition).high_watermark + 1
@@ -126,7 +146,9 @@ def batch_ranges(client: Client, options: ReadOptions) -> list[OffsetRange]:
             ``endingOffsets`` is outside the partition.
     """
     ranges = []
-    for stream, partition in partitions_read(client, options, must_exist=True):
+    found = partitions_read(client, options, must_exist=True)
+    check_named_partitions(options, found)
+    for stream, partition in found:
         latest = end_offset(client, stream, partition)
         end = _spec_for(options.ending, stream, partition, LATEST)
         if end == LATEST:
@@ -153,7 +175,9 @@ def batch_ranges(client: Client, options: ReadOptions) -> list[OffsetRange]:
 def initial_offsets(client: Client, options: ReadOptions) -> Offsets:
     """Where a new streaming query starts (``startingOffsets``, default latest)."""
     start = {}
-    for stream, partition in partitions_read(client, options, must_exist=False):
+    found = partitions_read(client, options, must_exist=False)
+    check_named_partitions(options, found)
+    for stream, partition in found:
         end = end_offset(client, stream, partition)
         start[stream, partition], _ = _start(client, options, stream, partition, end, LATEST)
     return canonical(start)

@@ -13,17 +13,12 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-pytest.importorskip(
-    "pyspark", reason="the Spark tests need the spark extra: pip install -e '.[spark]'"
-)
-pytest.importorskip(
-    "pyarrow", reason="the Spark tests need the spark extra: pip install -e '.[spark]'"
-)
-
-from pyspark.sql import SparkSession
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,10 +32,17 @@ def python_path() -> str:
     return os.pathsep.join(p for p in (str(REPO_ROOT), rest) if p)
 
 
-def spark_session(master: str, **conf: str) -> SparkSession:
-    """A new SparkSession for ``master``, configured for small tests."""
+def need_java() -> None:
+    """Skips the calling test when Spark cannot start for want of Java."""
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("Spark needs Java 17 or 21, which is not installed")
+
+
+def spark_session(master: str, **conf: str) -> SparkSession:
+    """A new SparkSession for ``master``, configured for small tests."""
+    from pyspark.sql import SparkSession
+
+    need_java()
     os.environ["PYTHONPATH"] = python_path()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     builder = (

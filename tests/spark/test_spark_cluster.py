@@ -7,6 +7,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
+
+pytest.importorskip("pyspark", reason="needs the spark extra: pip install -e '.[spark]'")
+pytest.importorskip("pyarrow", reason="needs the spark extra: pip install -e '.[spark]'")
+
 from pyspark.sql import SparkSession
 
 import liftbridge

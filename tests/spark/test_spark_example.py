@@ -9,10 +9,14 @@ from collections.abc import Iterator
 
 import pytest
 
+pytest.importorskip("pyspark", reason="needs the spark extra: pip install -e '.[spark]'")
+pytest.importorskip("pyarrow", reason="needs the spark extra: pip install -e '.[spark]'")
+
+
 import liftbridge
 from liftbridge.testing import LocalServer
 from tests.integration.examples import run_example
-from tests.spark.conftest import python_path
+from tests.spark.conftest import need_java, python_path
 from tests.spark.helpers import fill, sdk_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
@@ -33,6 +37,7 @@ def test_the_pipeline_example_aggregates_per_key_into_another_stream(
     client.create_stream(source, partitions=3)
     client.create_stream(target, partitions=2)
     fill(client, source, 50, headers=False)
+    need_java()
     out = run_example(
         "spark_pipeline.py",
         server.address,

@@ -11,6 +11,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+
+pytest.importorskip("pyspark", reason="needs the spark extra: pip install -e '.[spark]'")
+pytest.importorskip("pyarrow", reason="needs the spark extra: pip install -e '.[spark]'")
+
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 import liftbridge

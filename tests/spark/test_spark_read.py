@@ -12,6 +12,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("pyspark", reason="needs the spark extra: pip install -e '.[spark]'")
+pytest.importorskip("pyarrow", reason="needs the spark extra: pip install -e '.[spark]'")
+
 from pyspark.sql import DataFrameReader, SparkSession
 
 import liftbridge
@@ -168,6 +172,10 @@ def test_bad_options_fail_when_the_dataframe_is_made(
         ({"endingOffsets": '{"STREAM": {"0": 99}}'}, "option endingOffsets: STREAM/0 ends at 1"),
         ({"stream": "no-such-stream"}, "option stream: the cluster has no stream 'no-such-stream'"),
         ({"assign": '{"STREAM": [5]}'}, "option assign: stream 'STREAM' has no partition 5"),
+        (
+            {"startingOffsets": '{"STREAM": {"3": 0}}'},
+            "option startingOffsets names partition 3 of 'STREAM', which is not read",
+        ),
     ],
 )
 def test_bad_batch_options_fail_at_planning_before_any_task(
