@@ -12,6 +12,7 @@ import trustme
 
 import liftbridge
 from liftbridge.testing import LocalServer
+from tests.integration import tls_servers
 
 
 @pytest.fixture(scope="module")
@@ -41,22 +42,13 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def tls_server(pki: dict[str, Path]) -> Iterator[LocalServer]:
-    with LocalServer(
-        tls_cert=pki["server_cert"], tls_key=pki["server_key"], tls_ca=pki["ca"]
-    ) as server:
+    with tls_servers.tls_server(pki) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
 def mtls_server(pki: dict[str, Path]) -> Iterator[LocalServer]:
-    with LocalServer(
-        tls_cert=pki["server_cert"],
-        tls_key=pki["server_key"],
-        tls_ca=pki["ca"],
-        tls_client_ca=pki["ca"],
-        tls_client_cert=pki["client_cert"],
-        tls_client_key=pki["client_key"],
-    ) as server:
+    with tls_servers.mtls_server(pki) as server:
         yield server
 
 
