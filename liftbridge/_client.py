@@ -18,7 +18,9 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Protocol
 
 from liftbridge import _admin, _direct, _inbox_publish
 from liftbridge import _validate as check
@@ -70,6 +72,44 @@ _CLOSE_TIMEOUT = 10.0
 """Seconds ``close()`` waits in all for the SDK's threads (handlers finishing)."""
 
 _BY_KEY = PartitionByKey()
+
+
+class Closeable(Protocol):
+    """Something made with a client that the client closes first."""
+
+    def close(self) -> None:
+        """Closes it (bounded, idempotent)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Core:
+    """What a feature made with a client stands on: the client's router and
+    its ``liftbridge-ack-timer``."""
+
+    router: Router
+    ack_timer: AckTimer
+
+
+def attach(client: object, owner: Closeable) -> Core:
+    """The core of ``client`` for ``owner``, a feature made with it (the NATS
+    stream publisher), which the client's :meth:`~Client.close` closes before
+    it stops the ack timer ``owner`` registers deadlines on.
+
+    This is the one seam through which a feature built outside the client
+    reaches the client's parts; it lives here so no other module touches the
+    client's privates.
+
+    Raises:
+        ArgumentTypeError: ``client`` is not a :class:`Client`.
+        ClientClosedError: the client is closing or closed.
+    """
+    if not isinstance(client, Client):
+        raise ArgumentTypeError(f"client must be a liftbridge.Client, got {type(client).__name__}")
+    with client._state_lock:
+        client._check_open()
+        client._attached.add(owner)
+    return Core(client._router, client._timer)
 
 
 class ClientState(enum.Enum):
@@ -172,7 +212,7 @@ class Client:
         self._lanes = Lanes(
             self._router, self._timer, ack_wait=self._ack_wait, max_lanes=_MAX_LANES
         )
-        # _state_lock guards _state, _subscriptions, _consumers and _pulls; _closed is
+        # _state_lock guards _state, _subscriptions, _consumers, _pulls and _attached; _closed is
         # set once close() has finished (a second close() waits for it).
         self._state_lock = threading.Lock()
         self._state = ClientState.OPEN
@@ -180,6 +220,7 @@ class Client:
         self._subscriptions: weakref.WeakSet[Subscription] = weakref.WeakSet()
         self._consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
         self._pulls: weakref.WeakSet[PullConsumer] = weakref.WeakSet()
+        self._attached: weakref.WeakSet[Closeable] = weakref.WeakSet()  # see attach()
         try:
             self._router.connect(connect_timeout)
         except BaseException:
@@ -217,7 +258,8 @@ class Client:
 
     def close(self) -> None:
         """Closes everything the client opened, in order: consumers (they
-        commit and leave their groups), publishes (unacked ones fail with
+        commit and leave their groups), the :class:`NatsStreamPublisher` objects
+        made with it, publishes (unacked ones fail with
         :class:`ClientClosedError`), subscriptions, then the connections.
 
         Every thread is told to stop first, then all are waited for together,
@@ -240,10 +282,13 @@ class Client:
                 consumers = list(self._consumers)
                 pulls = list(self._pulls)
                 subscriptions = list(self._subscriptions)
+                attached = list(self._attached)
             for consumer in consumers:
                 consumer.close()
             for pull in pulls:
                 pull.close(discard=False)  # what is buffered can still be fetched
+            for owner in attached:  # NATS stream publishers: their deadlines are on _timer
+                owner.close()
             self._publisher.close(deadline)
             self._lanes.close()
             self._timer.close(deadline)

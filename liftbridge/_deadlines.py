@@ -1,9 +1,11 @@
 """The ``liftbridge-ack-timer`` thread: one per client, for every ack deadline.
 
 The shared PublishAsync stream (:mod:`liftbridge._publisher`), the publish
-lanes (:mod:`liftbridge._lanes`) and the NATS publisher each need "fail this
-publish if its ack has not come by then". They share this one thread rather
-than each running its own.
+lanes (:mod:`liftbridge._lanes`) and the NATS stream publishers made with the
+client (:mod:`liftbridge._nats_stream`) each need "fail this publish if its
+ack has not come by then". They share this one thread rather than each
+running its own. (:class:`~liftbridge.NatsPublisher`, made without a client,
+runs the same scheduler on an :class:`AckTimer` of its own.)
 
 Two ways in, for speed:
 
@@ -120,6 +122,13 @@ class AckTimer:
         with self._lock:
             self._queues.append(queue)  # type: ignore[arg-type]
         return queue
+
+    def release(self, queue: OrderedDeadlines[T]) -> None:
+        """Stops looking at a queue from :meth:`ordered` (its owner closed);
+        what it still holds is dropped. Idempotent."""
+        with self._lock:
+            if queue in self._queues:
+                self._queues.remove(queue)  # type: ignore[arg-type]
 
     def schedule(self, deadline: float, expire: Callable[[], None]) -> None:
         """Calls ``expire()`` on the timer thread once ``time.monotonic()``

@@ -7,6 +7,13 @@ and the partition leader publishes an ack envelope to the message's ack inbox.
 :class:`NatsPublisher` does both ends: one NATS connection, one ack inbox
 subscription, acks matched to publishes by correlation id.
 
+It names NATS subjects itself, so it has nothing to route and takes no
+client (nor router). Ack deadlines run on the SDK's one scheduler
+(:class:`~liftbridge._deadlines.AckTimer`, a ``liftbridge-ack-timer`` thread
+of the publisher's own, started on first use); the futures' done-callbacks
+run on a ``liftbridge-callbacks`` thread of its own, never on pynats2's
+threads or the timer.
+
 This is the only module that imports pynats2 (the ``nats`` extra), and only
 when a publisher is created, so ``import liftbridge`` works without it.
 pynats2 is thread-based and has sharp edges this module works around:
@@ -32,7 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import heapq
+import functools
 import json
 import logging
 import socket
@@ -48,6 +55,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from liftbridge import _validate
+from liftbridge._callbacks import CallbackRunner
+from liftbridge._deadlines import AckTimer
 from liftbridge._envelope import new_message, unmarshal_ack
 from liftbridge._errors import (
     AckTimeoutError,
@@ -229,12 +238,12 @@ class NatsPublisher:
         self._inbox = _validate.subject(ack_inbox, arg="ack_inbox")
 
         self._lock = threading.Lock()
-        # _lock guards _state, _connection_lost, _pending and _deadlines.
+        # _lock guards _state, _connection_lost and _pending.
         self._state = _State.OPEN
         self._connection_lost = False  # a write failed: the connection is gone
         self._pending: dict[str, _Pending] = {}  # by correlation id
-        self._deadlines: list[tuple[float, str]] = []  # heap of (deadline, correlation id)
-        self._wakeup = threading.Event()  # set on close and on a new earliest deadline
+        self._timer = AckTimer()  # liftbridge-ack-timer, started by the first deadline
+        self._runner = CallbackRunner()  # liftbridge-callbacks, for futures' done-callbacks
 
         self._pynats2 = _import_pynats2()
         info = _server_info(host, port, connect_timeout)
@@ -243,10 +252,6 @@ class NatsPublisher:
             max_payload = _DEFAULT_MAX_PAYLOAD
         self._max_payload = max_payload
         self._nats = self._connect(url, connect_timeout)
-        self._timer = threading.Thread(
-            target=self._run_timer, name="liftbridge-nats-ack-timer", daemon=True
-        )
-        self._timer.start()
         logger.debug("NATS publisher connected to %s, ack inbox %s", self._where, self._inbox)
 
     def _connect(self, url: str, timeout: float) -> Any:
@@ -342,8 +347,9 @@ class NatsPublisher:
         Takes the same arguments as :meth:`publish`. The future cannot be
         cancelled; it ends with the ack (``None`` with ack policy NONE) or
         with the exception :meth:`publish` would raise. Its done-callbacks run
-        on a pynats2 worker thread or the publisher's ``liftbridge-nats-ack-timer``
-        thread: they must not block, and must not close the publisher.
+        on the publisher's ``liftbridge-callbacks`` thread, one at a time (even
+        one added after it completed): a callback that blocks holds up the
+        later ones, never acks or timeouts.
 
         Returns:
             A future for the ack.
@@ -448,8 +454,7 @@ class NatsPublisher:
             self._state = _State.CLOSING
             pending = list(self._pending.items())
             self._pending.clear()
-            self._deadlines.clear()
-        self._wakeup.set()
+        self._timer.close(monotonic() + _CLOSE_TIMEOUT)
         for correlation_id, entry in pending:
             entry.future.set_exception(
                 ClientClosedError(
@@ -458,13 +463,11 @@ class NatsPublisher:
                     "the message may or may not have been stored"
                 )
             )
-        if threading.current_thread() is not self._timer:
-            self._timer.join(_CLOSE_TIMEOUT)
-            if self._timer.is_alive():
-                logger.warning("%s did not stop within %.0fs", self._timer.name, _CLOSE_TIMEOUT)
         with self._lock:
             connection_lost = self._connection_lost
         _stop_pynats2(self._pynats2, self._nats, self._where, connection_lost=connection_lost)
+        # Runs the done-callbacks of those failures, unless called from one of them.
+        self._runner.close(monotonic() + _CLOSE_TIMEOUT)
         with self._lock:
             self._state = _State.CLOSED
         logger.debug("NATS publisher for %s closed", self._where)
@@ -528,10 +531,9 @@ class NatsPublisher:
                 f"of {self._max_payload} bytes (nothing was sent)"
             )
 
-        future: Future[Ack | None] = Future()
-        future.set_running_or_notify_cancel()  # a running future cannot be cancelled
+        # Running, so it cannot be cancelled; its done-callbacks run on liftbridge-callbacks.
+        future: Future[Ack | None] = self._runner.future()
         deadline = monotonic() + timeout
-        earliest = False
         with self._lock:
             if self._state is not _State.OPEN:
                 raise ClientClosedError(f"NATS publisher for {self._where} is closed")
@@ -542,8 +544,10 @@ class NatsPublisher:
                     )
                 # Registered before sending: the ack may come before publish() returns.
                 self._pending[correlation_id] = _Pending(future, deadline, timeout, subject)
-                heapq.heappush(self._deadlines, (deadline, correlation_id))
-                earliest = self._deadlines[0][1] == correlation_id
+        if wants_ack:
+            self._timer.schedule(
+                deadline, functools.partial(self._expire, correlation_id, deadline)
+            )
         try:
             self._nats.publish(subject, payload=envelope)
         except (OSError, self._pynats2.NATSError) as e:
@@ -554,8 +558,6 @@ class NatsPublisher:
             if closed:
                 raise ClientClosedError(f"NATS publisher for {self._where} is closed") from e
             raise UnavailableError(f"NATS connection to {self._where} lost: {e!r}") from e
-        if earliest:
-            self._wakeup.set()
         if not wants_ack:
             future.set_result(None)
         return correlation_id, future, deadline
@@ -569,7 +571,8 @@ class NatsPublisher:
         return future.result()
 
     def _expire(self, correlation_id: str, now: float) -> None:
-        """Fails a publish with AckTimeoutError if its deadline is at or before ``now``."""
+        """Fails a publish with AckTimeoutError if its deadline is at or before
+        ``now``. Runs on ``liftbridge-ack-timer`` or a publishing thread."""
         with self._lock:
             entry = self._pending.get(correlation_id)
             if entry is None or entry.deadline > now:
@@ -582,30 +585,6 @@ class NatsPublisher:
                 "it may or may not have been stored"
             )
         )
-
-    def _run_timer(self) -> None:
-        """Fails publishes whose ack is late. Runs on ``liftbridge-nats-ack-timer``."""
-        while True:
-            with self._lock:
-                if self._state is not _State.OPEN:
-                    return
-                delay = self._deadlines[0][0] - monotonic() if self._deadlines else None
-            if delay is None or delay > 0:
-                self._wakeup.wait(delay)
-                self._wakeup.clear()
-            try:
-                self._expire_due()
-            except Exception:  # never let the timer die: late acks would wait for ever
-                logger.exception("NATS publisher ack timer failed; continuing")
-
-    def _expire_due(self) -> None:
-        now = monotonic()
-        due: list[str] = []
-        with self._lock:
-            while self._deadlines and self._deadlines[0][0] <= now:
-                due.append(heapq.heappop(self._deadlines)[1])
-        for correlation_id in due:
-            self._expire(correlation_id, now)
 
     def _on_ack(self, message: Any) -> None:
         """Resolves the publish an ack is for. Runs on a pynats2 worker thread."""

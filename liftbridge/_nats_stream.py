@@ -11,17 +11,24 @@ It runs on nats-py (the ``nats`` extra; the maintained official client), an
 asyncio client, behind a synchronous, thread-safe API. Four kinds of thread:
 
 - the caller's: checks the arguments, picks the partition from the
-  client's metadata, builds the envelope, takes a slot of the in-flight
-  window, registers the pending ack and hands the envelope over;
+  router's metadata (the client's :class:`~liftbridge._router.Router`),
+  builds the envelope, takes a slot of the in-flight window, registers the
+  pending ack and its deadline and hands the envelope over;
 - ``liftbridge-nats-loop``: one event loop owning the NATS connection. It
   writes whatever envelopes are waiting in one go (nats-py coalesces them
   into one socket write) and passes the raw ack payloads it reads on;
 - ``liftbridge-nats-acks``: decodes acks, matches them to publishes,
-  resolves the futures, fails late ones with :class:`AckTimeoutError` and
-  frees window slots;
+  resolves the futures and frees window slots;
+- ``liftbridge-ack-timer`` (:mod:`liftbridge._deadlines`), the client's one
+  thread for every ack deadline: fails late publishes with
+  :class:`AckTimeoutError` and frees their slots;
 - ``liftbridge-callbacks`` (:mod:`liftbridge._callbacks`): ack handlers and
   the futures' done-callbacks, the only place user code runs, so a slow
   handler never holds up the NATS connection, ack matching or timeouts.
+
+The client's :meth:`~liftbridge.Client.close` closes the publisher first
+(its deadlines are on the client's timer); :func:`liftbridge._client.attach`
+is how it gets the client's router and timer.
 
 Only this module imports nats-py, and only when a publisher is created.
 """
@@ -32,7 +39,7 @@ import asyncio
 import collections
 import contextlib
 import enum
-import heapq
+import functools
 import itertools
 import logging
 import queue
@@ -44,11 +51,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from time import monotonic
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 from liftbridge import _validate
 from liftbridge._callbacks import CallbackRunner
+from liftbridge._client import Client, attach
 from liftbridge._envelope import EnvelopeType, encode_envelope, unmarshal_ack
 from liftbridge._errors import (
     AckTimeoutError,
@@ -78,20 +86,6 @@ AckHandler = Callable[[Ack | None, BaseException | None], None]
 # Bounds of close(): the NATS client's close, then each thread's join.
 _CLOSE_TIMEOUT = 5.0
 _BY_KEY = PartitionByKey()
-
-
-class MetadataSource(Protocol):
-    """Where the publisher finds streams' subjects and partitions: a
-    :class:`liftbridge.Client` (its public ``metadata`` and ``fetch_metadata``)."""
-
-    @property
-    def metadata(self) -> Metadata:
-        """The cached metadata."""
-        ...
-
-    def fetch_metadata(self) -> Metadata:
-        """Refreshes the cache from the server and returns it."""
-        ...
 
 
 def _import_nats() -> Any:
@@ -133,7 +127,8 @@ class _State(enum.Enum):
 
 @dataclass(slots=True, eq=False)
 class _Pending:
-    """A publish waiting for its ack; owned by the acks thread once registered."""
+    """A publish waiting for its ack. Whoever pops it from ``_pending`` (under
+    the publisher's lock) resolves it, and marks it ``done`` there."""
 
     correlation_id: str
     future: Future[Ack | None]
@@ -142,7 +137,7 @@ class _Pending:
     timeout: float
     subject: str
     seq: int = 0  # the order publishes were admitted in, for flush()
-    settled: bool = field(default=False)
+    done: bool = field(default=False)  # resolved: the ack timer drops it
 
 
 class _Stop:
@@ -162,6 +157,8 @@ class NatsStreamPublisher:
     expected offsets. Partition N of a stream whose subject is S listens on
     NATS subject S (N = 0) or ``S.N``; the subjects and partition counts come
     from ``client``'s metadata (fetched once more when a stream is unknown).
+    Ack timeouts run on the client's ``liftbridge-ack-timer``, so the client's
+    :meth:`~liftbridge.Client.close` closes this publisher first.
     Nothing is ever re-sent: a message whose ack does not come in time may or
     may not have been stored.
 
@@ -173,7 +170,8 @@ class NatsStreamPublisher:
     Thread-safe; use it as a context manager or call :meth:`close`.
 
     Args:
-        client: a :class:`liftbridge.Client` of the same cluster, for metadata.
+        client: a :class:`liftbridge.Client` of the same cluster: its router
+            (metadata) and its ack timer; closing it closes this publisher.
         url: the NATS server: ``nats://host:port``, ``tls://host:port`` for
             TLS, with ``user:password@`` for credentials.
         max_inflight: publishes awaiting acks at most; ``publish_async``
@@ -192,11 +190,12 @@ class NatsStreamPublisher:
         MissingDependencyError: nats-py is not installed.
         InvalidArgumentError: a bad argument (ArgumentTypeError for a wrong type).
         UnavailableError: the NATS server cannot be reached or refused us.
+        ClientClosedError: ``client`` is closed.
     """
 
     def __init__(
         self,
-        client: MetadataSource,
+        client: Client,
         url: str,
         *,
         max_inflight: int = 1024,
@@ -209,10 +208,6 @@ class NatsStreamPublisher:
         max_reconnect_attempts: int = 60,
         reconnect_wait: float = 0.5,
     ) -> None:
-        if not callable(getattr(client, "fetch_metadata", None)):
-            raise ArgumentTypeError(
-                f"client must be a liftbridge.Client, got {type(client).__name__}"
-            )
         if not isinstance(url, str) or not url.startswith(("nats://", "tls://")):
             raise InvalidArgumentError(
                 f"url must look like nats://host:port or tls://host:port, got {url!r}"
@@ -236,8 +231,11 @@ class NatsStreamPublisher:
         nats = _import_nats()
         if tls is not None or url.startswith("tls://"):
             _check_tls_required(url, connect_timeout)
-
-        self._client: MetadataSource = client
+        self._runner = CallbackRunner()  # the liftbridge-callbacks thread, started on first use
+        # The client closes this publisher first when it closes (before its ack timer).
+        core = attach(client, self)
+        self._router = core.router
+        self._timer = core.ack_timer
         self._crc = crc
         self._where = url.split("@")[-1]  # never the credentials
         self._inbox = f"_INBOX.{uuid.uuid4().hex}"
@@ -245,14 +243,17 @@ class NatsStreamPublisher:
         self._id_prefix = f"{uuid.uuid4().hex[:12]}-"
 
         self._lock = threading.Lock()
-        # _lock guards _state, _inflight, _admitted, _flushing, _pending, _deadlines, _lost.
+        # _lock guards _state, _inflight, _admitted, _flushing, _pending, _lost.
         self._settled = threading.Condition(self._lock)  # notified as the window frees up
         self._state = _State.OPEN
         self._inflight = 0
         self._admitted = 0  # publishes admitted so far: the last one's seq
         self._flushing = 0  # threads waiting in flush()
         self._pending: dict[str, _Pending] = {}
-        self._deadlines: list[tuple[float, int, _Pending]] = []  # heap
+        # Deadlines on the client's liftbridge-ack-timer: publishes with the
+        # default ack_timeout in this in-order queue (appended under _lock, so
+        # in deadline order), others one by one on the timer's heap.
+        self._in_order = self._timer.ordered(self._expire, wait=self._ack_timeout)
         self._lost: BaseException | None = None  # NATS gave up reconnecting
         # The distinct errors nats-py reported while connecting (loop thread only).
         self._connect_errors: dict[str, None] = {}
@@ -273,7 +274,6 @@ class NatsStreamPublisher:
         self._acks_thread = threading.Thread(
             target=self._run_acks, name="liftbridge-nats-acks", daemon=True
         )
-        self._runner = CallbackRunner()  # the liftbridge-callbacks thread, started on first use
         self._loop_thread.start()
         options: dict[str, Any] = {
             "servers": [url],
@@ -303,6 +303,7 @@ class NatsStreamPublisher:
         except BaseException:
             connecting.cancel()
             self._stop_loop()
+            self._close_state()
             raise
         self._max_payload = int(self._nc.max_payload)
         self._acks_thread.start()
@@ -463,7 +464,7 @@ class NatsStreamPublisher:
             expected_offset=expected_offset,
             timeout=timeout,
         )
-        # The acks thread ends every future by its deadline; the margin
+        # The ack timer ends every future by its deadline; the margin
         # only covers that thread being late.
         wait = (self._ack_timeout if timeout is None else timeout) + _CLOSE_TIMEOUT
         return future.result(wait)
@@ -524,8 +525,7 @@ class NatsStreamPublisher:
             logger.warning("liftbridge-nats-acks did not stop within %.0fs", _CLOSE_TIMEOUT)
         # Runs the handlers of those failures, unless called from one of them.
         self._runner.close(monotonic() + _CLOSE_TIMEOUT)
-        with self._lock:
-            self._state = _State.CLOSED
+        self._close_state()
         logger.debug("NATS stream publisher for %s closed", self._where)
 
     def __enter__(self) -> NatsStreamPublisher:
@@ -577,14 +577,19 @@ class NatsStreamPublisher:
         return info.subject if partition == 0 else f"{info.subject}.{partition}"
 
     def _stream_info(self, stream: str) -> tuple[Metadata, StreamInfo]:
-        metadata = self._client.metadata
+        metadata = self._router.metadata
         info = metadata.get_stream(stream)
         if info is None:
-            metadata = self._client.fetch_metadata()
+            metadata = self._router.refresh()
             info = metadata.get_stream(stream)
             if info is None:
                 raise NoSuchStreamError(f"no stream named {stream!r}")
         return metadata, info
+
+    def _close_state(self) -> None:
+        self._timer.release(self._in_order)
+        with self._lock:
+            self._state = _State.CLOSED
 
     def _check_open(self) -> None:
         if self._state is not _State.OPEN:
@@ -620,10 +625,10 @@ class NatsStreamPublisher:
             entry.seq = self._admitted
             entry.deadline = monotonic() + timeout
             self._pending[entry.correlation_id] = entry
-            heapq.heappush(self._deadlines, (entry.deadline, next(self._ids), entry))
-            earliest = self._deadlines[0][2] is entry
-        if earliest:  # the acks thread may be waiting for a later deadline, or none
-            self._acks_inbox.put(None)
+            if timeout == self._ack_timeout:
+                self._in_order.append(entry)  # under _lock: deadlines never decrease
+        if timeout != self._ack_timeout:
+            self._timer.schedule(entry.deadline, functools.partial(self._expire, entry))
 
     # --------------------------------------------------------- loop thread --
 
@@ -754,12 +759,7 @@ class NatsStreamPublisher:
         """Resolves publishes; hands user callbacks over. Runs on ``liftbridge-nats-acks``."""
         inbox = self._acks_inbox
         while True:
-            with self._lock:
-                wait = self._deadlines[0][0] - monotonic() if self._deadlines else None
-            try:
-                item = inbox.get(timeout=None if wait is None else max(wait, 0.0))
-            except queue.Empty:
-                item = None
+            item = inbox.get()  # close() ends the loop with _STOP
             try:
                 if item is _STOP:
                     self._fail_everything()
@@ -771,7 +771,6 @@ class NatsStreamPublisher:
                     self._settle_failed(entry, error)
                 elif isinstance(item, BaseException):
                     self._fail_all_pending(item)
-                self._expire_due()
             except Exception:  # never let this thread die: futures would hang
                 logger.exception("liftbridge-nats-acks failed; continuing")
 
@@ -785,6 +784,8 @@ class NatsStreamPublisher:
                 continue
             with self._lock:
                 entry = self._pending.pop(ack.correlation_id, None)
+                if entry is not None:
+                    entry.done = True
             if entry is None:
                 logger.debug("Dropping an ack for %r: timed out already", ack.correlation_id)
             else:
@@ -799,6 +800,7 @@ class NatsStreamPublisher:
     def _settle_failed(self, entry: _Pending, error: BaseException) -> None:
         with self._lock:
             mine = self._pending.pop(entry.correlation_id, None) is entry
+            entry.done = entry.done or mine
         if mine:
             self._resolve(
                 entry,
@@ -810,32 +812,33 @@ class NatsStreamPublisher:
             )
             self._release(1)
 
-    def _expire_due(self) -> None:
-        now = monotonic()
-        due: list[_Pending] = []
+    # ----------------------------------------------- liftbridge-ack-timer --
+
+    def _expire(self, entry: _Pending) -> None:
+        """Fails a publish whose deadline passed, if it is still pending.
+        Runs on the client's ``liftbridge-ack-timer``: quick, no user code."""
         with self._lock:
-            deadlines = self._deadlines
-            while deadlines and (deadlines[0][2].settled or deadlines[0][0] <= now):
-                entry = heapq.heappop(deadlines)[2]
-                if not entry.settled and self._pending.pop(entry.correlation_id, None) is entry:
-                    due.append(entry)
-        for entry in due:
-            self._resolve(
-                entry,
-                None,
-                AckTimeoutError(
-                    f"no ack within {entry.timeout:g}s for the message published on "
-                    f"{entry.subject!r} (correlation id {entry.correlation_id!r}); "
-                    "it may or may not have been stored"
-                ),
-            )
-        self._release(len(due))
+            if entry.done or self._pending.get(entry.correlation_id) is not entry:
+                return
+            del self._pending[entry.correlation_id]
+            entry.done = True
+        self._resolve(
+            entry,
+            None,
+            AckTimeoutError(
+                f"no ack within {entry.timeout:g}s for the message published on "
+                f"{entry.subject!r} (correlation id {entry.correlation_id!r}); "
+                "it may or may not have been stored"
+            ),
+        )
+        self._release(1)
 
     def _fail_all_pending(self, error: BaseException) -> None:
         with self._lock:
             entries = list(self._pending.values())
             self._pending.clear()
-            self._deadlines.clear()
+            for entry in entries:
+                entry.done = True
         for entry in entries:
             self._resolve(
                 entry,
@@ -852,7 +855,8 @@ class NatsStreamPublisher:
         with self._lock:
             entries = list(self._pending.values())
             self._pending.clear()
-            self._deadlines.clear()
+            for entry in entries:
+                entry.done = True
         self._outbox.clear()
         for entry in entries:
             self._resolve(
@@ -866,7 +870,6 @@ class NatsStreamPublisher:
         self._release(len(entries))
 
     def _resolve(self, entry: _Pending, ack: Ack | None, error: BaseException | None) -> None:
-        entry.settled = True
         if error is None:
             entry.future.set_result(ack)
         else:

@@ -240,6 +240,40 @@ def test_no_ack_times_out(
         publisher.publish(name, b"lost too", timeout=0.2)
 
 
+def test_default_ack_timeouts_expire_in_order_on_the_clients_timer(
+    server: LocalServer, client: liftbridge.Client, unique_name: str, stream: str
+) -> None:
+    # Publishes with the publisher's ack_timeout go on the client's ack
+    # timer's in-order queue; one with a timeout of its own on its heap.
+    name = orphan(server, client, unique_name + "-orphan")
+    with NatsStreamPublisher(client, server.nats_url, ack_timeout=0.3) as publisher:
+        lost = [publisher.publish_async(name, b"lost %d" % i) for i in range(3)]
+        later = publisher.publish_async(name, b"lost later", timeout=0.6)
+        acked = publisher.publish_async(stream, b"stored")
+        for future in [*lost, later]:
+            with pytest.raises(AckTimeoutError, match="no ack within"):
+                future.result(DEADLINE)
+        assert acked.result(DEADLINE) is not None
+
+
+def test_closing_the_client_closes_its_nats_publishers(
+    server: LocalServer, unique_name: str
+) -> None:
+    own = liftbridge.Client(server.addresses)
+    name = orphan(server, own, unique_name + "-orphan")
+    publisher = NatsStreamPublisher(own, server.nats_url, ack_timeout=30.0)
+    pending = publisher.publish_async(name, b"never acked")
+    own.close()  # its ack timer stops: the publisher must not outlive it
+    with pytest.raises(ClientClosedError, match="stream publisher closed"):
+        pending.result(0)
+    assert "closed" in repr(publisher)
+    with pytest.raises(ClientClosedError):
+        publisher.publish_async(name, b"after")
+    publisher.close()  # idempotent
+    with pytest.raises(ClientClosedError):
+        NatsStreamPublisher(own, server.nats_url)
+
+
 def test_a_full_window_blocks_then_raises(
     server: LocalServer, client: liftbridge.Client, unique_name: str, stream: str
 ) -> None:

@@ -239,6 +239,27 @@ def test_publish_async_times_out_on_the_timer_thread(
         slow.result(2)
 
 
+def test_done_callbacks_run_on_the_callbacks_thread(
+    publisher: NatsPublisher, clients: list[FakeClient]
+) -> None:
+    clients[0].responder = None
+    ran_on: list[str] = []
+    ran = threading.Event()
+
+    def on_done(future: Future[Ack | None]) -> None:
+        ran_on.append(threading.current_thread().name)
+        ran.set()
+
+    lost = publisher.publish_async("orders", b"v", timeout=0.05)
+    lost.add_done_callback(on_done)  # resolved by the ack timer, never run there
+    assert ran.wait(5)
+    clients[0].responder = Leader()
+    ran.clear()
+    publisher.publish_async("orders", b"v").add_done_callback(on_done)
+    assert ran.wait(5)
+    assert ran_on == ["liftbridge-callbacks", "liftbridge-callbacks"]
+
+
 def test_ack_timeout_error_is_a_timeout_error() -> None:
     assert issubclass(AckTimeoutError, TimeoutError)
 
