@@ -77,7 +77,9 @@ from liftbridge._nats import NatsPublisher
 from liftbridge._nats_stream import NatsStreamPublisher
 from liftbridge._partitioner import PartitionByKey, PartitionByRoundRobin, Partitioner
 from liftbridge._publisher import AckHandler
-from liftbridge._pull import ConsumeHandle, FromCursor, PullConsumer, Stall, StallCallback
+from liftbridge._pull import PullConsumer
+from liftbridge._pull_consume import ConsumeHandle
+from liftbridge._pull_options import FromCursor, Stall, StallCallback
 from liftbridge._retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from liftbridge._subscription import Handler, StartPosition, StopPosition, Subscription
 

@@ -35,23 +35,28 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Protocol
 
 from liftbridge import _validate as check
 from liftbridge._direct import message_size
 from liftbridge._errors import (
     ArgumentTypeError,
     ClientClosedError,
-    HandlerError,
     InvalidArgumentError,
     LiftbridgeError,
     PullTimeoutError,
     StopPositionReached,
 )
 from liftbridge._messages import Message
-from liftbridge._metadata import Metadata, PartitionMetadata
+from liftbridge._pull_consume import ConsumeHandle
+from liftbridge._pull_options import (
+    FromCursor,
+    PullSource,
+    PullStart,
+    Stall,
+    StallCallback,
+    Start,
+    check_start,
+)
 from liftbridge._subscription import Handler, StartPosition, StopPosition, Subscription
 
 _log = logging.getLogger(__name__)
@@ -62,126 +67,6 @@ _WAIT_SLICE = 0.5
 
 DEFAULT_MAX_BUFFERED_MESSAGES = 512
 DEFAULT_FETCH_MESSAGES = 100
-
-
-@dataclass(frozen=True)
-class FromCursor:
-    """``start=`` for :meth:`Client.pull`: resume every partition after the
-    offset stored in a cursor (see :meth:`PullConsumer.commit`).
-
-    Attributes:
-        cursor_id: the cursor.
-        otherwise: where partitions without a stored cursor start.
-    """
-
-    cursor_id: str
-    otherwise: StartPosition | int = StartPosition.EARLIEST
-
-
-Start = StartPosition | int | datetime | timedelta
-PullStart = Start | FromCursor
-
-
-@dataclass(frozen=True)
-class Stall:
-    """What :meth:`Client.pull`'s ``on_stall`` callback is told.
-
-    Attributes:
-        stream: the stream.
-        partition: the partition that stalled.
-        last_offset: the last offset that arrived before it (None: none did).
-        high_watermark: the leader's high watermark seen.
-        idle: seconds nothing had arrived.
-        resumed_from: the offset it was resubscribed from (None: the start
-            position), or None with ``error`` set when resubscribing failed
-            (it is tried again at the next look).
-        error: why resubscribing failed, else None.
-    """
-
-    stream: str
-    partition: int
-    last_offset: int | None
-    high_watermark: int
-    idle: float
-    resumed_from: int | None
-    error: BaseException | None = None
-
-
-StallCallback = Callable[[Stall], None]
-
-
-class PullSource(Protocol):
-    """What a pull consumer needs from the client."""
-
-    @property
-    def metadata(self) -> Metadata: ...
-
-    @property
-    def closed(self) -> bool: ...
-
-    def fetch_metadata(self, *, timeout: float | None = None) -> Metadata: ...
-
-    def fetch_partition_metadata(
-        self, stream: str, partition: int = 0, *, timeout: float | None = None
-    ) -> PartitionMetadata: ...
-
-    def subscribe(
-        self,
-        stream: str,
-        handler: Handler | None = None,
-        *,
-        partition: int = 0,
-        start: Start = StartPosition.NEW_ONLY,
-        stop: StopPosition | int | datetime | None = None,
-        read_isr_replica: bool = False,
-        resume: bool = False,
-    ) -> Subscription: ...
-
-    def set_cursor(
-        self,
-        cursor_id: str,
-        stream: str,
-        partition: int,
-        offset: int,
-        *,
-        timeout: float | None = None,
-    ) -> None: ...
-
-    def fetch_cursor(
-        self, cursor_id: str, stream: str, partition: int, *, timeout: float | None = None
-    ) -> int | None: ...
-
-
-def _check_start(start: object) -> None:
-    """Validates ``start=`` before any RPC.
-
-    Raises:
-        ArgumentTypeError: a type ``start`` cannot be.
-        InvalidArgumentError: a negative offset or delta, a naive datetime.
-    """
-    if isinstance(start, FromCursor):
-        check.stream_name(start.cursor_id, arg="cursor_id")
-        start = start.otherwise
-        if not isinstance(start, (StartPosition, int)) or isinstance(start, bool):
-            raise ArgumentTypeError("FromCursor.otherwise must be a StartPosition or an int offset")
-    if isinstance(start, StartPosition):
-        return
-    if isinstance(start, int) and not isinstance(start, bool):
-        if start < 0:
-            raise InvalidArgumentError(f"start offset must be >= 0, got {start}")
-        return
-    if isinstance(start, datetime):
-        if start.tzinfo is None:
-            raise InvalidArgumentError("start must be timezone-aware (e.g. datetime.now(UTC))")
-        return
-    if isinstance(start, timedelta):
-        if start < timedelta(0):
-            raise InvalidArgumentError(f"start time delta must be >= 0, got {start}")
-        return
-    raise ArgumentTypeError(
-        "start must be a StartPosition, an int offset, a datetime, a timedelta or a "
-        f"FromCursor, got {type(start).__name__}"
-    )
 
 
 class _Reader:
@@ -272,7 +157,7 @@ class PullConsumer:
             raise InvalidArgumentError(
                 f"stop must be None, StopPosition.LATEST or an int offset >= 0, got {stop!r}"
             )
-        _check_start(start)
+        check_start(start)
         chosen_partitions = None if partitions is None else check.partitions(partitions)
         self._source = source
         self._stream = stream
@@ -691,14 +576,14 @@ class PullConsumer:
         with self._lock:
             self._check_usable()
             self._consuming = True
-        return ConsumeHandle(self, handler, on_error)
+        return ConsumeHandle(_Feed(self), handler, on_error)
 
-    def _next_for_handler(self, handle: ConsumeHandle) -> Message | BaseException | None:
+    def _next_for_handler(self, discard: threading.Event) -> Message | BaseException | None:
         """The consume thread's next message, or the error that ends it, or
         None when consumption is over."""
         with self._lock:
             while True:
-                if handle._discard:
+                if discard.is_set():
                     self._buffer.clear()
                     self._level = 0
                     return None
@@ -935,113 +820,34 @@ class PullConsumer:
         return f"<PullConsumer {self._stream} partitions={list(self._readers)} {state}>"
 
 
-class ConsumeHandle:
-    """A running :meth:`PullConsumer.consume`. Thread-safe.
+class _Feed:
+    """A :class:`PullConsumer` as its consume thread sees it (the
+    :class:`~liftbridge._pull_consume.Feed` protocol)."""
 
-    ``stop()`` ends it at once, discarding buffered messages; ``drain()``
-    stops reading from the server, delivers what is buffered, then ends.
-    Either closes the consumer. Context manager: leaving the block stops it.
-    """
-
-    def __init__(
-        self,
-        consumer: PullConsumer,
-        handler: Callable[[Message], None],
-        on_error: Callable[[BaseException], None] | None,
-    ) -> None:
+    def __init__(self, consumer: PullConsumer) -> None:
         self._consumer = consumer
-        self._handler = handler
-        self._on_error = on_error
-        self._discard = False  # read under the consumer's lock
-        self._error: BaseException | None = None
-        self._done = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"liftbridge-pull-{consumer.stream}", daemon=True
-        )
-        self._thread.start()
 
     @property
-    def error(self) -> BaseException | None:
-        """Why consumption ended early (a HandlerError or a subscription's
-        terminal error); None while running or after stop/drain/exhaustion."""
-        return self._error
+    def stream(self) -> str:
+        return self._consumer.stream
 
-    @property
-    def done(self) -> bool:
-        """True once the handler thread finished."""
-        return self._done.is_set()
+    def next(self, discard: threading.Event) -> Message | BaseException | None:
+        return self._consumer._next_for_handler(discard)
 
-    def stop(self) -> None:
-        """Ends consumption now, discarding buffered messages, and closes the
-        consumer. The handler call in progress (if any) completes. Safe from
-        the handler itself (then it does not wait)."""
-        with self._consumer._lock:
-            self._discard = True
-        self._consumer.close()
-        self._join()
-
-    def drain(self) -> None:
-        """Stops reading from the server, lets the handler take every
-        buffered message, then ends and closes the consumer. Waits for the
-        handler thread (with a bound) unless called from the handler."""
-        self._consumer.close(discard=False)
-        self._join()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Blocks until consumption ended. Returns False on timeout."""
-        return self._done.wait(timeout)
-
-    def _join(self) -> None:
-        if self._thread is threading.current_thread():
-            return
-        self._thread.join(_JOIN_TIMEOUT)
-        if self._thread.is_alive():
-            _log.warning("%s did not stop within %.0fs", self._thread.name, _JOIN_TIMEOUT)
-
-    def __enter__(self) -> ConsumeHandle:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def _run(self) -> None:
-        """Thread ``liftbridge-pull-<stream>``: runs the user's handler."""
+    def handled(self, message: Message) -> None:
         consumer = self._consumer
-        try:
-            while True:
-                item = consumer._next_for_handler(self)
-                if item is None:
-                    return
-                if isinstance(item, BaseException):
-                    self._fail(item)
-                    return
-                try:
-                    self._handler(item)
-                except Exception as e:
-                    _log.exception(
-                        "pull handler raised on %s/%s offset %d; consumption stops",
-                        item.stream,
-                        item.partition,
-                        item.offset,
-                    )
-                    with consumer._lock:
-                        consumer._unpop(item)  # not handled: it stays next
-                    self._fail(HandlerError(item.offset, e))
-                    return
-                with consumer._lock:
-                    consumer._delivered(item)
-        except BaseException as e:  # never die silently
-            _log.exception("the pull handler thread failed")
-            self._error = e
-        finally:
-            with consumer._lock:
-                consumer._consuming = False
-            self._done.set()
+        with consumer._lock:
+            consumer._delivered(message)
 
-    def _fail(self, error: BaseException) -> None:
-        self._error = error
-        if self._on_error is not None:
-            try:
-                self._on_error(error)
-            except Exception:
-                _log.exception("on_error raised")
+    def unhandled(self, message: Message) -> None:
+        consumer = self._consumer
+        with consumer._lock:
+            consumer._unpop(message)
+
+    def ended(self) -> None:
+        consumer = self._consumer
+        with consumer._lock:
+            consumer._consuming = False
+
+    def close(self, *, discard: bool) -> None:
+        self._consumer.close(discard=discard)

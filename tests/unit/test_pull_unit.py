@@ -14,7 +14,8 @@ import pytest
 
 import liftbridge
 from liftbridge._metadata import EventTimestamps, Metadata, PartitionMetadata
-from liftbridge._pull import PullConsumer, PullStart, Stall
+from liftbridge._pull import PullConsumer
+from liftbridge._pull_options import PullStart, Stall
 from liftbridge._subscription import Handler, StartPosition, StopPosition, Subscription
 from tests.unit.fake_router import metadata_with
 
