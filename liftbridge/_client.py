@@ -17,12 +17,11 @@ import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from liftbridge import _admin, _direct, _inbox_publish
+from liftbridge import _admin, _direct
 from liftbridge import _validate as check
 from liftbridge._admin import Admin
 from liftbridge._callbacks import CallbackRunner
@@ -32,22 +31,22 @@ from liftbridge._cursors import Cursors
 from liftbridge._deadlines import AckTimer
 from liftbridge._direct import Batch
 from liftbridge._errors import (
-    AckTimeoutError,
     ArgumentTypeError,
     ClientClosedError,
-    DeadlineExceededError,
     InvalidArgumentError,
 )
 from liftbridge._group_describe import GroupDescription, describe_group
 from liftbridge._group_pin import PinCallback, unpin_cursor
 from liftbridge._lanes import Lanes
-from liftbridge._messages import Ack, AckPolicy, Message, ack_outcome
+from liftbridge._messages import Ack, AckPolicy, Message
 from liftbridge._metadata import Metadata, PartitionMetadata
-from liftbridge._partitioner import PartitionByKey, Partitioner
+from liftbridge._partitioner import Partitioner
 from liftbridge._publisher import AckHandler, Publisher
-from liftbridge._pull import PullConsumer, PullStart, StallCallback
+from liftbridge._publishing import Publishing
+from liftbridge._pull import PullConsumer
+from liftbridge._pull_options import PullStart, StallCallback
 from liftbridge._retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from liftbridge._router import ANY, Deadline, Router
+from liftbridge._router import Deadline, Router
 from liftbridge._subscription import (
     Handler,
     Start,
@@ -70,8 +69,6 @@ _MAX_LANES = 32
 
 _CLOSE_TIMEOUT = 10.0
 """Seconds ``close()`` waits in all for the SDK's threads (handlers finishing)."""
-
-_BY_KEY = PartitionByKey()
 
 
 class Closeable(Protocol):
@@ -211,6 +208,14 @@ class Client:
         )
         self._lanes = Lanes(
             self._router, self._timer, ack_wait=self._ack_wait, max_lanes=_MAX_LANES
+        )
+        self._publishing = Publishing(
+            self._router,
+            self._publisher,
+            self._lanes,
+            self._callbacks,
+            ack_wait=self._ack_wait,
+            max_message_size=self._max_message_size,
         )
         # _state_lock guards _state, _subscriptions, _consumers, _pulls and _attached; _closed is
         # set once close() has finished (a second close() waits for it).
@@ -534,91 +539,6 @@ class Client:
 
     # ------------------------------------------------------------ publishing --
 
-    def _stream_metadata(self, stream: str) -> Metadata:
-        """Metadata that knows the stream (refreshed if the cache does not).
-
-        Raises:
-            NoSuchStreamError: the stream is unknown even after refreshing.
-        """
-        self._router.partition_info(stream, 0, self._router.deadline(None))
-        return self._router.metadata
-
-    def _publish_request(
-        self,
-        stream: str,
-        value: BytesLike,
-        key: BytesLike | None,
-        headers: Mapping[str, BytesLike] | None,
-        partition: int | None,
-        partitioner: Partitioner | None,
-        ack_policy: AckPolicy,
-        expected_offset: int | None,
-        correlation_id: str | None,
-        timeout: float | None,
-        ack_inbox: str | None = None,
-    ) -> api_pb2.PublishRequest:
-        """The request for publish and publish_async, every argument checked."""
-        self._check_open()
-        if timeout is not None:
-            check.seconds(timeout, arg="timeout")
-        check.stream_name(stream)
-        value = check.data(value)
-        key = check.optional_bytes(key, arg="key")
-        header_map = check.headers(headers)
-        if not isinstance(ack_policy, AckPolicy):
-            raise ArgumentTypeError(
-                f"ack_policy must be an AckPolicy, got {type(ack_policy).__name__}"
-            )
-        if expected_offset is not None:
-            check.int64(expected_offset, arg="expected_offset")
-            if ack_policy is AckPolicy.NONE:
-                raise InvalidArgumentError(
-                    "expected_offset needs an ack (ack_policy LEADER or ALL): the server refuses "
-                    "optimistic-concurrency publishes with AckPolicy.NONE"
-                )
-        if correlation_id is None:
-            correlation_id = self._publisher.next_correlation_id()
-        else:
-            check.optional_text(correlation_id, arg="correlation_id")
-        if partition is not None:
-            check.partition(partition)
-        elif partitioner is not None:
-            check.partitioner(partitioner)
-            metadata = self._stream_metadata(stream)
-            partition = partitioner.partition(stream, key, value, metadata)
-            count = metadata.partition_count(stream)
-            if (
-                isinstance(partition, bool)
-                or not isinstance(partition, int)
-                or not 0 <= partition < count
-            ):
-                raise InvalidArgumentError(
-                    f"{partitioner!r} chose partition {partition!r}; stream {stream!r} has {count}"
-                )
-        elif key:
-            # A key alone places the message the way Kafka users expect, with
-            # the Go client's PartitionByKey formula (so both languages agree).
-            partition = _BY_KEY.partition(stream, key, value, self._stream_metadata(stream))
-        else:
-            partition = 0
-        request = api_pb2.PublishRequest(
-            stream=stream,
-            partition=partition,
-            value=value,
-            correlationId=correlation_id,
-            ackPolicy=ack_policy.value,
-            expectedOffset=-1 if expected_offset is None else expected_offset,
-        )
-        # Set only when present: filling an empty map field is surprisingly slow.
-        if key:
-            request.key = key
-        if header_map:
-            request.headers.update(header_map)
-        if ack_inbox is not None:
-            request.ackInbox = check.subject(ack_inbox, arg="ack_inbox")
-        check.message_size(request, limit=self._max_message_size)
-        return request
-
     def publish_async(
         self,
         stream: str,
@@ -683,7 +603,8 @@ class Client:
         """
         if ack_handler is not None and not callable(ack_handler):
             raise ArgumentTypeError("ack_handler must be callable or None")
-        request = self._publish_request(
+        self._check_open()
+        request = self._publishing.request(
             stream,
             value,
             key,
@@ -696,22 +617,7 @@ class Client:
             timeout,
             ack_inbox,
         )
-        if ack_inbox is not None:
-            wait = self._ack_wait if timeout is None else timeout
-            return _inbox_publish.publish_async(
-                self._invoke_publish, request, wait, ack_handler, self._callbacks
-            )
-        return self._publisher.submit(request, ack_handler, timeout)
-
-    def _invoke_publish(
-        self, request: api_pb2.PublishRequest, wait: float
-    ) -> api_pb2.PublishResponse:
-        """One unary Publish (for publishes naming an ack inbox); not retried."""
-        deadline = self._router.deadline(wait)
-        response: api_pb2.PublishResponse = self._router.call(
-            "Publish", request, target=ANY, deadline=deadline, retry=False
-        )
-        return response
+        return self._publishing.publish_async(request, ack_handler, timeout)
 
     def publish(
         self,
@@ -755,7 +661,8 @@ class Client:
             InvalidArgumentError, ArgumentTypeError: bad input (nothing sent).
             ClientClosedError: the client is closed.
         """
-        request = self._publish_request(
+        self._check_open()
+        request = self._publishing.request(
             stream,
             value,
             key,
@@ -768,24 +675,7 @@ class Client:
             timeout,
             ack_inbox,
         )
-        if ack_inbox is not None:
-            wait = self._ack_wait if timeout is None else timeout
-            return _inbox_publish.publish(self._invoke_publish, request, wait)
-        if ack_policy is not AckPolicy.NONE:
-            ack = self._lanes.publish(request, timeout)
-            if ack is not None:
-                return ack
-        future = self._publisher.submit(request, None, timeout)
-        wait = self._ack_wait if timeout is None else timeout
-        try:
-            # The publisher's timer resolves it by its deadline; the margin
-            # only bounds this wait should that thread be starved.
-            return future.result(wait + _CLOSE_TIMEOUT)
-        except FutureTimeoutError:
-            raise AckTimeoutError(
-                f"no outcome for the publish to {stream!r} within {wait:g}s; "
-                "the message may or may not have been stored"
-            ) from None
+        return self._publishing.publish(request, timeout)
 
     def publish_to_subject(
         self,
@@ -819,41 +709,16 @@ class Client:
             AckTimeoutError: no ack within the timeout (maybe stored).
         """
         self._check_open()
-        check.subject(subject)
-        if not isinstance(ack_policy, AckPolicy):
-            raise ArgumentTypeError(
-                f"ack_policy must be an AckPolicy, got {type(ack_policy).__name__}"
-            )
-        if ack_inbox is not None:
-            check.subject(ack_inbox, arg="ack_inbox")
-        request = api_pb2.PublishToSubjectRequest(
-            subject=subject,
-            key=check.optional_bytes(key, arg="key") or b"",
-            value=check.data(value),
-            headers=check.headers(headers),
-            ackInbox=ack_inbox or "",
-            correlationId=check.optional_text(correlation_id, arg="correlation_id") or "",
-            ackPolicy=ack_policy.value,
+        return self._publishing.publish_to_subject(
+            subject,
+            value,
+            key=key,
+            headers=headers,
+            ack_inbox=ack_inbox,
+            correlation_id=correlation_id,
+            ack_policy=ack_policy,
+            timeout=timeout,
         )
-        check.message_size(request, limit=self._max_message_size)
-        wait = self._ack_wait if timeout is None else check.seconds(timeout, arg="timeout")
-        deadline = self._router.deadline(wait)
-        try:
-            # Not retried: a publish is not idempotent.
-            response = self._router.call(
-                "PublishToSubject", request, target=ANY, deadline=deadline, retry=False
-            )
-        except DeadlineExceededError as e:
-            raise AckTimeoutError(
-                f"no ack for the publish to {subject!r} within {wait:g}s; "
-                "the message may or may not have been stored"
-            ) from e
-        if ack_policy is AckPolicy.NONE or not response.HasField("ack"):
-            return None
-        ack, error = ack_outcome(response.ack)
-        if error is not None:
-            raise error
-        return ack
 
     # ----------------------------------------------------------- subscribing --
 

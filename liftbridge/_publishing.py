@@ -1,0 +1,267 @@
+"""From a publish call to the path that carries it.
+
+:class:`Publishing` checks a publish's arguments, picks its partition (an
+explicit one, a partitioner's choice, the key's partition by the Go client's
+formula, else 0), builds the request, and hands it to the path that carries
+it: the calling thread's own stream (:mod:`liftbridge._lanes`) for
+``publish``, the shared PublishAsync stream (:mod:`liftbridge._publisher`)
+for ``publish_async`` and when no lane is free, the unary Publish RPC for a
+publish naming an ack inbox (:mod:`liftbridge._inbox_publish`), and the
+unary PublishToSubject RPC for ``publish_to_subject``. Nothing here is
+retried: a publish is not idempotent.
+
+Thread-safe: it holds no state of its own beyond its settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
+
+from liftbridge import _inbox_publish
+from liftbridge import _validate as check
+from liftbridge._callbacks import CallbackRunner
+from liftbridge._errors import (
+    AckTimeoutError,
+    ArgumentTypeError,
+    DeadlineExceededError,
+    InvalidArgumentError,
+)
+from liftbridge._lanes import Lanes
+from liftbridge._messages import Ack, AckPolicy, ack_outcome
+from liftbridge._metadata import Metadata
+from liftbridge._partitioner import PartitionByKey, Partitioner
+from liftbridge._publisher import AckHandler, Publisher
+from liftbridge._router import ANY, Router
+from liftbridge._validate import BytesLike
+from liftbridge_api import api_pb2
+
+_BY_KEY = PartitionByKey()
+
+_RESULT_MARGIN = 10.0
+"""Seconds a blocking publish waits past its ack timeout for the outcome: the
+ack timer resolves it by its deadline; the margin only bounds this wait
+should that thread be starved."""
+
+
+def _check_ack_policy(ack_policy: object) -> AckPolicy:
+    if not isinstance(ack_policy, AckPolicy):
+        raise ArgumentTypeError(f"ack_policy must be an AckPolicy, got {type(ack_policy).__name__}")
+    return ack_policy
+
+
+class Publishing:
+    """The publish operations of one client, over its router and publish paths.
+
+    Args:
+        router: the client's router.
+        publisher: the shared PublishAsync stream.
+        lanes: the per-thread streams of ``publish``.
+        callbacks: the client's ``liftbridge-callbacks`` runner.
+        ack_wait: default seconds a publish waits for its ack.
+        max_message_size: the server's limit on one message, in bytes.
+    """
+
+    def __init__(
+        self,
+        router: Router,
+        publisher: Publisher,
+        lanes: Lanes,
+        callbacks: CallbackRunner,
+        *,
+        ack_wait: float,
+        max_message_size: int,
+    ) -> None:
+        self._router = router
+        self._publisher = publisher
+        self._lanes = lanes
+        self._callbacks = callbacks
+        self._ack_wait = ack_wait
+        self._max_message_size = max_message_size
+
+    def _stream_metadata(self, stream: str) -> Metadata:
+        """Metadata that knows the stream (refreshed if the cache does not).
+
+        Raises:
+            NoSuchStreamError: the stream is unknown even after refreshing.
+        """
+        self._router.partition_info(stream, 0, self._router.deadline(None))
+        return self._router.metadata
+
+    def _partition(
+        self,
+        stream: str,
+        key: bytes | None,
+        value: bytes,
+        partition: int | None,
+        partitioner: Partitioner | None,
+    ) -> int:
+        if partition is not None:
+            check.partition(partition)
+            return partition
+        if partitioner is not None:
+            check.partitioner(partitioner)
+            metadata = self._stream_metadata(stream)
+            chosen = partitioner.partition(stream, key, value, metadata)
+            count = metadata.partition_count(stream)
+            if isinstance(chosen, bool) or not isinstance(chosen, int) or not 0 <= chosen < count:
+                raise InvalidArgumentError(
+                    f"{partitioner!r} chose partition {chosen!r}; stream {stream!r} has {count}"
+                )
+            return chosen
+        if key:
+            # A key alone places the message the way Kafka users expect, with
+            # the Go client's PartitionByKey formula (so both languages agree).
+            return _BY_KEY.partition(stream, key, value, self._stream_metadata(stream))
+        return 0
+
+    def request(
+        self,
+        stream: str,
+        value: BytesLike,
+        key: BytesLike | None,
+        headers: Mapping[str, BytesLike] | None,
+        partition: int | None,
+        partitioner: Partitioner | None,
+        ack_policy: AckPolicy,
+        expected_offset: int | None,
+        correlation_id: str | None,
+        timeout: float | None,
+        ack_inbox: str | None = None,
+    ) -> api_pb2.PublishRequest:
+        """The request for ``publish`` and ``publish_async``, every argument checked.
+
+        Raises:
+            InvalidArgumentError, ArgumentTypeError: bad input.
+            MessageTooLargeError: over ``max_message_size``.
+            NoSuchStreamError: a partitioner or key needs a missing stream's metadata.
+        """
+        if timeout is not None:
+            check.seconds(timeout, arg="timeout")
+        check.stream_name(stream)
+        value = check.data(value)
+        key = check.optional_bytes(key, arg="key")
+        header_map = check.headers(headers)
+        _check_ack_policy(ack_policy)
+        if expected_offset is not None:
+            check.int64(expected_offset, arg="expected_offset")
+            if ack_policy is AckPolicy.NONE:
+                raise InvalidArgumentError(
+                    "expected_offset needs an ack (ack_policy LEADER or ALL): the server refuses "
+                    "optimistic-concurrency publishes with AckPolicy.NONE"
+                )
+        if correlation_id is None:
+            correlation_id = self._publisher.next_correlation_id()
+        else:
+            check.optional_text(correlation_id, arg="correlation_id")
+        request = api_pb2.PublishRequest(
+            stream=stream,
+            partition=self._partition(stream, key, value, partition, partitioner),
+            value=value,
+            correlationId=correlation_id,
+            ackPolicy=ack_policy.value,
+            expectedOffset=-1 if expected_offset is None else expected_offset,
+        )
+        # Set only when present: filling an empty map field is surprisingly slow.
+        if key:
+            request.key = key
+        if header_map:
+            request.headers.update(header_map)
+        if ack_inbox is not None:
+            request.ackInbox = check.subject(ack_inbox, arg="ack_inbox")
+        check.message_size(request, limit=self._max_message_size)
+        return request
+
+    def publish_async(
+        self,
+        request: api_pb2.PublishRequest,
+        ack_handler: AckHandler | None,
+        timeout: float | None,
+    ) -> Future[Ack | None]:
+        """Sends a checked request without waiting for its ack."""
+        if request.ackInbox:
+            wait = self._ack_wait if timeout is None else timeout
+            return _inbox_publish.publish_async(
+                self._invoke_publish, request, wait, ack_handler, self._callbacks
+            )
+        return self._publisher.submit(request, ack_handler, timeout)
+
+    def publish(self, request: api_pb2.PublishRequest, timeout: float | None) -> Ack | None:
+        """Sends a checked request and waits for its outcome.
+
+        Raises:
+            AckTimeoutError: no outcome within the timeout (maybe stored).
+        """
+        wait = self._ack_wait if timeout is None else timeout
+        if request.ackInbox:
+            return _inbox_publish.publish(self._invoke_publish, request, wait)
+        if request.ackPolicy != AckPolicy.NONE.value:
+            ack = self._lanes.publish(request, timeout)
+            if ack is not None:
+                return ack
+        future = self._publisher.submit(request, None, timeout)
+        try:
+            return future.result(wait + _RESULT_MARGIN)
+        except FutureTimeoutError:
+            raise AckTimeoutError(
+                f"no outcome for the publish to {request.stream!r} within {wait:g}s; "
+                "the message may or may not have been stored"
+            ) from None
+
+    def _invoke_publish(
+        self, request: api_pb2.PublishRequest, wait: float
+    ) -> api_pb2.PublishResponse:
+        """One unary Publish (for publishes naming an ack inbox); not retried."""
+        deadline = self._router.deadline(wait)
+        response: api_pb2.PublishResponse = self._router.call(
+            "Publish", request, target=ANY, deadline=deadline, retry=False
+        )
+        return response
+
+    def publish_to_subject(
+        self,
+        subject: str,
+        value: BytesLike,
+        *,
+        key: BytesLike | None,
+        headers: Mapping[str, BytesLike] | None,
+        ack_inbox: str | None,
+        correlation_id: str | None,
+        ack_policy: AckPolicy,
+        timeout: float | None,
+    ) -> Ack | None:
+        """One PublishToSubject RPC, its first ack awaited (arguments as for
+        :meth:`Client.publish_to_subject`)."""
+        check.subject(subject)
+        _check_ack_policy(ack_policy)
+        if ack_inbox is not None:
+            check.subject(ack_inbox, arg="ack_inbox")
+        request = api_pb2.PublishToSubjectRequest(
+            subject=subject,
+            key=check.optional_bytes(key, arg="key") or b"",
+            value=check.data(value),
+            headers=check.headers(headers),
+            ackInbox=ack_inbox or "",
+            correlationId=check.optional_text(correlation_id, arg="correlation_id") or "",
+            ackPolicy=ack_policy.value,
+        )
+        check.message_size(request, limit=self._max_message_size)
+        wait = self._ack_wait if timeout is None else check.seconds(timeout, arg="timeout")
+        deadline = self._router.deadline(wait)
+        try:
+            # Not retried: a publish is not idempotent.
+            response = self._router.call(
+                "PublishToSubject", request, target=ANY, deadline=deadline, retry=False
+            )
+        except DeadlineExceededError as e:
+            raise AckTimeoutError(
+                f"no ack for the publish to {subject!r} within {wait:g}s; "
+                "the message may or may not have been stored"
+            ) from e
+        if ack_policy is AckPolicy.NONE or not response.HasField("ack"):
+            return None
+        ack, error = ack_outcome(response.ack)
+        if error is not None:
+            raise error
+        return ack
