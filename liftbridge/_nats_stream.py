@@ -8,15 +8,16 @@ is reached from Python; the gRPC publish path pays a round of HTTP/2 framing
 and grpcio's thread hops per message instead.
 
 It runs on nats-py (the ``nats`` extra; the maintained official client), an
-asyncio client, behind a synchronous, thread-safe API. Four kinds of thread:
+asyncio client, behind a synchronous, thread-safe API. Five kinds of thread:
 
 - the caller's: checks the arguments, picks the partition from the
   router's metadata (the client's :class:`~liftbridge._router.Router`),
   builds the envelope, takes a slot of the in-flight window, registers the
   pending ack and its deadline and hands the envelope over;
-- ``liftbridge-nats-loop``: one event loop owning the NATS connection. It
-  writes whatever envelopes are waiting in one go (nats-py coalesces them
-  into one socket write) and passes the raw ack payloads it reads on;
+- ``liftbridge-nats-loop`` (:mod:`liftbridge._nats_loop`): one event loop
+  owning the NATS connection. It writes whatever envelopes are waiting in
+  one go (nats-py coalesces them into one socket write) and passes the raw
+  ack payloads it reads on;
 - ``liftbridge-nats-acks``: decodes acks, matches them to publishes,
   resolves the futures and frees window slots;
 - ``liftbridge-ack-timer`` (:mod:`liftbridge._deadlines`), the client's one
@@ -30,14 +31,12 @@ The client's :meth:`~liftbridge.Client.close` closes the publisher first
 (its deadlines are on the client's timer); :func:`liftbridge._client.attach`
 is how it gets the client's router and timer.
 
-Only this module imports nats-py, and only when a publisher is created.
+Only :mod:`liftbridge._nats_loop` imports nats-py, and only when a
+publisher is created.
 """
 
 from __future__ import annotations
 
-import asyncio
-import collections
-import contextlib
 import enum
 import functools
 import itertools
@@ -52,7 +51,6 @@ from dataclasses import dataclass, field
 from time import monotonic
 from types import TracebackType
 from typing import Any
-from urllib.parse import urlsplit
 
 from liftbridge import _validate
 from liftbridge._callbacks import CallbackRunner
@@ -66,7 +64,6 @@ from liftbridge._errors import (
     EnvelopeError,
     InvalidArgumentError,
     MessageTooLargeError,
-    MissingDependencyError,
     NoSuchPartitionError,
     NoSuchStreamError,
     PublishWindowFullError,
@@ -74,8 +71,8 @@ from liftbridge._errors import (
 )
 from liftbridge._messages import Ack, AckPolicy
 from liftbridge._metadata import Metadata, StreamInfo
-from liftbridge._nats import DEFAULT_PORT as _DEFAULT_PORT
-from liftbridge._nats import _server_info
+from liftbridge._nats_loop import CLOSE_TIMEOUT as _CLOSE_TIMEOUT
+from liftbridge._nats_loop import NatsLoop, check_tls_required, import_nats
 from liftbridge._partitioner import PartitionByKey, Partitioner
 from liftbridge_api import api_pb2
 
@@ -83,40 +80,7 @@ logger = logging.getLogger(__name__)
 
 AckHandler = Callable[[Ack | None, BaseException | None], None]
 
-# Bounds of close(): the NATS client's close, then each thread's join.
-_CLOSE_TIMEOUT = 5.0
 _BY_KEY = PartitionByKey()
-
-
-def _import_nats() -> Any:
-    """Imports nats-py, or explains how to install it."""
-    try:
-        import nats
-    except ImportError as e:
-        raise MissingDependencyError(
-            "publishing over NATS needs the nats-py package: pip install 'liftbridge[nats]'"
-        ) from e
-    return nats
-
-
-def _check_tls_required(url: str, timeout: float) -> None:
-    """Refuses a server that does not require TLS when TLS is asked for.
-
-    nats-py upgrades a connection to TLS only when the server's INFO says
-    ``tls_required``: against a server that merely allows TLS it would go on
-    in plain text, credentials included. This reads that INFO first.
-
-    Raises:
-        UnavailableError: the server cannot be reached or does not require TLS.
-    """
-    parts = urlsplit(url)
-    host, port = parts.hostname or "", parts.port or _DEFAULT_PORT
-    info = _server_info(host, port, timeout)
-    if not info.get("tls_required"):
-        raise UnavailableError(
-            f"TLS was asked for, but the NATS server at {host}:{port} does not require it "
-            "(nats-py would connect in plain text): enable TLS on the server"
-        )
 
 
 class _State(enum.Enum):
@@ -228,9 +192,9 @@ class NatsStreamPublisher:
         for name, value in (("token", token), ("credentials", credentials)):
             if value is not None and not isinstance(value, str):
                 raise ArgumentTypeError(f"{name} must be a str or None, got {type(value).__name__}")
-        nats = _import_nats()
+        nats = import_nats()
         if tls is not None or url.startswith("tls://"):
-            _check_tls_required(url, connect_timeout)
+            check_tls_required(url, connect_timeout)
         self._runner = CallbackRunner()  # the liftbridge-callbacks thread, started on first use
         # The client closes this publisher first when it closes (before its ack timer).
         core = attach(client, self)
@@ -255,37 +219,19 @@ class NatsStreamPublisher:
         # in deadline order), others one by one on the timer's heap.
         self._in_order = self._timer.ordered(self._expire, wait=self._ack_timeout)
         self._lost: BaseException | None = None  # NATS gave up reconnecting
-        # The distinct errors nats-py reported while connecting (loop thread only).
-        self._connect_errors: dict[str, None] = {}
         self._resume_at = self._max_inflight - max(1, self._max_inflight // 8)
 
-        # Envelopes handed to the loop thread: appended by publishers, emptied
-        # by the loop (deque appends and pops are atomic).
-        self._outbox: collections.deque[tuple[str, bytes, _Pending | None]] = collections.deque()
-        self._outbox_lock = threading.Lock()  # guards _writer_awake and appends to _outbox
-        self._writer_awake = False  # the writer drains the outbox, or a wake-up is on its way
-        self._acks: list[bytes] = []  # raw ack payloads read in this loop turn (loop thread)
         self._acks_inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
-
-        self._loop = asyncio.new_event_loop()
-        self._loop_thread = threading.Thread(
-            target=self._run_loop, name="liftbridge-nats-loop", daemon=True
-        )
         self._acks_thread = threading.Thread(
             target=self._run_acks, name="liftbridge-nats-acks", daemon=True
         )
-        self._loop_thread.start()
+        self._nats = NatsLoop(self._where, self._inbox, self._acks_inbox.put, self._on_closed)
         options: dict[str, Any] = {
             "servers": [url],
             "name": "liftbridge-python",
-            "connect_timeout": connect_timeout,
             "allow_reconnect": True,
             "max_reconnect_attempts": max_reconnect_attempts,
             "reconnect_time_wait": reconnect_wait,
-            "error_cb": self._on_nats_error,
-            "disconnected_cb": self._on_disconnected,
-            "reconnected_cb": self._on_reconnected,
-            "closed_cb": self._on_closed,
         }
         if tls is not None:
             options["tls"] = tls
@@ -293,19 +239,12 @@ class NatsStreamPublisher:
             options["token"] = token
         if credentials is not None:
             options["user_credentials"] = credentials
-        # The connect gives up by itself after 2 x connect_timeout; the margin
-        # only covers a loop thread that is late.
-        connecting = asyncio.run_coroutine_threadsafe(
-            self._connect(nats, options, connect_timeout * 2), self._loop
-        )
         try:
-            self._nc, self._writer = connecting.result(connect_timeout * 2 + _CLOSE_TIMEOUT)
+            self._nats.connect(nats, options, connect_timeout)
         except BaseException:
-            connecting.cancel()
-            self._stop_loop()
             self._close_state()
             raise
-        self._max_payload = int(self._nc.max_payload)
+        self._max_payload = self._nats.max_payload
         self._acks_thread.start()
         logger.debug(
             "NATS stream publisher connected to %s, ack inbox %s", self._where, self._inbox
@@ -426,14 +365,7 @@ class NatsStreamPublisher:
             self._admit(entry, timeout)
         else:
             self._check_open()
-        with self._outbox_lock:
-            self._outbox.append((subject, envelope, entry))
-            wake = not self._writer_awake
-            self._writer_awake = True
-        if wake:
-            # RuntimeError: the loop has stopped; close() fails what is pending.
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(self._writer.set)
+        self._nats.send(subject, envelope, entry)
         if not wants_ack:
             future.set_result(None)
         return future
@@ -498,10 +430,8 @@ class NatsStreamPublisher:
             finally:
                 self._flushing -= 1
         # AckPolicy.NONE publishes have no ack to wait for: see them written.
-        if self._loop.is_running() and self._state is _State.OPEN:
-            left = None if deadline is None else max(0.001, deadline - monotonic())
-            with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(self._flush_nats(left), self._loop).result(left)
+        if self._state is _State.OPEN:
+            self._nats.flush(None if deadline is None else max(0.001, deadline - monotonic()))
         return True
 
     def close(self) -> None:
@@ -517,7 +447,7 @@ class NatsStreamPublisher:
                 return
             self._state = _State.CLOSING
             self._settled.notify_all()  # publishers waiting on the window raise
-        self._stop_loop()
+        self._nats.close()
         # The acks thread fails what is pending (and what never left the outbox).
         self._acks_inbox.put(_STOP)
         self._acks_thread.join(_CLOSE_TIMEOUT)
@@ -630,128 +560,18 @@ class NatsStreamPublisher:
         if timeout != self._ack_timeout:
             self._timer.schedule(entry.deadline, functools.partial(self._expire, entry))
 
-    # --------------------------------------------------------- loop thread --
+    # ------------------------------------------------- liftbridge-nats-loop --
 
-    def _run_loop(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            self._loop.run_forever()
-        except Exception:  # the loop must not die silently
-            logger.exception("liftbridge-nats-loop failed")
-        finally:
-            with contextlib.suppress(Exception):
-                self._loop.close()
-
-    async def _connect(
-        self, nats: Any, options: dict[str, Any], timeout: float
-    ) -> tuple[Any, asyncio.Event]:
-        try:
-            nc = await asyncio.wait_for(nats.connect(**options), timeout)
-        except Exception as e:  # TimeoutError included
-            # nats-py retries a refused login until the timeout: say why it failed.
-            causes = ", ".join(self._connect_errors) or repr(e)
-            raise UnavailableError(
-                f"cannot connect to the NATS server at {self._where} within {timeout:g}s: {causes}"
-            ) from e
-        try:
-            await nc.subscribe(self._inbox, cb=self._on_ack)
-            await nc.flush(options["connect_timeout"])
-        except Exception as e:
-            with contextlib.suppress(Exception):
-                await nc.close()
-            raise UnavailableError(
-                f"cannot subscribe to the ack inbox on {self._where}: {e!r}"
-            ) from e
-        writer = asyncio.Event()
-        self._writer_task = asyncio.get_running_loop().create_task(self._write_forever(nc, writer))
-        return nc, writer
-
-    async def _write_forever(self, nc: Any, writer: asyncio.Event) -> None:
-        """Writes the outbox to NATS each time publishers wake it up."""
-        outbox = self._outbox
-        while True:
-            await writer.wait()
-            writer.clear()
-            while True:
-                while outbox:
-                    subject, envelope, entry = outbox.popleft()
-                    try:
-                        await nc.publish(subject, envelope)
-                    except Exception as e:  # closed, or the reconnect buffer is full
-                        if entry is not None:
-                            self._acks_inbox.put((entry, e))
-                        else:
-                            logger.warning(
-                                "dropped an AckPolicy.NONE publish on %s: %r", subject, e
-                            )
-                # Going to sleep and appending exclude each other: an append
-                # either lands before this look or finds the writer asleep and
-                # wakes it.
-                with self._outbox_lock:
-                    if not outbox:
-                        self._writer_awake = False
-                        break
-
-    async def _flush_nats(self, timeout: float | None) -> None:
-        self._writer.set()
-        await asyncio.sleep(0)  # let the writer take what is in the outbox first
-        await self._nc.flush(timeout or 60.0)
-
-    async def _on_ack(self, msg: Any) -> None:
-        """Collects an ack payload; the acks thread gets them in batches."""
-        acks = self._acks
-        acks.append(msg.data)
-        if len(acks) == 1:
-            self._loop.call_soon(self._hand_acks_over)
-
-    def _hand_acks_over(self) -> None:
-        acks, self._acks = self._acks, []
-        self._acks_inbox.put(acks)
-
-    async def _on_nats_error(self, error: Exception) -> None:
-        if not hasattr(self, "_nc") and len(self._connect_errors) < 5:
-            self._connect_errors[repr(error)] = None
-        logger.warning("NATS connection to %s: %r", self._where, error)
-
-    async def _on_disconnected(self) -> None:
-        if self._state is _State.OPEN:  # else close() is what disconnected it
-            logger.warning("NATS connection to %s lost; reconnecting", self._where)
-
-    async def _on_reconnected(self) -> None:
-        logger.info("NATS connection to %s re-established", self._where)
-
-    async def _on_closed(self) -> None:
+    def _on_closed(self) -> None:
+        """The NATS connection closed: by :meth:`close`, or because NATS gave
+        up reconnecting (then pending publishes fail)."""
         with self._lock:
             if self._state is _State.OPEN:
                 self._lost = UnavailableError("NATS stopped reconnecting")
                 self._settled.notify_all()
-        if self._lost is not None:
-            self._acks_inbox.put(self._lost)
-
-    async def _shutdown(self) -> None:
-        writer = getattr(self, "_writer_task", None)
-        if writer is not None:
-            writer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await writer
-        nc = getattr(self, "_nc", None)
-        if nc is not None and not nc.is_closed:
-            await nc.close()
-
-    def _stop_loop(self) -> None:
-        """Closes NATS on the loop, stops the loop and joins its thread (bounded)."""
-        if self._loop.is_running():
-            try:
-                closing = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
-                closing.result(_CLOSE_TIMEOUT)
-            except Exception as e:
-                logger.warning("closing the NATS connection to %s: %r", self._where, e)
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(self._loop.stop)
-        if threading.current_thread() is not self._loop_thread:
-            self._loop_thread.join(_CLOSE_TIMEOUT)
-            if self._loop_thread.is_alive():
-                logger.warning("liftbridge-nats-loop did not stop within %.0fs", _CLOSE_TIMEOUT)
+            lost = self._lost
+        if lost is not None:
+            self._acks_inbox.put(lost)
 
     # --------------------------------------------------------- acks thread --
 
@@ -857,7 +677,7 @@ class NatsStreamPublisher:
             self._pending.clear()
             for entry in entries:
                 entry.done = True
-        self._outbox.clear()
+        self._nats.drop_unsent()
         for entry in entries:
             self._resolve(
                 entry,
