@@ -29,9 +29,9 @@ from liftbridge._group import (
     OverflowRule,
     StreamPartition,
     classify,
-    group_cursor_id,
     new_consumer_id,
 )
+from liftbridge._group_commits import Commits
 from liftbridge._group_heartbeat import Heartbeat
 from liftbridge._group_partitions import Assigned, open_reading, plan_start, transient
 from liftbridge._group_pin import (
@@ -100,10 +100,8 @@ class GroupMember:
         pull: PullBuffer | None = None,
     ) -> None:
         self._router = router
-        self._cursors = cursors
         self._options = options
         self._group_id = options.group_id
-        self._cursor_id = group_cursor_id(options.group_id)
         self._consumer_id = consumer_id
         self._streams = streams
         self._handler = handler
@@ -120,6 +118,15 @@ class GroupMember:
             target=self._run, name=f"liftbridge-group-{options.group_id}", daemon=True
         )
         self._heart = Heartbeat(self._session, options.group_id, router.rpc_timeout)
+        self._commits = Commits(
+            router,
+            cursors,
+            self._session,
+            self._heart,
+            options.group_id,
+            options.auto_checkpoint,
+            self._held_now,
+        )
         self._overflow = options.overflow  # replaced whole by set_overflow(), read by the loop
         self._events: PinEvents | None = None  # started with the group thread
         self._pin = (
@@ -130,8 +137,6 @@ class GroupMember:
         # Group-thread state.
         self._want_member = options.overflow is None and not options.pinned
         self._abandoned: list[Assigned] = []  # dropped while a handler call was stuck
-        self._next_checkpoint = 0.0
-        self._next_position = 0.0
         self._next_join = 0.0
         self._next_backlog = 0.0
         self._join_failures = 0
@@ -236,10 +241,12 @@ class GroupMember:
         Raises:
             LiftbridgeError: a commit failed.
         """
+        for entry in self._held_now():
+            self._commits.durable(entry, timeout)
+
+    def _held_now(self) -> list[Assigned]:
         with self._lock:
-            held = list(self._held.values())
-        for entry in held:
-            entry.commit(self._durable_store(timeout))
+            return list(self._held.values())
 
     @property
     def pin(self) -> PinState | None:
@@ -316,8 +323,8 @@ class GroupMember:
                 if self._heart.membership is not None:
                     self._reconcile()
                     self._tend()
-                    self._auto_commit()
-                    self._report_positions()
+                    self._commits.auto()
+                    self._commits.report_positions()
             self._wake.wait(self._idle_time())
             self._wake.clear()
 
@@ -327,7 +334,7 @@ class GroupMember:
         if self._heart.membership is not None:
             wakeups.append(self._heart.due)
             if self._options.auto_checkpoint is not None:
-                wakeups.append(self._next_checkpoint)
+                wakeups.append(self._commits.next_checkpoint)
             with self._lock:
                 wakeups.extend(e.retry_at for e in self._held.values() if not e.reading)
         elif self._want_member:
@@ -464,7 +471,7 @@ class GroupMember:
         """An overflow member joins or leaves by the group's backlog."""
         self._next_backlog = time.monotonic() + OVERFLOW_CHECK
         if self._heart.membership is not None:
-            self._commit_all()  # measure from this member's own latest progress
+            self._commits.all()  # measure from this member's own latest progress
         try:
             backlog = self._session.backlog(self._heart.budget())
         except LiftbridgeError as e:
@@ -595,7 +602,7 @@ class GroupMember:
             entry.reported = False
         _log.debug("%s reads %s from %s at epoch %d", self._consumer_id, tp, plan.start, epoch)
         if plan.pin is not None:
-            self._commit_quietly(entry, final=False)
+            self._commits.quietly(entry, final=False)
 
     def _drop(self, partitions: Iterable[StreamPartition]) -> list[Assigned]:
         with self._lock:
@@ -625,71 +632,7 @@ class GroupMember:
         _log.info("%s revoked %s", self._consumer_id, [str(tp) for tp in lost])
         self._callback("on_revoked", self._options.on_revoked, lost)
         for entry in dropped:
-            self._commit_quietly(entry, final=final)
-
-    # ----------------------------------------------------------- commits --
-
-    def _durable_store(self, timeout: float | None) -> Callable[[StreamPartition, int], None]:
-        """Commits through the client's resilient ``set_cursor``."""
-
-        def store(tp: StreamPartition, offset: int) -> None:
-            self._cursors.set(
-                self._cursor_id, tp.stream, tp.partition, offset, self._router.deadline(timeout)
-            )
-
-        return store
-
-    def _commit_quietly(self, entry: Assigned, *, final: bool) -> None:
-        """A group-thread commit; a failure is logged (the next reader then
-        starts from the previous commit: more is handled twice, nothing lost)."""
-        if self._router.closed:
-            return
-        budget = self._heart.budget()
-        try:
-            if final:
-                entry.commit(self._durable_store(None))
-            else:
-                entry.commit(
-                    lambda tp, offset: self._session.set_cursor(tp, offset, budget), wait=budget
-                )
-        except LiftbridgeError as e:
-            _log.warning("commit of %s in group %s failed: %s", entry.tp, self._group_id, e)
-
-    def _commit_all(self) -> None:
-        with self._lock:
-            held = list(self._held.values())
-        for entry in held:
-            self._commit_quietly(entry, final=False)
-            self._heart.keepalive()
-
-    def _report_positions(self) -> None:
-        """Once per heartbeat period, writes how far each held partition was
-        given to the handler to the group's position cursor, so that overflow
-        members measure the backlog from it rather than from commits that lag
-        by up to ``auto_checkpoint``."""
-        m = self._heart.membership
-        if m is None or time.monotonic() < self._next_position:
-            return
-        self._next_position = time.monotonic() + m.heartbeat_interval
-        with self._lock:
-            held = list(self._held.values())
-        for entry in held:
-            position = entry.delivered
-            if position is None or position <= entry.position_reported:
-                continue
-            try:
-                self._session.set_cursor(entry.tp, position, self._heart.budget(), position=True)
-                entry.position_reported = position
-            except LiftbridgeError as e:
-                _log.debug("position of %s not reported: %s", entry.tp, e)
-            self._heart.keepalive()
-
-    def _auto_commit(self) -> None:
-        every = self._options.auto_checkpoint
-        if every is None or time.monotonic() < self._next_checkpoint:
-            return
-        self._next_checkpoint = time.monotonic() + every
-        self._commit_all()
+            self._commits.quietly(entry, final=final)
 
     # ------------------------------------------------- user code, safely --
 
