@@ -10,7 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import liftbridge
-from liftbridge._cli import CliError, build_parser, format_message, parse_start, parse_stop
+from liftbridge._cli import build_parser
+from liftbridge._cli_text import CliError, format_message, parse_start, parse_stop
 from liftbridge._metadata import FrozenMap, Metadata, PartitionInfo, StreamInfo
 
 _MESSAGE = liftbridge.Message(
