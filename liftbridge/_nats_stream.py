@@ -73,14 +73,12 @@ from liftbridge._messages import Ack, AckPolicy
 from liftbridge._metadata import Metadata, StreamInfo
 from liftbridge._nats_loop import CLOSE_TIMEOUT as _CLOSE_TIMEOUT
 from liftbridge._nats_loop import NatsLoop, check_tls_required, import_nats
-from liftbridge._partitioner import PartitionByKey, Partitioner
+from liftbridge._partitioner import Partitioner, choose_partition
 from liftbridge_api import api_pb2
 
 logger = logging.getLogger(__name__)
 
 AckHandler = Callable[[Ack | None, BaseException | None], None]
-
-_BY_KEY = PartitionByKey()
 
 
 class _State(enum.Enum):
@@ -485,21 +483,14 @@ class NatsStreamPublisher:
         """The NATS subject of the partition the message goes to."""
         metadata, info = self._stream_info(stream)
         count = len(info.partitions)
-        if partition is not None:
-            _validate.partition(partition)
-        elif partitioner is not None:
-            if not isinstance(partitioner, Partitioner):
-                raise ArgumentTypeError(
-                    f"partitioner must implement partition(stream, key, value, metadata), "
-                    f"got {type(partitioner).__name__}"
-                )
-            partition = partitioner.partition(stream, key, value, metadata)
-            if isinstance(partition, bool) or not isinstance(partition, int):
-                raise InvalidArgumentError(f"{partitioner!r} chose partition {partition!r}")
-        elif key:
-            partition = _BY_KEY.partition(stream, key, value, metadata)
-        else:
-            partition = 0
+        partition = choose_partition(
+            stream,
+            key,
+            value,
+            partition=partition,
+            partitioner=partitioner,
+            metadata=lambda: metadata,
+        )
         if partition not in info.partitions:
             raise NoSuchPartitionError(
                 f"stream {stream!r} has no partition {partition} (it has {count})"

@@ -10,8 +10,11 @@ from __future__ import annotations
 import itertools
 import threading
 import zlib
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+from liftbridge import _validate
+from liftbridge._errors import InvalidArgumentError
 from liftbridge._metadata import Metadata
 
 
@@ -66,3 +69,43 @@ class PartitionByRoundRobin:
 
     def __repr__(self) -> str:
         return "PartitionByRoundRobin()"
+
+
+_BY_KEY = PartitionByKey()
+
+
+def choose_partition(
+    stream: str,
+    key: bytes | None,
+    value: bytes,
+    *,
+    partition: int | None,
+    partitioner: Partitioner | None,
+    metadata: Callable[[], Metadata],
+) -> int:
+    """The partition a message goes to, the same on every publish path:
+    ``partition`` when given, else the ``partitioner``'s choice, else the
+    key's (:class:`PartitionByKey`, the Go client's formula, as Kafka users
+    expect of a key), else 0. ``metadata()`` is called only when a
+    partitioner or a key needs it.
+
+    Raises:
+        InvalidArgumentError, ArgumentTypeError: a bad ``partition`` or
+            ``partitioner``, or a choice the stream has no partition for.
+    """
+    if partition is not None:
+        _validate.partition(partition)
+        return partition
+    if partitioner is not None:
+        _validate.partitioner(partitioner)
+        known = metadata()
+        chosen = partitioner.partition(stream, key, value, known)
+        count = known.partition_count(stream)
+        if isinstance(chosen, bool) or not isinstance(chosen, int) or not 0 <= chosen < count:
+            raise InvalidArgumentError(
+                f"{partitioner!r} chose partition {chosen!r}; stream {stream!r} has {count}"
+            )
+        return chosen
+    if key:
+        return _BY_KEY.partition(stream, key, value, metadata())
+    return 0

@@ -31,13 +31,11 @@ from liftbridge._errors import (
 from liftbridge._lanes import Lanes
 from liftbridge._messages import Ack, AckPolicy, ack_outcome
 from liftbridge._metadata import Metadata
-from liftbridge._partitioner import PartitionByKey, Partitioner
+from liftbridge._partitioner import Partitioner, choose_partition
 from liftbridge._publisher import AckHandler, Publisher
 from liftbridge._router import ANY, Router
 from liftbridge._validate import BytesLike
 from liftbridge_api import api_pb2
-
-_BY_KEY = PartitionByKey()
 
 _RESULT_MARGIN = 10.0
 """Seconds a blocking publish waits past its ack timeout for the outcome: the
@@ -89,33 +87,6 @@ class Publishing:
         self._router.partition_info(stream, 0, self._router.deadline(None))
         return self._router.metadata
 
-    def _partition(
-        self,
-        stream: str,
-        key: bytes | None,
-        value: bytes,
-        partition: int | None,
-        partitioner: Partitioner | None,
-    ) -> int:
-        if partition is not None:
-            check.partition(partition)
-            return partition
-        if partitioner is not None:
-            check.partitioner(partitioner)
-            metadata = self._stream_metadata(stream)
-            chosen = partitioner.partition(stream, key, value, metadata)
-            count = metadata.partition_count(stream)
-            if isinstance(chosen, bool) or not isinstance(chosen, int) or not 0 <= chosen < count:
-                raise InvalidArgumentError(
-                    f"{partitioner!r} chose partition {chosen!r}; stream {stream!r} has {count}"
-                )
-            return chosen
-        if key:
-            # A key alone places the message the way Kafka users expect, with
-            # the Go client's PartitionByKey formula (so both languages agree).
-            return _BY_KEY.partition(stream, key, value, self._stream_metadata(stream))
-        return 0
-
     def request(
         self,
         stream: str,
@@ -157,7 +128,14 @@ class Publishing:
             check.optional_text(correlation_id, arg="correlation_id")
         request = api_pb2.PublishRequest(
             stream=stream,
-            partition=self._partition(stream, key, value, partition, partitioner),
+            partition=choose_partition(
+                stream,
+                key,
+                value,
+                partition=partition,
+                partitioner=partitioner,
+                metadata=lambda: self._stream_metadata(stream),
+            ),
             value=value,
             correlationId=correlation_id,
             ackPolicy=ack_policy.value,

@@ -5,8 +5,11 @@ from __future__ import annotations
 import zlib
 from types import MappingProxyType
 
+import pytest
+
 import liftbridge
 from liftbridge import Metadata, PartitionInfo, StreamInfo
+from liftbridge._partitioner import choose_partition
 
 
 def _metadata(stream: str, partitions: int) -> Metadata:
@@ -43,3 +46,31 @@ def test_custom_partitioners_satisfy_the_protocol() -> None:
             return metadata.partition_count(stream) - 1
 
     assert isinstance(Last(), liftbridge.Partitioner)
+
+
+def test_every_publish_path_chooses_the_partition_one_way() -> None:
+    asked: list[str] = []
+
+    def metadata() -> Metadata:
+        asked.append("metadata")
+        return _metadata("s", 4)
+
+    def choose(key: bytes | None, **kwargs: object) -> int:
+        options: dict[str, object] = {"partition": None, "partitioner": None, **kwargs}
+        return choose_partition("s", key, b"v", metadata=metadata, **options)  # type: ignore[arg-type]
+
+    assert choose(b"k", partition=3) == 3  # explicit wins, no metadata needed
+    assert choose(None) == 0
+    assert asked == []
+    assert choose(b"order-17") == zlib.crc32(b"order-17") % 4  # a key alone: by key
+    assert choose(None, partitioner=liftbridge.PartitionByRoundRobin()) == 0
+    assert asked == ["metadata", "metadata"]
+
+    class Outside:
+        def partition(self, stream: str, key: bytes | None, value: bytes, md: Metadata) -> int:
+            return 9
+
+    with pytest.raises(liftbridge.InvalidArgumentError, match="chose partition 9"):
+        choose(None, partitioner=Outside())
+    with pytest.raises(liftbridge.ArgumentTypeError, match="partitioner must implement"):
+        choose(None, partitioner="by key")
