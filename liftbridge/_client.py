@@ -764,21 +764,6 @@ class Client:
             PartitionPausedError: the partition is paused and ``resume`` is False.
             InvalidArgumentError: bad positions.
         """
-        return self._subscribe(
-            stream, handler, partition, start, stop, read_isr_replica, resume, None
-        )
-
-    def _subscribe(
-        self,
-        stream: str,
-        handler: Handler | None,
-        partition: int,
-        start: Start,
-        stop: Stop | None,
-        read_isr_replica: bool,
-        resume: bool,
-        consumer: api_pb2.Consumer | None,
-    ) -> Subscription:
         self._check_open()
         check.stream_name(stream)
         check.partition(partition)
@@ -802,8 +787,6 @@ class Client:
                 )
             request.startPosition = api_pb2.OFFSET
             request.startOffset = offset
-        if consumer is not None:
-            request.consumer.CopyFrom(consumer)
         subscription = start_subscription(
             self._router,
             _Request(stream, partition, request),
