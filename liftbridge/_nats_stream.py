@@ -19,7 +19,8 @@ asyncio client, behind a synchronous, thread-safe API. Five kinds of thread:
   one go (nats-py coalesces them into one socket write) and passes the raw
   ack payloads it reads on;
 - ``liftbridge-nats-acks``: decodes acks, matches them to publishes,
-  resolves the futures and frees window slots;
+  resolves the futures and frees window slots (the table of pending acks
+  and the window are :class:`~liftbridge._nats_window.AckWindow`);
 - ``liftbridge-ack-timer`` (:mod:`liftbridge._deadlines`), the client's one
   thread for every ack deadline: fails late publishes with
   :class:`AckTimeoutError` and frees their slots;
@@ -45,9 +46,8 @@ import queue
 import ssl
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from time import monotonic
 from types import TracebackType
 from typing import Any
@@ -55,51 +55,32 @@ from typing import Any
 from liftbridge import _validate
 from liftbridge._callbacks import CallbackRunner
 from liftbridge._client import Client, attach
-from liftbridge._envelope import EnvelopeType, encode_envelope, unmarshal_ack
+from liftbridge._envelope import EnvelopeType, encode_envelope
 from liftbridge._errors import (
-    AckTimeoutError,
     ArgumentTypeError,
     ClientClosedError,
     ConnectionLostError,
-    EnvelopeError,
     InvalidArgumentError,
     MessageTooLargeError,
     NoSuchPartitionError,
     NoSuchStreamError,
-    PublishWindowFullError,
     UnavailableError,
 )
 from liftbridge._messages import Ack, AckPolicy
 from liftbridge._metadata import Metadata, StreamInfo
 from liftbridge._nats_loop import CLOSE_TIMEOUT as _CLOSE_TIMEOUT
 from liftbridge._nats_loop import NatsLoop, check_tls_required, import_nats
+from liftbridge._nats_window import AckHandler, AckWindow, Pending
 from liftbridge._partitioner import Partitioner, choose_partition
 from liftbridge_api import api_pb2
 
 logger = logging.getLogger(__name__)
-
-AckHandler = Callable[[Ack | None, BaseException | None], None]
 
 
 class _State(enum.Enum):
     OPEN = "open"
     CLOSING = "closing"
     CLOSED = "closed"
-
-
-@dataclass(slots=True, eq=False)
-class _Pending:
-    """A publish waiting for its ack. Whoever pops it from ``_pending`` (under
-    the publisher's lock) resolves it, and marks it ``done`` there."""
-
-    correlation_id: str
-    future: Future[Ack | None]
-    handler: AckHandler | None
-    deadline: float  # time.monotonic()
-    timeout: float
-    subject: str
-    seq: int = 0  # the order publishes were admitted in, for flush()
-    done: bool = field(default=False)  # resolved: the ack timer drops it
 
 
 class _Stop:
@@ -204,21 +185,18 @@ class NatsStreamPublisher:
         self._ids = itertools.count()
         self._id_prefix = f"{uuid.uuid4().hex[:12]}-"
 
-        self._lock = threading.Lock()
-        # _lock guards _state, _inflight, _admitted, _flushing, _pending, _lost.
-        self._settled = threading.Condition(self._lock)  # notified as the window frees up
+        self._lock = threading.Lock()  # guards _state
         self._state = _State.OPEN
-        self._inflight = 0
-        self._admitted = 0  # publishes admitted so far: the last one's seq
-        self._flushing = 0  # threads waiting in flush()
-        self._pending: dict[str, _Pending] = {}
-        # Deadlines on the client's liftbridge-ack-timer: publishes with the
-        # default ack_timeout in this in-order queue (appended under _lock, so
-        # in deadline order), others one by one on the timer's heap.
-        self._in_order = self._timer.ordered(self._expire, wait=self._ack_timeout)
         self._lost: BaseException | None = None  # NATS gave up reconnecting
-        self._resume_at = self._max_inflight - max(1, self._max_inflight // 8)
-
+        # Pending acks, their deadlines on the client's liftbridge-ack-timer,
+        # and the in-flight window.
+        self._window = AckWindow(
+            max_inflight=self._max_inflight,
+            ack_timeout=self._ack_timeout,
+            timer=self._timer,
+            runner=self._runner,
+            inbox=self._inbox,
+        )
         self._acks_inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._acks_thread = threading.Thread(
             target=self._run_acks, name="liftbridge-nats-acks", daemon=True
@@ -357,12 +335,12 @@ class NatsStreamPublisher:
             )
         # Running, so it cannot be cancelled; its done-callbacks run on liftbridge-callbacks.
         future: Future[Ack | None] = self._runner.future()
-        entry: _Pending | None = None
+        entry: Pending | None = None
         if wants_ack:
-            entry = _Pending(correlation_id, future, ack_handler, 0.0, timeout, subject)
-            self._admit(entry, timeout)
+            entry = Pending(correlation_id, future, ack_handler, timeout, subject)
+            self._window.admit(entry, timeout)
         else:
-            self._check_open()
+            self._window.check_open()
         self._nats.send(subject, envelope, entry)
         if not wants_ack:
             future.set_result(None)
@@ -413,20 +391,8 @@ class NatsStreamPublisher:
         if timeout is not None:
             timeout = _validate.seconds(timeout, arg="timeout", allow_zero=True)
         deadline = None if timeout is None else monotonic() + timeout
-        with self._settled:
-            last = self._admitted
-            self._flushing += 1
-            try:
-                # _pending keeps admission order: its first entry is the oldest.
-                while (oldest := next(iter(self._pending.values()), None)) is not None:
-                    if oldest.seq > last:
-                        break
-                    left = None if deadline is None else deadline - monotonic()
-                    if left is not None and left <= 0:
-                        return False
-                    self._settled.wait(left)
-            finally:
-                self._flushing -= 1
+        if not self._window.flush(deadline):
+            return False
         # AckPolicy.NONE publishes have no ack to wait for: see them written.
         if self._state is _State.OPEN:
             self._nats.flush(None if deadline is None else max(0.001, deadline - monotonic()))
@@ -444,7 +410,8 @@ class NatsStreamPublisher:
             if self._state is not _State.OPEN:
                 return
             self._state = _State.CLOSING
-            self._settled.notify_all()  # publishers waiting on the window raise
+        # Publishers waiting on the window raise.
+        self._window.refuse(self._closed_error, replace=True)
         self._nats.close()
         # The acks thread fails what is pending (and what never left the outbox).
         self._acks_inbox.put(_STOP)
@@ -508,190 +475,67 @@ class NatsStreamPublisher:
         return metadata, info
 
     def _close_state(self) -> None:
-        self._timer.release(self._in_order)
+        self._window.release_timer()
         with self._lock:
             self._state = _State.CLOSED
 
-    def _check_open(self) -> None:
-        if self._state is not _State.OPEN:
-            raise ClientClosedError(f"NATS stream publisher for {self._where} is closed")
-        if self._lost is not None:
-            raise ConnectionLostError(
-                f"NATS connection to {self._where} is lost: {self._lost!r}; close the publisher"
-            )
+    def _closed_error(self) -> BaseException:
+        return ClientClosedError(f"NATS stream publisher for {self._where} is closed")
 
-    def _admit(self, entry: _Pending, timeout: float) -> None:
-        """Takes a window slot and registers the publish, or raises."""
-        on_callbacks = self._runner.on_callback_thread
-        with self._lock:  # the lock of _settled
-            self._check_open()
-            if self._inflight >= self._max_inflight:
-                if on_callbacks:  # waiting there would hold up every other handler
-                    raise PublishWindowFullError(
-                        f"all {self._max_inflight} window slots await acks, and "
-                        "liftbridge-callbacks does not wait for them"
-                    )
-                give_up = monotonic() + timeout
-                while self._inflight >= self._max_inflight:
-                    left = give_up - monotonic()
-                    if left <= 0:
-                        raise PublishWindowFullError(
-                            f"all {self._max_inflight} window slots still awaited acks "
-                            f"after {timeout:g}s"
-                        )
-                    self._settled.wait(left)
-                    self._check_open()
-            self._inflight += 1
-            self._admitted += 1
-            entry.seq = self._admitted
-            entry.deadline = monotonic() + timeout
-            self._pending[entry.correlation_id] = entry
-            if timeout == self._ack_timeout:
-                self._in_order.append(entry)  # under _lock: deadlines never decrease
-        if timeout != self._ack_timeout:
-            self._timer.schedule(entry.deadline, functools.partial(self._expire, entry))
+    def _lost_error(self) -> BaseException:
+        return ConnectionLostError(
+            f"NATS connection to {self._where} is lost: {self._lost!r}; close the publisher"
+        )
 
     # ------------------------------------------------- liftbridge-nats-loop --
 
     def _on_closed(self) -> None:
         """The NATS connection closed: by :meth:`close`, or because NATS gave
         up reconnecting (then pending publishes fail)."""
+        lost = UnavailableError("NATS stopped reconnecting")
         with self._lock:
-            if self._state is _State.OPEN:
-                self._lost = UnavailableError("NATS stopped reconnecting")
-                self._settled.notify_all()
-            lost = self._lost
-        if lost is not None:
-            self._acks_inbox.put(lost)
+            if self._state is not _State.OPEN or self._lost is not None:
+                return
+            self._lost = lost
+        self._window.refuse(self._lost_error, replace=False)
+        self._acks_inbox.put(lost)
 
     # --------------------------------------------------------- acks thread --
 
     def _run_acks(self) -> None:
         """Resolves publishes; hands user callbacks over. Runs on ``liftbridge-nats-acks``."""
-        inbox = self._acks_inbox
+        inbox, window = self._acks_inbox, self._window
         while True:
             item = inbox.get()  # close() ends the loop with _STOP
             try:
                 if item is _STOP:
-                    self._fail_everything()
+                    self._nats.drop_unsent()
+                    window.fail_all(self._closed_before_ack)
                     return
                 if isinstance(item, list):
-                    self._settle_acks(item)
+                    window.settle_acks(item)
                 elif isinstance(item, tuple):
                     entry, error = item
-                    self._settle_failed(entry, error)
+                    window.settle(
+                        entry,
+                        ConnectionLostError(
+                            f"NATS did not take the message for {entry.subject!r}: {error!r}; "
+                            "it was not stored"
+                        ),
+                    )
                 elif isinstance(item, BaseException):
-                    self._fail_all_pending(item)
+                    window.fail_all(functools.partial(self._lost_before_ack, item))
             except Exception:  # never let this thread die: futures would hang
                 logger.exception("liftbridge-nats-acks failed; continuing")
 
-    def _settle_acks(self, payloads: list[bytes]) -> None:
-        matched: list[tuple[_Pending, Ack]] = []
-        for payload in payloads:
-            try:
-                ack = unmarshal_ack(payload)
-            except EnvelopeError as e:
-                logger.warning("Dropping a message on ack inbox %s: %s", self._inbox, e)
-                continue
-            with self._lock:
-                entry = self._pending.pop(ack.correlation_id, None)
-                if entry is not None:
-                    entry.done = True
-            if entry is None:
-                logger.debug("Dropping an ack for %r: timed out already", ack.correlation_id)
-            else:
-                matched.append((entry, ack))
-        for entry, ack in matched:
-            if ack.error is not None:
-                self._resolve(entry, None, ack.error)
-            else:
-                self._resolve(entry, ack, None)
-        self._release(len(matched))
-
-    def _settle_failed(self, entry: _Pending, error: BaseException) -> None:
-        with self._lock:
-            mine = self._pending.pop(entry.correlation_id, None) is entry
-            entry.done = entry.done or mine
-        if mine:
-            self._resolve(
-                entry,
-                None,
-                ConnectionLostError(
-                    f"NATS did not take the message for {entry.subject!r}: {error!r}; "
-                    "it was not stored"
-                ),
-            )
-            self._release(1)
-
-    # ----------------------------------------------- liftbridge-ack-timer --
-
-    def _expire(self, entry: _Pending) -> None:
-        """Fails a publish whose deadline passed, if it is still pending.
-        Runs on the client's ``liftbridge-ack-timer``: quick, no user code."""
-        with self._lock:
-            if entry.done or self._pending.get(entry.correlation_id) is not entry:
-                return
-            del self._pending[entry.correlation_id]
-            entry.done = True
-        self._resolve(
-            entry,
-            None,
-            AckTimeoutError(
-                f"no ack within {entry.timeout:g}s for the message published on "
-                f"{entry.subject!r} (correlation id {entry.correlation_id!r}); "
-                "it may or may not have been stored"
-            ),
+    def _lost_before_ack(self, error: BaseException, entry: Pending) -> BaseException:
+        return ConnectionLostError(
+            f"NATS connection to {self._where} lost before the ack for "
+            f"{entry.subject!r} came ({error}); it may or may not have been stored"
         )
-        self._release(1)
 
-    def _fail_all_pending(self, error: BaseException) -> None:
-        with self._lock:
-            entries = list(self._pending.values())
-            self._pending.clear()
-            for entry in entries:
-                entry.done = True
-        for entry in entries:
-            self._resolve(
-                entry,
-                None,
-                ConnectionLostError(
-                    f"NATS connection to {self._where} lost before the ack for "
-                    f"{entry.subject!r} came ({error}); it may or may not have been stored"
-                ),
-            )
-        self._release(len(entries))
-
-    def _fail_everything(self) -> None:
-        """On close: fails every publish still pending or never written."""
-        with self._lock:
-            entries = list(self._pending.values())
-            self._pending.clear()
-            for entry in entries:
-                entry.done = True
-        self._nats.drop_unsent()
-        for entry in entries:
-            self._resolve(
-                entry,
-                None,
-                ClientClosedError(
-                    f"NATS stream publisher closed before the ack for the message on "
-                    f"{entry.subject!r} came; it may or may not have been stored"
-                ),
-            )
-        self._release(len(entries))
-
-    def _resolve(self, entry: _Pending, ack: Ack | None, error: BaseException | None) -> None:
-        if error is None:
-            entry.future.set_result(ack)
-        else:
-            entry.future.set_exception(error)
-        if entry.handler is not None:
-            self._runner.submit(entry.handler, ack, error)
-
-    def _release(self, count: int) -> None:
-        if not count:
-            return
-        with self._settled:
-            self._inflight -= count
-            if self._inflight <= self._resume_at or self._flushing:
-                self._settled.notify_all()
+    def _closed_before_ack(self, entry: Pending) -> BaseException:
+        return ClientClosedError(
+            f"NATS stream publisher closed before the ack for the message on "
+            f"{entry.subject!r} came; it may or may not have been stored"
+        )
