@@ -8,15 +8,25 @@ The other half, acting on the assignment, is :mod:`liftbridge._group_member`.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
-from liftbridge._errors import LiftbridgeError, Refusal
+from liftbridge._errors import (
+    ClientClosedError,
+    ConsumerGroupError,
+    LiftbridgeError,
+    NoSuchStreamError,
+    Refusal,
+)
 from liftbridge._group import StreamPartition, classify
 from liftbridge._group_session import GroupSession, Membership
 
 _log = logging.getLogger(__name__)
 
 _RETRY_SOON = 0.25
+JOIN_RETRY = 0.5
+"""Seconds between join attempts while an old membership of the id lingers
+(and the first delay of the member's re-join backoff)."""
 _JOIN_GRACE = 1.0
 """Seconds after a join during which "not a member" means a lagging broker."""
 
@@ -62,6 +72,48 @@ class Heartbeat:
             membership.coordinator,
             membership.epoch,
         )
+
+    def join_first(
+        self,
+        consumer_id: str,
+        streams: tuple[str, ...],
+        stopped: threading.Event,
+        *,
+        join_timeout: float,
+    ) -> None:
+        """The first join, on the caller's thread: waits out an old membership
+        of this id (a restart after a crash) for at most ``join_timeout``.
+
+        Raises:
+            NoSuchStreamError: a stream does not exist.
+            ConsumerGroupError: still refused after ``join_timeout``.
+            ClientClosedError: ``stopped`` was set meanwhile.
+            LiftbridgeError: another failure.
+        """
+        deadline = time.monotonic() + join_timeout
+        while True:
+            try:
+                self.joined(self._session.join(consumer_id, self._rpc_timeout))
+                return
+            except LiftbridgeError as e:
+                refusal = classify(e)
+                if refusal is Refusal.NO_STREAM:
+                    raise NoSuchStreamError(f"a stream of {list(streams)} does not exist") from e
+                waiting = refusal in (
+                    Refusal.ALREADY_MEMBER,
+                    Refusal.GROUP_EXISTS,
+                    Refusal.NO_GROUP,
+                )
+                if not waiting and not e.retriable:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise ConsumerGroupError(
+                        f"could not join group {self._group_id!r} as {consumer_id!r} "
+                        f"within {join_timeout:g}s: {e}"
+                    ) from e
+                _log.info("join of group %s failed (%s); retrying", self._group_id, e)
+                if stopped.wait(JOIN_RETRY if refusal is Refusal.ALREADY_MEMBER else 0.05):
+                    raise ClientClosedError("the consumer was closed while joining") from e
 
     def join(self, consumer_id: str) -> LiftbridgeError | None:
         """One join attempt.

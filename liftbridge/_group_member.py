@@ -32,7 +32,7 @@ from liftbridge._group import (
     new_consumer_id,
 )
 from liftbridge._group_commits import Commits
-from liftbridge._group_heartbeat import Heartbeat
+from liftbridge._group_heartbeat import JOIN_RETRY, Heartbeat
 from liftbridge._group_partitions import Assigned, open_reading, plan_start, transient
 from liftbridge._group_pin import (
     PinCallback,
@@ -57,7 +57,6 @@ AssignmentCallback = Callable[[tuple[StreamPartition, ...]], None]
 OVERFLOW_CHECK = 1.0
 """Seconds between two backlog measurements of an overflow member."""
 _RETRY_SOON = 0.25
-_JOIN_RETRY = 0.5
 _HANDOVER_POLL = 0.05
 """Seconds between two looks at the cursor of a partition being handed over."""
 _HANDOVER_MARGIN = 0.5
@@ -179,32 +178,9 @@ class GroupMember:
             ClientClosedError: ``stopped`` was set meanwhile.
             LiftbridgeError: another failure.
         """
-        deadline = time.monotonic() + self._options.join_timeout
-        while True:
-            try:
-                self._heart.joined(self._session.join(self._consumer_id, self._router.rpc_timeout))
-                return
-            except LiftbridgeError as e:
-                refusal = classify(e)
-                if refusal is Refusal.NO_STREAM:
-                    raise NoSuchStreamError(
-                        f"a stream of {list(self._streams)} does not exist"
-                    ) from e
-                waiting = refusal in (
-                    Refusal.ALREADY_MEMBER,
-                    Refusal.GROUP_EXISTS,
-                    Refusal.NO_GROUP,
-                )
-                if not waiting and not e.retriable:
-                    raise
-                if time.monotonic() >= deadline:
-                    raise ConsumerGroupError(
-                        f"could not join group {self._group_id!r} as {self._consumer_id!r} "
-                        f"within {self._options.join_timeout:g}s: {e}"
-                    ) from e
-                _log.info("join of group %s failed (%s); retrying", self._group_id, e)
-                if stopped.wait(_JOIN_RETRY if refusal is Refusal.ALREADY_MEMBER else 0.05):
-                    raise ClientClosedError("the consumer was closed while joining") from e
+        self._heart.join_first(
+            self._consumer_id, self._streams, stopped, join_timeout=self._options.join_timeout
+        )
 
     def start(self) -> None:
         """Starts the group thread (and the pin-event thread, if any)."""
@@ -378,7 +354,7 @@ class GroupMember:
             self._next_join = now + 0.05  # raced with the group's creation or deletion
             return
         self._join_failures += 1
-        self._next_join = now + min(30.0, _JOIN_RETRY * 2 ** (self._join_failures - 1))
+        self._next_join = now + min(30.0, JOIN_RETRY * 2 ** (self._join_failures - 1))
         _log.warning("%s could not join group %s: %s", self._consumer_id, self._group_id, error)
         if refusal is Refusal.NO_STREAM and self._join_failures == 1:
             self._notify(NoSuchStreamError(f"a stream of {list(self._streams)} does not exist"))
