@@ -40,9 +40,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import functools
-import json
 import logging
-import socket
 import threading
 import uuid
 import warnings
@@ -70,14 +68,12 @@ from liftbridge._errors import (
     UnavailableError,
 )
 from liftbridge._messages import Ack, AckPolicy
+from liftbridge._nats_info import DEFAULT_PORT, server_info
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_PORT = 4222
 # NATS's own default, used when the server's INFO does not say.
 _DEFAULT_MAX_PAYLOAD = 1024 * 1024
-# The longest INFO line read while checking the server (real ones are < 1 KiB).
-_MAX_INFO_LINE = 64 * 1024
 # How long close() waits for pynats2's threads, twice over at most (see module doc).
 _CLOSE_TIMEOUT = 5.0
 
@@ -95,40 +91,6 @@ def _import_pynats2() -> Any:
             "publishing over NATS needs the pynats2 package: pip install 'liftbridge[nats]'"
         ) from e
     return pynats2
-
-
-def _read_greeting(host: str, port: int, timeout: float) -> bytes:
-    """Connects to a NATS server and returns its first line (its INFO)."""
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        line = b""
-        while b"\r\n" not in line and len(line) < _MAX_INFO_LINE:
-            chunk = sock.recv(4096)
-            if not chunk:
-                break
-            line += chunk
-    return line.split(b"\r\n", 1)[0]
-
-
-def _server_info(host: str, port: int, timeout: float) -> dict[str, Any]:
-    """Checks that a NATS server answers at host:port and returns its INFO.
-
-    Raises:
-        UnavailableError: nothing answers, or what answers is not NATS.
-    """
-    where = f"{host}:{port}"
-    try:
-        line = _read_greeting(host, port, timeout)
-    except OSError as e:
-        raise UnavailableError(f"cannot reach a NATS server at {where}: {e}") from e
-    if not line.startswith(b"INFO "):
-        raise UnavailableError(
-            f"{where} is not a NATS server: it greeted with {line[:40]!r}, not INFO"
-        )
-    try:
-        info = json.loads(line[5:])
-    except ValueError:
-        info = None
-    return info if isinstance(info, dict) else {}
 
 
 def _stop_pynats2(pynats2: Any, client: Any, where: str, *, connection_lost: bool) -> None:
@@ -246,7 +208,7 @@ class NatsPublisher:
         self._runner = CallbackRunner()  # liftbridge-callbacks, for futures' done-callbacks
 
         self._pynats2 = _import_pynats2()
-        info = _server_info(host, port, connect_timeout)
+        info = server_info(host, port, connect_timeout)
         max_payload = info.get("max_payload")
         if not isinstance(max_payload, int) or max_payload <= 0:
             max_payload = _DEFAULT_MAX_PAYLOAD

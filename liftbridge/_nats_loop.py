@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from liftbridge._errors import MissingDependencyError, UnavailableError
-from liftbridge._nats import DEFAULT_PORT, _server_info
+from liftbridge._nats_info import DEFAULT_PORT, server_info
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def check_tls_required(url: str, timeout: float) -> None:
     """
     parts = urlsplit(url)
     host, port = parts.hostname or "", parts.port or DEFAULT_PORT
-    info = _server_info(host, port, timeout)
+    info = server_info(host, port, timeout)
     if not info.get("tls_required"):
         raise UnavailableError(
             f"TLS was asked for, but the NATS server at {host}:{port} does not require it "

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from liftbridge import _nats
+from liftbridge import _nats, _nats_info
 from liftbridge._envelope import EnvelopeType, decode_envelope, encode_envelope
 from liftbridge._errors import (
     AckTimeoutError,
@@ -134,7 +134,7 @@ def clients(monkeypatch: pytest.MonkeyPatch) -> list[FakeClient]:
 
     fake = SimpleNamespace(NATSClient=make, NATSError=FakeNATSError, NATSNoSubscribeClient=FakeBase)
     monkeypatch.setattr(_nats, "_import_pynats2", lambda: fake)
-    monkeypatch.setattr(_nats, "_server_info", lambda host, port, timeout: {"max_payload": 4096})
+    monkeypatch.setattr(_nats, "server_info", lambda host, port, timeout: {"max_payload": 4096})
     return made
 
 
@@ -476,7 +476,7 @@ def _greeter(greeting: bytes) -> tuple[int, threading.Thread, socket.socket]:
 def test_server_info_reads_the_greeting() -> None:
     port, thread, listener = _greeter(b'INFO {"max_payload": 2048, "server_id": "x"}\r\n')
     with listener:
-        info = _nats._server_info("127.0.0.1", port, 2.0)
+        info = _nats_info.server_info("127.0.0.1", port, 2.0)
         thread.join(2)
     assert info["max_payload"] == 2048
 
@@ -484,7 +484,7 @@ def test_server_info_reads_the_greeting() -> None:
 def test_server_info_refuses_a_non_nats_server() -> None:
     port, thread, listener = _greeter(b"HTTP/1.1 400 Bad Request\r\n\r\n")
     with listener, pytest.raises(UnavailableError, match="is not a NATS server: it greeted with"):
-        _nats._server_info("127.0.0.1", port, 2.0)
+        _nats_info.server_info("127.0.0.1", port, 2.0)
     thread.join(2)
 
 
@@ -492,4 +492,4 @@ def test_server_info_when_nothing_listens() -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
     with pytest.raises(UnavailableError, match=f"^cannot reach a NATS server at 127.0.0.1:{port}"):
-        _nats._server_info("127.0.0.1", port, 2.0)
+        _nats_info.server_info("127.0.0.1", port, 2.0)
