@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import queue
 import random
 import threading
 import time
@@ -57,6 +56,7 @@ from liftbridge._errors import (
     UnavailableError,
     from_rpc_error,
 )
+from liftbridge._handoff import Empty, Handoff
 from liftbridge._messages import Message, message_from_proto
 from liftbridge._router import Deadline, Leader, Replica, Router
 from liftbridge_api import api_pb2
@@ -73,6 +73,9 @@ _POLL = 0.1
 """How often a thread blocked on the iteration buffer looks for close()."""
 DEFAULT_BUFFER = 1024
 """Messages an iterated subscription holds for its reader at most."""
+_LINGER = 0.001
+"""Seconds an iterating thread that emptied its batch while messages stream in
+waits for more before asking to be woken (see :mod:`liftbridge._handoff`)."""
 
 
 class StartPosition(enum.Enum):
@@ -221,9 +224,9 @@ class Subscription:
         self._open_timeout = open_timeout
         # Without a handler: messages (then None, or the terminal error) for
         # the iterating thread, at most ``buffer`` of them.
-        self._queue: queue.Queue[Message | BaseException | None] | None = None
+        self._queue: Handoff[Message | BaseException | None] | None = None
         if handler is None:
-            self._queue = queue.Queue(maxsize=buffer)
+            self._queue = Handoff(buffer, linger=_LINGER)
             handler = self._enqueue
         self._handler: Handler = handler
         self._closed = threading.Event()
@@ -351,8 +354,8 @@ class Subscription:
             # Once done, everything the thread will ever hand over is buffered.
             done = self._done.is_set()
             try:
-                item = buffered.get_nowait() if done else buffered.get(timeout=_POLL)
-            except queue.Empty:
+                item = buffered.get(0 if done else _POLL)
+            except Empty:
                 if done:
                     return
                 continue
@@ -379,11 +382,8 @@ class Subscription:
         full (and dropping it once the subscription is closed)."""
         assert self._queue is not None
         while not self._closed.is_set():
-            try:
-                self._queue.put(item, timeout=_POLL)
+            if self._queue.put(item, _POLL):
                 return
-            except queue.Full:
-                continue
 
     def _build(self, resume_from: int | None) -> api_pb2.SubscribeRequest:
         request = api_pb2.SubscribeRequest()

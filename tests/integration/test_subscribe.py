@@ -246,3 +246,38 @@ def test_new_only_and_latest_are_pinned_to_offsets(client: liftbridge.Client, st
     with client.subscribe(stream, start=StartPosition.LATEST) as sub:
         base = sub._request.base
         assert (base.startPosition, base.startOffset) == (api_pb2.OFFSET, 2)
+
+
+def test_iterating_many_messages_gives_each_once_in_order(
+    client: liftbridge.Client, stream: str
+) -> None:
+    # More messages than an iterated subscription buffers (1,024), so its
+    # thread waits for room and hands them over in many batches.
+    count = 5_000
+    for i in range(count):
+        client.publish_async(stream, b"m%d" % i)
+    assert client.flush(30.0)
+    with client.subscribe(stream, start=StartPosition.EARLIEST, stop=count - 1) as sub:
+        offsets = [m.offset for m in sub]
+    assert offsets == list(range(count))
+    assert sub.stop_position_reached
+    assert sub.last_offset == count - 1
+
+
+def test_iteration_resumed_after_a_break_continues_where_it_left_off(
+    client: liftbridge.Client, stream: str
+) -> None:
+    count = 300
+    for i in range(count):
+        client.publish_async(stream, b"m%d" % i)
+    assert client.flush(30.0)
+    with client.subscribe(stream, start=StartPosition.EARLIEST, stop=count - 1) as sub:
+        first = []
+        for message in sub:
+            first.append(message.offset)
+            if len(first) == 10:
+                break
+        assert sub.last_offset == 9
+        # The messages the first loop's batch held are not lost with it.
+        rest = [m.offset for m in sub]
+    assert first + rest == list(range(count))

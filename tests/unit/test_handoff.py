@@ -1,0 +1,80 @@
+"""The batched hand-over between a subscription's thread and the iterating one."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from liftbridge._handoff import Empty, Handoff
+
+
+def test_items_come_out_once_in_order_across_threads() -> None:
+    buffer: Handoff[int] = Handoff(16, linger=0.001)
+    count = 20_000
+    taken: list[int] = []
+
+    def take() -> None:
+        while len(taken) < count:
+            try:
+                taken.append(buffer.get(5.0))
+            except Empty:
+                return
+
+    taker = threading.Thread(target=take, name="test-handoff-taker")
+    taker.start()
+    for i in range(count):
+        assert buffer.put(i, 5.0)
+    taker.join(30.0)
+    assert not taker.is_alive()
+    assert taken == list(range(count))
+
+
+def test_capacity_counts_what_a_taker_has_moved_to_its_batch() -> None:
+    buffer: Handoff[str] = Handoff(3)
+    for item in "abc":
+        assert buffer.put(item, 0.01)
+    assert not buffer.put("d", 0.01)  # full
+    assert buffer.get(0) == "a"  # the taker moved a, b and c over; b and c still held
+    assert buffer.put("d", 0.01)
+    assert not buffer.put("e", 0.01)
+    assert [buffer.get(0) for _ in range(3)] == ["b", "c", "d"]
+    assert buffer.put("e", 0.01)
+
+
+def test_get_without_waiting_on_an_empty_buffer_raises_empty() -> None:
+    buffer: Handoff[int] = Handoff(4)
+    with pytest.raises(Empty):
+        buffer.get(0)
+    with pytest.raises(Empty):
+        buffer.get(0.01)
+
+
+def test_a_waiting_taker_is_woken_by_one_item_after_a_batch() -> None:
+    # After a batch (the taker lingers for more), one late item still comes out.
+    buffer: Handoff[int] = Handoff(1024, linger=0.05)
+    for i in range(10):
+        buffer.put(i, 0.01)
+    assert [buffer.get(1.0) for _ in range(10)] == list(range(10))
+    late = threading.Timer(0.01, buffer.put, args=(10, 1.0))
+    late.name = "test-handoff-late"
+    late.start()
+    try:
+        assert buffer.get(5.0) == 10
+    finally:
+        late.join(5.0)
+
+
+def test_a_blocked_producer_gets_room_when_the_taker_refills() -> None:
+    buffer: Handoff[int] = Handoff(2)
+    buffer.put(0, 0.01)
+    buffer.put(1, 0.01)
+    result: list[bool] = []
+    producer = threading.Thread(
+        target=lambda: result.append(buffer.put(2, 5.0)), name="test-handoff-producer"
+    )
+    producer.start()
+    assert [buffer.get(1.0), buffer.get(1.0)] == [0, 1]
+    assert buffer.get(5.0) == 2  # the taker's refill made room and woke the producer
+    producer.join(5.0)
+    assert result == [True]
