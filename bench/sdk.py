@@ -137,6 +137,39 @@ class SdkSubscribe:
         pass
 
 
+class SdkIterate:
+    """Workload 3, iterated: ``Client.subscribe`` without a handler from the
+    earliest offset to ``last_offset``, reading each message's offset in a
+    ``for`` loop on the calling thread."""
+
+    def __init__(
+        self, client: liftbridge.Client, stream: str, last_offset: int, value_size: int
+    ) -> None:
+        self._client = client
+        self._stream = stream
+        self._last_offset = last_offset
+        self._value_size = value_size
+
+    def run(self, count: int) -> Run:
+        """Reads the whole partition; ``count`` is how many messages it holds."""
+        received = 0
+        last = -1
+        watch = Stopwatch()
+        with self._client.subscribe(
+            self._stream, start=liftbridge.StartPosition.EARLIEST, stop=self._last_offset
+        ) as subscription:
+            for message in subscription:
+                received += 1
+                last = message.offset
+        seconds, cpu = watch.stop()
+        if received != count or last != self._last_offset:
+            raise SdkError(f"read {received} messages up to offset {last}, expected {count}")
+        return Run(received, seconds, received * self._value_size, cpu)
+
+    def close(self) -> None:
+        pass
+
+
 class SdkEndToEnd:
     """Workload 4: ``publish_async`` at a fixed rate, ``subscribe`` handler
     at the other end; latency from a timestamp in the value."""

@@ -423,6 +423,26 @@ class Suite:
             if go is not None:
                 reader = gocli.GoDriver(go, "subscribe", stream, size, last_offset=total - 1)
                 entries.append(_Entry("subscribe", setting, size, GO, reader, _PIPELINED_SHOWN))
+            # The same read iterated on the calling thread (no handler), next to the floor.
+            iterated = "iterated"
+            entries += [
+                _Entry(
+                    "subscribe",
+                    iterated,
+                    size,
+                    SDK,
+                    sdk.SdkIterate(client, stream, total - 1, size),
+                    _PIPELINED_SHOWN,
+                ),
+                _Entry(
+                    "subscribe",
+                    iterated,
+                    size,
+                    BARE,
+                    floor.BareSubscribe(stub, stream, total - 1, size),
+                    _PIPELINED_SHOWN,
+                ),
+            ]
             self._measure(entries, total, self.plan.subscribe_reps, 0)
             client.delete_stream(stream)
             client.delete_stream(warm_stream)

@@ -61,7 +61,7 @@ def test_quick_bench_writes_figures_for_every_workload(tmp_path: Path) -> None:
     (moved,) = [
         line.split()
         for line in changes.splitlines()
-        if line.startswith("subscribe ") and " 100 B " in line
+        if line.split()[:2] == ["subscribe", "earliest"] and " 100 B " in line
     ]
     assert moved[4] == "0.50" and moved[6][0] in "+-"
 
@@ -78,6 +78,8 @@ def test_quick_bench_writes_figures_for_every_workload(tmp_path: Path) -> None:
     for workload in ("publish", "publish_async", "subscribe"):
         assert (workload, "go") in workloads  # the Go client, built from bench/go
     assert ("nats publish_async", "sdk") in workloads
+    settings = {(r["workload"], r["setting"], r["variant"]) for r in document["results"]}
+    assert ("subscribe", "iterated", "sdk") in settings  # the same read, without a handler
     for result in document["results"]:
         for spread in result["metrics"].values():
             assert spread["low"] <= spread["median"] <= spread["high"]
