@@ -73,7 +73,7 @@ _POLL = 0.1
 """How often a thread blocked on the iteration buffer looks for close()."""
 DEFAULT_BUFFER = 1024
 """Messages an iterated subscription holds for its reader at most."""
-_LINGER = 0.001
+_LINGER = 0.0005
 """Seconds an iterating thread that emptied its batch while messages stream in
 waits for more before asking to be woken (see :mod:`liftbridge._handoff`)."""
 
