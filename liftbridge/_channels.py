@@ -118,9 +118,20 @@ class Channels:
         Raises:
             ClientClosedError: after :meth:`close`.
         """
+        return self._entry(address)[1]
+
+    def channel(self, address: str) -> grpc.Channel:
+        """The gRPC channel to a broker, opened on first use.
+
+        Raises:
+            ClientClosedError: after :meth:`close`.
+        """
+        return self._entry(address)[0]
+
+    def _entry(self, address: str) -> tuple[grpc.Channel, api_pb2_grpc.APIStub]:
         entry = self._stubs.get(address)
         if entry is not None:
-            return entry[1]
+            return entry
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the client is closed")
@@ -132,7 +143,7 @@ class Channels:
                     channel = grpc.insecure_channel(address, options=self._options)
                 entry = (channel, api_pb2_grpc.APIStub(channel))
                 self._stubs[address] = entry
-            return entry[1]
+            return entry
 
     def close(self) -> None:
         """Closes every channel; calls in flight on them end with CANCELLED. Idempotent."""

@@ -136,6 +136,25 @@ class ConnectionLostError(UnavailableError):
     maybe_applied = True
 
 
+class LeaderLostError(ConnectionLostError):
+    """The partition's leader went down while a publish to it awaited its ack.
+
+    The publish went out through a broker that forwards it to the leader
+    (over NATS), and the leader's own connection then failed: no ack can
+    come from it, so the publish fails at once instead of at its ack
+    timeout. The leader may have stored the message before it died, and a
+    new leader may hold it: like every ``maybe_applied`` error, publishing
+    it again may store it twice.
+
+    Attributes:
+        address: the ``host:port`` of the leader that went down.
+    """
+
+    def __init__(self, message: str, address: str = "") -> None:
+        super().__init__(message)
+        self.address = address
+
+
 # ------------------------------------------------------- server answers ----
 
 

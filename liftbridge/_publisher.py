@@ -64,6 +64,7 @@ from liftbridge._errors import (
     ConnectionLostError,
     DeadlineExceededError,
     InvalidArgumentError,
+    LeaderLostError,
     LiftbridgeError,
     PublishWindowFullError,
     from_async_error,
@@ -83,6 +84,10 @@ _HUNG_AFTER = 2
 _RESUME_FRACTION = 8
 """A full window lets a blocked producer go once 1/_RESUME_FRACTION of it is free."""
 _NONE = api_pb2.NONE
+_CHECK_EVERY = 0.25
+"""Seconds between metadata checks while publishes sent to a leader known down await acks."""
+_CHECK_REFRESH = 1.0
+"""The deadline of one such metadata check."""
 
 
 @dataclass(eq=False, slots=True)
@@ -96,6 +101,8 @@ class _Pending:
     expects_ack: bool
     deadline: float = 0.0  # time.monotonic(); set when the publish gets its window slot
     generation: int = -1  # stream generation it was sent on; -1 = not sent yet
+    leader: str | None = None  # the partition leader's address when submitted, if known
+    suspect: bool = False  # sent while that leader was known to be down
     done: bool = False  # claimed for completion (under Publisher._lock)
 
 
@@ -202,6 +209,15 @@ class Publisher:
             self._expire, wait=ack_wait, compact_at=max(1024, 2 * max_inflight)
         )
 
+        router.on_broker_down(self._broker_down)
+        # Set when a publish is sent to a partition whose leader is known to
+        # be down, for liftbridge-leader-check (started on the first broker down).
+        self._check_wake = threading.Event()
+        self._checker = threading.Thread(
+            target=self._check_loop, name="liftbridge-leader-check", daemon=True
+        )
+        self._checker_started = False  # guarded by _lock
+
         self._stop = threading.Event()
         self._dispatcher = threading.Thread(
             target=self._dispatch_loop, name="liftbridge-acks", daemon=True
@@ -239,6 +255,7 @@ class Publisher:
         future: Future[Ack | None] = self._callbacks.future()
         correlation_id = request.correlationId
         pending = _Pending(correlation_id, request, future, handler, request.ackPolicy != _NONE)
+        pending.leader = self._router.leader_address(request.stream, request.partition)
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the client is closed; the publish was not sent")
@@ -306,6 +323,9 @@ class Publisher:
                     if pending.done:  # timed out while queued
                         continue
                     pending.generation = generation
+                    if pending.leader is not None and self._router.broker_down(pending.leader):
+                        pending.suspect = True
+                        self._check_wake.set()
                 break
         if not pending.expects_ack and self._claim(pending):
             # AckPolicy.NONE: the server never answers; done once handed to gRPC.
@@ -468,6 +488,110 @@ class Publisher:
             )
         self._complete(pending, None, error)
 
+    # ------------------------------------------------------- leader lost ----
+
+    def _broker_down(self, address: str) -> None:
+        """The router's broker-down listener (on a gRPC thread): the work is
+        done on liftbridge-ack-timer and liftbridge-leader-check."""
+        self._timer.schedule(time.monotonic(), functools.partial(self._fail_led_by, address))
+        with self._lock:
+            start = not self._checker_started and not self._closed
+            self._checker_started = True
+        if start:
+            self._checker.start()
+
+    def _fail_led_by(self, address: str) -> None:
+        """On liftbridge-ack-timer: fails the publishes sent to partitions the
+        broker at ``address`` led while it was believed up, now that it is
+        down: their acks can no longer come. Publishes not sent yet are left
+        to go out (by then the partition may have a new leader); those sent
+        after it was known down are left to liftbridge-leader-check."""
+        with self._handover_lock, self._lock:
+            lost = [
+                p
+                for p in self._pending.values()
+                if p.leader == address
+                and p.generation >= 0
+                and p.expects_ack
+                and not p.suspect
+                and not p.done
+            ]
+        if lost:
+            _log.warning(
+                "partition leader %s is down; failing %d publish(es) awaiting its acks",
+                address,
+                len(lost),
+            )
+        for pending in lost:
+            self._leader_lost(pending, address)
+
+    def _leader_lost(self, pending: _Pending, address: str) -> None:
+        where = f"{pending.request.stream!r} partition {pending.request.partition}"
+        self._finish(
+            pending,
+            None,
+            LeaderLostError(
+                f"the leader of {where} ({address}) went down before the ack of publish "
+                f"{pending.correlation_id} arrived; the message may or may not have been stored",
+                address,
+            ),
+        )
+
+    def _check_loop(self) -> None:
+        """Thread ``liftbridge-leader-check``: decides the publishes sent to a
+        partition whose cached leader was already known down (see
+        :meth:`_check_suspects`), until closed."""
+        while not self._stop.is_set():
+            try:
+                busy = self._check_suspects()
+            except Exception:  # never die silently: log and check again later
+                _log.exception("the leader check failed; it goes on")
+                busy = True
+            if not busy:
+                self._check_wake.wait(1.0)
+            self._check_wake.clear()
+            self._stop.wait(_CHECK_EVERY)
+
+    def _check_suspects(self) -> bool:
+        """Fresh metadata, asked for after the suspect publishes were sent,
+        decides them: if it still names the dead broker (or no leader) for
+        the partition, no other broker was leading it when they were sent,
+        and their acks can never come: they fail with LeaderLostError. If it
+        names a new leader, it may have taken them: they wait for their ack.
+
+        Returns:
+            True while suspect publishes remain to be decided.
+        """
+        with self._lock:
+            suspects = [p for p in self._pending.values() if p.suspect and not p.done]
+        waiting = []
+        for pending in suspects:
+            assert pending.leader is not None
+            if self._router.broker_down(pending.leader):
+                waiting.append(pending)
+            else:
+                pending.suspect = False  # the leader is back: its ack may come
+        if not waiting:
+            return False
+        try:
+            metadata = self._router.refresh(Deadline(_CHECK_REFRESH), shared=False)
+        except LiftbridgeError as e:
+            _log.debug("leader check: no metadata (%s); trying again", e)
+            return True
+        lost = 0
+        for pending in waiting:
+            request = pending.request
+            info = metadata.partition(request.stream, request.partition)
+            broker = metadata.broker(info.leader) if info is not None and info.leader else None
+            if broker is None or broker.address == pending.leader:
+                lost += 1
+                self._leader_lost(pending, pending.leader or "")
+            else:
+                pending.suspect = False
+        if lost:
+            _log.warning("failed %d publish(es) sent to partitions whose leader is down", lost)
+        return True
+
     # ------------------------------------------------------------- closing --
 
     def close(self, deadline: float) -> None:
@@ -484,17 +608,18 @@ class Publisher:
             self._slot_free.notify_all()
         self._outbox.put(None)  # wakes a sender waiting for a request: it ends its stream
         self._stop.set()
+        self._check_wake.set()
         if call is not None:
             call.cancel()
         for pending in unresolved:
             self._finish(
                 pending, None, ClientClosedError("the client was closed before the ack arrived")
             )
-        thread = self._dispatcher
-        if thread.is_alive() and thread is not threading.current_thread():
-            thread.join(max(0.0, deadline - time.monotonic()))
-            if thread.is_alive():
-                _log.warning("thread %s did not stop in time", thread.name)
+        for thread in (self._dispatcher, self._checker):
+            if thread.is_alive() and thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+                if thread.is_alive():
+                    _log.warning("thread %s did not stop in time", thread.name)
 
     def flush(self, timeout: float | None) -> bool:
         """Waits until every publish accepted before the call is resolved

@@ -43,6 +43,7 @@ from liftbridge._errors import (
     UnavailableError,
     from_rpc_error,
 )
+from liftbridge._liveness import BrokerWatch, DownListener
 from liftbridge._metadata import Metadata, MetadataCache, PartitionInfo, metadata_from_proto
 from liftbridge._retry import RetryPolicy
 from liftbridge_api import api_pb2, api_pb2_grpc
@@ -146,6 +147,7 @@ class Router:
         retry_policy: RetryPolicy,
     ) -> None:
         self._channels = Channels(tls)
+        self._watch = BrokerWatch(self._channels.channel)
         self._cache = MetadataCache(seeds)
         self._rpc_timeout = rpc_timeout
         self._retry_policy = retry_policy
@@ -199,6 +201,7 @@ class Router:
         with self._lock:
             self._retrying = False
             self._closed = True
+        self._watch.close()
         self._channels.close()
 
     def _check_open(self) -> None:
@@ -257,13 +260,14 @@ class Router:
         self._generation += 1
         return self._cache.replace(metadata)
 
-    def refresh(self, deadline: Deadline | None = None) -> Metadata:
+    def refresh(self, deadline: Deadline | None = None, *, shared: bool = True) -> Metadata:
         """Fetches the whole cluster's metadata and caches it.
 
         One refresh runs at a time: a caller that waited for another's refresh
-        takes its result instead of asking again. Each broker is asked in
-        turn (on a failure, the next one) until one answers or the deadline
-        passes.
+        takes its result instead of asking again (unless ``shared`` is False:
+        then the metadata returned was asked for after the call began). Each
+        broker is asked in turn (on a failure, the next one) until one
+        answers or the deadline passes.
 
         Raises:
             DeadlineExceededError, UnavailableError: no broker answered in time.
@@ -273,7 +277,7 @@ class Router:
         if not self._refresh_lock.acquire(timeout=deadline.remaining()):
             raise DeadlineExceededError("timed out waiting for a metadata refresh")
         try:
-            if self._generation != generation:
+            if shared and self._generation != generation:
                 return self._cache.current  # refreshed while we waited
             addresses = self._cache.addresses()
             start = self._rotation()
@@ -379,6 +383,35 @@ class Router:
                 f"partition {target.partition} of {target.stream!r} has no known leader"
             )
         return leader.address
+
+    def leader_address(self, stream: str, partition: int) -> str | None:
+        """The address of the partition's leader in the cached metadata (no
+        RPC), or None when the cache names none; the broker is watched from
+        then on, so :meth:`on_broker_down` listeners hear if it goes down.
+
+        Raises:
+            ClientClosedError: after :meth:`close`.
+        """
+        metadata = self._cache.current
+        info = metadata.partition(stream, partition)
+        if info is None or not info.leader:
+            return None
+        broker = metadata.broker(info.leader)
+        if broker is None:
+            return None
+        self._watch.watch(broker.address)
+        return broker.address
+
+    def on_broker_down(self, listener: DownListener) -> None:
+        """Calls ``listener(address)`` when a broker watched (see
+        :meth:`leader_address`) is found down: its connection closed and a
+        new one is refused. The listener runs on a gRPC thread and must
+        only hand the work on."""
+        self._watch.add_listener(listener)
+
+    def broker_down(self, address: str) -> bool:
+        """True while a watched broker is known to be down."""
+        return self._watch.is_down(address)
 
     def stub(self, address: str) -> api_pb2_grpc.APIStub:
         """The API stub of a broker (its channel opens on first use).

@@ -3,6 +3,8 @@ PublishAsync stream survive SIGKILL of the broker they were using."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -182,3 +184,57 @@ def test_new_only_subscription_loses_nothing_when_the_leader_dies_first(
         # after an ambiguous failure may arrive twice); nothing from before.
         assert set(got) >= {b"n1", b"n2", b"n3"}
         assert b"old" not in got
+
+
+def _stream_not_led_by(client: liftbridge.Client, broker_id: str, name: str) -> tuple[str, str]:
+    """A new stream whose partition 0 another broker than ``broker_id`` leads:
+    (its name, its leader's id)."""
+    for attempt in range(8):
+        stream = f"{name}-{attempt}"
+        client.create_stream(stream, replication_factor=3, min_isr=2)
+        leader = client.fetch_partition_metadata(stream).leader  # waits for the metadata
+        if leader != broker_id:
+            return stream, leader
+    raise AssertionError(f"every new stream was led by {broker_id}")
+
+
+def test_publishes_in_flight_at_a_leader_kill_fail_fast(
+    healed: LocalCluster, unique_name: str
+) -> None:
+    """The publishes go out through the client's PublishAsync stream on one
+    broker, which forwards them to the partition leader (another broker);
+    that leader is stopped (so none of them is acked) and then killed. The
+    stream stays healthy: before the SDK watched leaders, every publish
+    waited out its 30 s ack timeout. Now each resolves long before it, with
+    LeaderLostError (the message may have been stored) or its ack."""
+    ack_wait = 30.0
+    with liftbridge.Client(healed.addresses, ack_wait=ack_wait, rpc_timeout=5) as client:
+        # The PublishAsync stream opens on the first broker of the metadata.
+        stream_broker = client.metadata.brokers[0].id
+        stream, leader = _stream_not_led_by(client, stream_broker, unique_name)
+        client.publish(stream, b"warm-up", ack_policy=liftbridge.AckPolicy.ALL)
+        assert client.publish_async(stream, b"warm-up-async").result(timeout=ack_wait)
+        node = healed.node(leader)
+        assert node.pid is not None
+        os.kill(node.pid, signal.SIGSTOP)
+        try:
+            futures = [
+                client.publish_async(stream, b"%d" % i, ack_policy=liftbridge.AckPolicy.ALL)
+                for i in range(200)
+            ]
+            time.sleep(0.5)  # all sent, none can be acked
+            assert not any(f.done() for f in futures)
+        finally:
+            healed.kill(node)  # SIGKILL ends a stopped process too
+        bound = time.monotonic() + ack_wait / 2
+        outcomes: list[BaseException | None] = []
+        for future in futures:
+            # An AckTimeoutError would need the full 30 s: the bound catches it.
+            outcomes.append(future.exception(timeout=max(0.0, bound - time.monotonic())))
+        errors = [e for e in outcomes if e is not None]
+        assert errors, "the stopped leader acked publishes"
+        assert all(isinstance(e, liftbridge.LeaderLostError) for e in errors), errors[:3]
+        lost = errors[0]
+        assert isinstance(lost, liftbridge.LeaderLostError)
+        assert lost.maybe_applied and not lost.retriable
+        assert lost.address == node.address

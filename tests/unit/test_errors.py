@@ -67,7 +67,10 @@ def test_retriable_flags() -> None:
     assert not liftbridge.InvalidArgumentError.retriable
 
 
-@pytest.mark.parametrize("cls", [liftbridge.AckTimeoutError, liftbridge.ConnectionLostError])
+@pytest.mark.parametrize(
+    "cls",
+    [liftbridge.AckTimeoutError, liftbridge.ConnectionLostError, liftbridge.LeaderLostError],
+)
 def test_a_lost_answer_may_have_been_applied_and_is_not_safe_to_retry(
     cls: type[liftbridge.LiftbridgeError],
 ) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import cast
 
@@ -23,6 +23,7 @@ import pytest
 import liftbridge
 from liftbridge._callbacks import CallbackRunner
 from liftbridge._deadlines import AckTimer
+from liftbridge._metadata import BrokerInfo, PartitionInfo
 from liftbridge._publisher import Publisher
 from liftbridge._retry import DEFAULT_RETRY_POLICY
 from liftbridge._router import Router
@@ -113,10 +114,37 @@ class FakeServer:
         self.calls: list[FakeCall] = []
         self.log: list[str] = []
         self.dropped: list[str] = []
+        # Partition leaders: stream -> address; brokers known down; what a
+        # metadata refresh names as the leader (stream -> address, "" = none).
+        self.leaders: dict[str, str] = {}
+        self.down: set[str] = set()
+        self.fresh_leaders: dict[str, str] = {}
+        self.refreshes = 0
+        self.listeners: list[Callable[[str], None]] = []
 
     # What the publisher uses of the router.
     rpc_timeout = 5.0
     retry_policy = DEFAULT_RETRY_POLICY
+
+    def leader_address(self, stream: str, partition: int) -> str | None:
+        return self.leaders.get(stream)
+
+    def on_broker_down(self, listener: Callable[[str], None]) -> None:
+        self.listeners.append(listener)
+
+    def broker_down(self, address: str) -> bool:
+        return address in self.down
+
+    def refresh(self, deadline: object = None, *, shared: bool = True) -> FakeMetadata:
+        assert not shared
+        self.refreshes += 1
+        return FakeMetadata(dict(self.fresh_leaders))
+
+    def kill(self, address: str) -> None:
+        """The broker at ``address`` is found down, as the router's watch reports it."""
+        self.down.add(address)
+        for listener in self.listeners:
+            listener(address)
 
     def open_stream(
         self, method: str, requests: Iterator[api_pb2.PublishRequest], **_: object
@@ -132,6 +160,24 @@ class FakeServer:
         for _ in range(count):
             call, request = self.held.get(timeout=5)
             call.ack(request)
+
+
+class FakeMetadata:
+    """What the publisher reads of fresh metadata: each stream's partition
+    leader, where a leader's id is its address."""
+
+    def __init__(self, leaders: dict[str, str]) -> None:
+        self._leaders = leaders
+
+    def partition(self, stream: str, partition: int) -> PartitionInfo | None:
+        if stream not in self._leaders:
+            return None
+        leader = self._leaders[stream]
+        return PartitionInfo(stream, partition, leader, (), (), False, False)
+
+    def broker(self, broker_id: str) -> BrokerInfo | None:
+        host, _, port = broker_id.rpartition(":")
+        return BrokerInfo(broker_id, host, int(port), 0, 0)
 
 
 def request(i: int, policy: api_pb2.AckPolicy.ValueType = api_pb2.LEADER) -> api_pb2.PublishRequest:
@@ -498,4 +544,77 @@ def test_a_stream_that_answers_nothing_is_given_up_for_another() -> None:
     assert len(server.calls) == 2
     server.ack = True
     assert p.submit(request(3), None, None).result(timeout=5) is not None
+    p.close(_soon())
+
+
+def _request_to(stream: str, i: int) -> api_pb2.PublishRequest:
+    return api_pb2.PublishRequest(
+        stream=stream, value=b"%d" % i, correlationId=f"{stream}{i}", ackPolicy=api_pb2.ALL
+    )
+
+
+def _wait_sent(server: FakeServer, count: int) -> None:
+    deadline = time.monotonic() + 5
+    while len(server.log) < count:
+        assert time.monotonic() < deadline, server.log
+        time.sleep(0.01)
+
+
+def test_publishes_to_a_leader_found_down_fail_fast_and_others_do_not() -> None:
+    """The stream's broker forwards to two leaders; one is found down: only
+    the publishes awaiting its acks fail, with LeaderLostError, at once;
+    those acked before stay acked, and the window is free again."""
+    server = FakeServer()
+    server.leaders = {"dead": "10.0.0.1:1", "alive": "10.0.0.2:1"}
+    server.ack, server.hold = False, True
+    p = make(server, ack_wait=60.0, max_inflight=64)
+    acked = p.submit(_request_to("dead", 0), None, None)
+    server.release(1)
+    assert acked.result(timeout=5) is not None
+    doomed = [p.submit(_request_to("dead", i), None, None) for i in range(1, 11)]
+    healthy = [p.submit(_request_to("alive", i), None, None) for i in range(10)]
+    _wait_sent(server, 21)
+    server.kill("10.0.0.1:1")
+    for future in doomed:
+        error = future.exception(timeout=5)  # well before the 60 s ack timeout
+        assert isinstance(error, liftbridge.LeaderLostError), error
+        assert error.address == "10.0.0.1:1"
+        assert error.maybe_applied
+    assert acked.exception() is None
+    assert not any(f.done() for f in healthy)
+    server.release(20)  # the dead leader's requests, then the healthy ones
+    for future in healthy:
+        assert future.result(timeout=5) is not None
+    assert p.flush(5)
+    assert len(p._pending) == 0
+    p.close(_soon())
+
+
+def test_publishes_sent_while_their_leader_is_known_down_are_decided_by_fresh_metadata() -> None:
+    """Sent after the leader was found down: fresh metadata still naming it
+    fails them fast; fresh metadata naming a new leader lets them wait for
+    their acks (that leader may have them)."""
+    server = FakeServer()
+    server.leaders = {"s": "10.0.0.1:1"}
+    server.ack, server.hold = False, True
+    p = make(server, ack_wait=60.0)
+    p.submit(_request_to("s", 0), None, None)  # starts the stream
+    _wait_sent(server, 1)
+    server.fresh_leaders = {"s": "10.0.0.1:1"}  # no failover yet
+    server.kill("10.0.0.1:1")
+    stranded = [p.submit(_request_to("s", i), None, None) for i in range(1, 6)]
+    for future in stranded:
+        assert isinstance(future.exception(timeout=5), liftbridge.LeaderLostError)
+    assert server.refreshes >= 1
+    server.fresh_leaders = {"s": "10.0.0.2:1"}  # a new leader took over
+    maybe_taken = [p.submit(_request_to("s", i), None, None) for i in range(6, 11)]
+    _wait_sent(server, 11)
+    time.sleep(1.0)  # several checks
+    assert not any(f.done() for f in maybe_taken)
+    for _ in range(11):  # c0 to c10, in order: ack those sent after the failover
+        call, request = server.held.get(timeout=5)
+        if int(request.correlationId.removeprefix("s")) >= 6:
+            call.ack(request)
+    for future in maybe_taken:
+        assert future.result(timeout=5) is not None
     p.close(_soon())
