@@ -19,7 +19,10 @@ Life of a lane publish:
    :class:`ConnectionLostError` (it may or may not be stored; the SDK never
    re-sends it), and the lane is dropped. If no ack comes within the
    timeout, the client's ``liftbridge-ack-timer`` thread cancels the stream and the
-   publish fails with :class:`AckTimeoutError`.
+   publish fails with :class:`AckTimeoutError`. If the partition's leader (another
+   broker, reached over NATS) is found down meanwhile (:mod:`liftbridge._liveness`),
+   the timer thread cancels it at once and the publish fails with
+   :class:`LeaderLostError`.
 
 Lanes are limited to ``max_lanes`` threads per client; past that, and for
 AckPolicy.NONE (no response to wait for), ``publish`` uses the shared stream.
@@ -43,6 +46,7 @@ from liftbridge._errors import (
     AckTimeoutError,
     ClientClosedError,
     ConnectionLostError,
+    LeaderLostError,
     LiftbridgeError,
     from_rpc_error,
 )
@@ -77,6 +81,8 @@ class _Lane:
         # _lock orders the timer's "overdue: cancel" against the owner's "done".
         self._lock = threading.Lock()
         self.deadline = 0.0  # time.monotonic() the current publish is due by; 0.0 when idle
+        self.leader: str | None = None  # the current publish's partition leader, if known
+        self.leader_lost: str | None = None  # set when that leader was found down
         self.timed_out = False
         self.closed = False
         self.broken = False
@@ -125,9 +131,15 @@ class _Lane:
     def _failure(self, request: api_pb2.PublishRequest, cause: LiftbridgeError) -> LiftbridgeError:
         where = f"{request.stream!r} partition {request.partition}"
         with self._lock:
-            closed, timed_out = self.closed, self.timed_out
+            closed, timed_out, lost = self.closed, self.timed_out, self.leader_lost
         if closed:
             return ClientClosedError("the client was closed before the ack arrived")
+        if lost is not None:
+            return LeaderLostError(
+                f"the leader of {where} ({lost}) went down before the ack of publish "
+                f"{request.correlationId} arrived; the message may or may not have been stored",
+                lost,
+            )
         if timed_out:
             return AckTimeoutError(
                 f"no ack for publish {request.correlationId} to {where} within its "
@@ -147,6 +159,16 @@ class _Lane:
             if not deadline or deadline > due:
                 return
             self.timed_out = True
+            self.broken = True
+        self._call.cancel()
+
+    def lose_leader(self, address: str) -> None:
+        """Cancels the stream if the publish waiting on it awaits an ack from
+        the leader at ``address``, now found down."""
+        with self._lock:
+            if not self.deadline or self.leader != address:
+                return
+            self.leader_lost = address
             self.broken = True
         self._call.cancel()
 
@@ -179,6 +201,7 @@ class Lanes:
         self._lock = threading.Lock()  # guards _lanes and _closed
         self._lanes: weakref.WeakSet[_Lane] = weakref.WeakSet()
         self._closed = False
+        router.on_broker_down(self._broker_down)
 
     def publish(self, request: api_pb2.PublishRequest, timeout: float | None) -> Ack | None:
         """Publishes on this thread's lane and returns the Ack; None when no
@@ -188,14 +211,28 @@ class Lanes:
         if lane is None:
             return None
         wait = self._ack_wait if timeout is None else timeout
+        lane.leader = self._router.leader_address(request.stream, request.partition)
         lane.deadline = deadline = time.monotonic() + wait
         # A weak reference: a lane must be free to end with its thread.
         self._timer.schedule(deadline, functools.partial(_expire, weakref.ref(lane), deadline))
         try:
             return lane.publish(request)
+        except LeaderLostError:
+            raise  # the lane's own broker is fine
         except ConnectionLostError as e:
             self._router.broker_failed(e)
             raise
+
+    def _broker_down(self, address: str) -> None:
+        """The router's broker-down listener (on a gRPC thread): the lanes
+        are cancelled on liftbridge-ack-timer."""
+        self._timer.schedule(time.monotonic(), functools.partial(self._lose_leader, address))
+
+    def _lose_leader(self, address: str) -> None:
+        with self._lock:
+            lanes = list(self._lanes)
+        for lane in lanes:
+            lane.lose_leader(address)
 
     def _lane(self) -> _Lane | None:
         lane: _Lane | None = getattr(self._local, "lane", None)

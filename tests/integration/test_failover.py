@@ -206,7 +206,8 @@ def test_publishes_in_flight_at_a_leader_kill_fail_fast(
     that leader is stopped (so none of them is acked) and then killed. The
     stream stays healthy: before the SDK watched leaders, every publish
     waited out its 30 s ack timeout. Now each resolves long before it, with
-    LeaderLostError (the message may have been stored) or its ack."""
+    LeaderLostError (the message may have been stored) or its ack. A
+    synchronous publish (on its thread's own stream) fails the same way."""
     ack_wait = 30.0
     with liftbridge.Client(healed.addresses, ack_wait=ack_wait, rpc_timeout=5) as client:
         # The PublishAsync stream opens on the first broker of the metadata.
@@ -217,7 +218,18 @@ def test_publishes_in_flight_at_a_leader_kill_fail_fast(
         node = healed.node(leader)
         assert node.pid is not None
         os.kill(node.pid, signal.SIGSTOP)
+        sync_outcome: list[BaseException | None] = []
+
+        def publish_sync() -> None:
+            try:
+                client.publish(stream, b"sync", ack_policy=liftbridge.AckPolicy.ALL)
+                sync_outcome.append(None)
+            except liftbridge.LiftbridgeError as e:
+                sync_outcome.append(e)
+
+        sync = threading.Thread(target=publish_sync, name="test-sync-publish")
         try:
+            sync.start()
             futures = [
                 client.publish_async(stream, b"%d" % i, ack_policy=liftbridge.AckPolicy.ALL)
                 for i in range(200)
@@ -231,6 +243,10 @@ def test_publishes_in_flight_at_a_leader_kill_fail_fast(
         for future in futures:
             # An AckTimeoutError would need the full 30 s: the bound catches it.
             outcomes.append(future.exception(timeout=max(0.0, bound - time.monotonic())))
+        sync.join(max(0.0, bound - time.monotonic()))
+        assert not sync.is_alive(), "the synchronous publish waited for its ack timeout"
+        assert len(sync_outcome) == 1
+        assert isinstance(sync_outcome[0], liftbridge.LeaderLostError), sync_outcome
         errors = [e for e in outcomes if e is not None]
         assert errors, "the stopped leader acked publishes"
         assert all(isinstance(e, liftbridge.LeaderLostError) for e in errors), errors[:3]
