@@ -180,6 +180,7 @@ class Verdict:
     never_sent_present: int = 0
     max_overshoot: float = 0.0
     errors: dict[str, int] = field(default_factory=dict)
+    recovered_errors: dict[str, int] = field(default_factory=dict)  # recovered, by error
     lost_sample: list[str] = field(default_factory=list)  # a few lost values, for the reader
 
     def problems(self, *, lost_allowed: bool = False, overshoot_slack: float = 2.0) -> list[str]:
@@ -228,6 +229,8 @@ def judge(ledger: Ledger, present: list[bytes]) -> Verdict:
             verdict.untyped += 1
         if outcome.value in counts:
             verdict.recovered += 1
+            name = outcome.error or "?"
+            verdict.recovered_errors[name] = verdict.recovered_errors.get(name, 0) + 1
             if NEVER_SENT in outcome.error_text:
                 verdict.never_sent_present += 1
     overshoots.extend(overshoot for _, overshoot in ledger.calls)

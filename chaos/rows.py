@@ -12,13 +12,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
+import subprocess
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import liftbridge
 from chaos.oracle import Ledger, SubscriptionCheck, Verdict, judge, read_back
@@ -47,10 +51,13 @@ class RowResult:
     problems: list[str] = field(default_factory=list)
     known: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    skipped: str | None = None  # why the row could not run here
 
     def settle(self) -> None:
         """Sets the status from the problems and known failures found."""
-        if self.problems:
+        if self.skipped is not None and not self.problems:
+            self.status = "skipped"
+        elif self.problems:
             self.status = "FAIL"
         elif self.known:
             self.status = "known failure"
@@ -73,8 +80,10 @@ class Load:
         ack_policy: liftbridge.AckPolicy = liftbridge.AckPolicy.ALL,
         partitions: int = 1,
         timeout: float = PUBLISH_TIMEOUT,
+        headers: dict[str, bytes] | None = None,
     ) -> None:
         self._timeout = timeout
+        self._headers = headers
         self._ledger = ledger
         self._client = client
         self._stream = stream
@@ -103,6 +112,7 @@ class Load:
                 timeout=self._timeout,
                 ack_policy=self._policy,
                 partition=i % self._partitions,
+                headers=self._headers,
             )
             i += 1
 
@@ -190,12 +200,49 @@ def _finish(
             result.problems.append(f"subscription: {check.gaps} gap(s), {check.repeats} repeat(s)")
 
 
-def _timeouts_at(ledger: Ledger, fault: float) -> int:
-    """Publishes in flight at the fault or made soon after it (before the
-    stream moved) that ended by their ack timeout rather than failing fast."""
-    return sum(
-        1 for o in ledger.outcomes() if o.error == "AckTimeoutError" and (o.ended or 0) > fault
-    )
+@dataclass
+class InFlight:
+    """How the publishes in flight at a fault ended."""
+
+    count: int = 0  # made before the fault, unresolved at it
+    acked: int = 0
+    timed_out: int = 0  # ended by their ack timeout
+    failed_fast: dict[str, int] = field(default_factory=dict)  # typed error -> count
+    resolved_after: float = 0.0  # seconds from the fault until the last of them resolved
+    later_timeouts: int = 0  # publishes made after the fault that timed out
+    later_failed_fast: int = 0  # ... that failed with a typed error before their timeout
+
+    def describe(self) -> str:
+        fast = ", ".join(f"{n} {e}" for e, n in sorted(self.failed_fast.items())) or "none"
+        return (
+            f"{self.count} publish(es) in flight at the kill: {self.acked} acked, "
+            f"{self.timed_out} AckTimeoutError, failed fast: {fast}; all resolved "
+            f"{self.resolved_after:.2f}s after the kill. Made after it (the partition "
+            f"leaderless): {self.later_failed_fast} failed fast, {self.later_timeouts} "
+            "AckTimeoutError"
+        )
+
+
+def in_flight_at(ledger: Ledger, fault: float) -> InFlight:
+    """Sorts the publishes unresolved at ``fault`` by how they ended."""
+    found = InFlight()
+    for o in ledger.outcomes():
+        if o.started > fault:
+            found.later_timeouts += o.error == "AckTimeoutError"
+            found.later_failed_fast += o.error in _FAIL_FAST_ERRORS
+            continue
+        if o.ended is not None and o.ended <= fault:
+            continue
+        found.count += 1
+        if o.ended is not None:
+            found.resolved_after = max(found.resolved_after, o.ended - fault)
+        if o.acked:
+            found.acked += 1
+        elif o.error == "AckTimeoutError":
+            found.timed_out += 1
+        elif o.error is not None:
+            found.failed_fast[o.error] = found.failed_fast.get(o.error, 0) + 1
+    return found
 
 
 # ------------------------------------------------------------------ rows --
@@ -211,19 +258,34 @@ def leader_kill() -> RowResult:
         with client.subscribe(stream, check.handler, start=0), Load(ledger, client, stream):
             time.sleep(3)
             leader = leader_of(client, stream)
-            cluster.kill(leader)
             fault = time.monotonic()
+            cluster.kill(leader)
             _new_client_check(cluster, result)
             time.sleep(8)
-        stalled = _timeouts_at(ledger, fault)
-        if stalled:
-            result.known.append(
-                f"{stalled} publish(es) in flight at the kill or sent to the dead leader's "
-                f"stream after it waited out their {PUBLISH_TIMEOUT:g} s ack timeout instead "
-                "of failing fast (issue 15; routing/deadline work)"
-            )
         _finish(result, ledger, cluster.addresses, stream, check=check)
+        flight = in_flight_at(ledger, fault)
+        result.notes.append(flight.describe())
+        assert result.verdict is not None
+        if result.verdict.recovered:
+            result.notes.append(f"failed but stored: {result.verdict.recovered_errors}")
+        if flight.timed_out:
+            result.problems.append(
+                f"{flight.timed_out} publish(es) in flight at the kill waited out their "
+                f"{PUBLISH_TIMEOUT:g} s ack timeout instead of failing fast"
+            )
+        untyped = set(flight.failed_fast) - set(_FAIL_FAST_ERRORS)
+        if untyped:
+            result.problems.append(f"publishes in flight at the kill failed with {untyped}")
+        if flight.later_timeouts > flight.later_failed_fast:
+            result.problems.append(
+                f"{flight.later_timeouts} publish(es) made while the partition had no live "
+                f"leader waited out their ack timeout; {flight.later_failed_fast} failed fast"
+            )
     return result
+
+
+_FAIL_FAST_ERRORS = ("LeaderLostError", "ConnectionLostError")
+"""The "may have been stored" errors a publish in flight at a leader kill may end with."""
 
 
 def _new_client_check(cluster: LocalCluster, result: RowResult) -> None:
@@ -676,6 +738,90 @@ def nats_cut() -> RowResult:
     return result
 
 
+DISK_SIZE_MB = 32
+"""The size of the follower's data filesystem: room to start, then filled by the load."""
+DISK_PAD = 32 * 1024
+"""Bytes of header padding on each publish of the disk-full row, to fill the disk fast."""
+
+
+@contextmanager
+def small_filesystem(size_mb: int) -> Iterator[Path | str]:
+    """A tmpfs of ``size_mb`` MiB mounted on a new temporary directory, unmounted
+    and removed afterwards. Yields the directory, or the reason it could not be
+    mounted (not root, no CAP_SYS_ADMIN, no mount command) as a str."""
+    directory = Path(tempfile.mkdtemp(prefix="chaos-disk-"))
+    try:
+        try:
+            mounted = subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(directory)],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            yield f"cannot run mount: {e}"
+            return
+        if mounted.returncode != 0:
+            yield f"cannot mount a tmpfs (needs root or CAP_SYS_ADMIN): {mounted.stderr.strip()}"
+            return
+        try:
+            yield directory
+        finally:
+            subprocess.run(["umount", str(directory)], capture_output=True, timeout=30, check=False)
+    finally:
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+
+
+def disk_full() -> RowResult:
+    """A follower's data directory is on a small tmpfs; the load (AckPolicy.ALL,
+    min ISR 2) fills it. The follower fails to write; the leader and the other
+    follower keep the ISR at 2: nothing acked is lost, failures are typed and
+    within their deadlines."""
+    result = RowResult("disk full on a follower (32 MiB tmpfs data dir)")
+    with small_filesystem(DISK_SIZE_MB) as disk:
+        if isinstance(disk, str):
+            result.skipped = disk
+            result.notes.append(f"skipped: {disk}")
+            return result
+        with LocalCluster(3, data_dirs={"c": disk}) as cluster, _client(cluster) as client:
+            stream = _stream(client)
+            for _ in range(8):
+                if leader_of(client, stream) != "c":
+                    break
+                stream = _stream(client)
+            else:
+                result.problems.append("every stream made was led by the small-disk node c")
+                return result
+            ledger = Ledger("disk-full")
+            pad = {"pad": b"x" * DISK_PAD}
+            full_at = None
+            with Load(ledger, client, stream, headers=pad):
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:
+                    if shutil.disk_usage(disk).free < DISK_PAD * 4:
+                        full_at = time.monotonic()
+                        break
+                    time.sleep(0.2)
+                time.sleep(8)  # publishing goes on with the follower's disk full
+            node = cluster.node("c")
+            if full_at is None:
+                result.problems.append(f"the {DISK_SIZE_MB} MiB disk did not fill in 60 s")
+            else:
+                state = "running" if node.running else "exited"
+                result.notes.append(f"follower c's disk filled; c then {state}")
+                full = [line for line in node.log_tail(400).splitlines() if "no space" in line]
+                if full:
+                    result.notes.append(f"c's log: {full[0][-160:]}")
+                after = [o for o in ledger.outcomes() if o.acked and o.started > full_at + 3]
+                result.notes.append(f"{len(after)} publish(es) acked after the disk filled")
+                if not after:
+                    result.problems.append("nothing was acked after the follower's disk filled")
+            _finish(result, ledger, cluster.addresses, stream)
+    return result
+
+
 ROWS: dict[str, Callable[[], RowResult]] = {
     "leader-kill": leader_kill,
     "follower-kill": follower_kill,
@@ -689,6 +835,7 @@ ROWS: dict[str, Callable[[], RowResult]] = {
     "link-blackhole": link_blackhole,
     "link-latency": link_latency,
     "nats-cut": nats_cut,
+    "disk-full": disk_full,
 }
 """Every row by name, in order of value."""
 
