@@ -181,7 +181,8 @@ def _finish(
     *,
     check: SubscriptionCheck | None = None,
     lost_allowed: bool = False,
-) -> None:
+) -> set[bytes]:
+    """Judges the run into ``result``; returns the values read back."""
     wait_resolved(ledger)
     present = read_back(addresses, stream, partitions)
     verdict = judge(ledger, present)
@@ -198,6 +199,7 @@ def _finish(
         }
         if check.gaps or check.repeats:
             result.problems.append(f"subscription: {check.gaps} gap(s), {check.repeats} repeat(s)")
+    return set(present)
 
 
 @dataclass
@@ -262,12 +264,20 @@ def leader_kill() -> RowResult:
             cluster.kill(leader)
             _new_client_check(cluster, result)
             time.sleep(8)
-        _finish(result, ledger, cluster.addresses, stream, check=check)
+        present = _finish(result, ledger, cluster.addresses, stream, check=check)
         flight = in_flight_at(ledger, fault)
         result.notes.append(flight.describe())
-        assert result.verdict is not None
-        if result.verdict.recovered:
-            result.notes.append(f"failed but stored: {result.verdict.recovered_errors}")
+        stored_lost = [
+            o.started > fault
+            for o in ledger.outcomes()
+            if o.error == "LeaderLostError" and o.value in present
+        ]
+        if stored_lost:
+            result.notes.append(
+                f"LeaderLostError yet stored: {stored_lost.count(False)} in flight at the kill "
+                f"(the leader replicated them before it died), {stored_lost.count(True)} made "
+                "after it"
+            )
         if flight.timed_out:
             result.problems.append(
                 f"{flight.timed_out} publish(es) in flight at the kill waited out their "
