@@ -11,8 +11,9 @@ How a broker is watched: its channel's connectivity is subscribed to (gRPC
 polls it on a thread of its own). A killed broker's connection closes at
 once and the channel goes from READY to IDLE; an idle channel is also what a
 healthy broker's long-unused connection turns into, so IDLE alone proves
-nothing. On IDLE the watch asks gRPC to connect again: a broker that is gone
-refuses, and the channel reports TRANSIENT_FAILURE. That, and only that,
+nothing. On IDLE the watch makes the channel connect again, by sending a
+health probe (any answer will do; Liftbridge answers UNIMPLEMENTED): a
+broker that is gone refuses, and the channel reports TRANSIENT_FAILURE. That, and only that,
 marks the broker down; READY marks it up again. A broker that is merely
 slow or hung (SIGSTOP) keeps its connection and is never marked down.
 """
@@ -33,8 +34,9 @@ on a gRPC connectivity thread: it must hand any real work to a thread of
 the SDK's and return at once."""
 
 
-def _no_op(_: grpc.ChannelConnectivity) -> None:
-    """A subscriber whose only purpose is the reconnect it asks for."""
+_PROBE = "/grpc.health.v1.Health/Check"
+"""The RPC whose only purpose is to make an idle channel connect."""
+_PROBE_TIMEOUT = 5.0
 
 
 class _Watched:
@@ -46,6 +48,8 @@ class _Watched:
         self.channel = channel
         self.connected_once = False  # left the initial IDLE at least once
         self.down = False  # written on gRPC's delivery thread; read anywhere
+        # The last probe's call, kept so that it is not cancelled when collected.
+        self._probe: grpc.Future[bytes] | None = None
 
     def changed(self, state: grpc.ChannelConnectivity) -> None:
         """gRPC's connectivity callback (on its delivery thread)."""
@@ -69,8 +73,11 @@ class _Watched:
         elif state is grpc.ChannelConnectivity.IDLE and self.connected_once:
             # The connection closed (a dead broker, or an idle timeout):
             # connect again, and let the answer tell which.
-            self.channel.subscribe(_no_op, try_to_connect=True)
-            self.channel.unsubscribe(_no_op)
+            try:
+                probe = self.channel.unary_unary(_PROBE, None, None)
+                self._probe = probe.future(b"", timeout=_PROBE_TIMEOUT)
+            except ValueError:  # the channel closed meanwhile
+                pass
 
 
 class BrokerWatch:

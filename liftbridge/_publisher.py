@@ -25,6 +25,14 @@ Life of a publish:
    publish sent on it times out (its broker hangs) is given up: cancelled,
    so the publishes sent on it fail with :class:`ConnectionLostError`, and
    the next stream opens on another broker.
+5. A publish whose partition leader is another broker (the stream's broker
+   forwards it over NATS) gets no ack if that leader dies, while the stream
+   stays healthy. The router watches every leader publishes are sent to
+   (:mod:`liftbridge._liveness`); when one is found down, the publishes sent
+   to it while it was believed up fail at once with :class:`LeaderLostError`
+   (on ``liftbridge-ack-timer``). Those sent after it was known down may
+   still reach a new leader: ``liftbridge-leader-check`` asks fresh metadata
+   and fails them only if it names no other leader.
 
 Speed: every publish crosses three threads (the producer, gRPC's sender, the
 acks thread), and under the GIL their per-message work adds up, so each step
@@ -86,6 +94,8 @@ _RESUME_FRACTION = 8
 _NONE = api_pb2.NONE
 _CHECK_EVERY = 0.25
 """Seconds between metadata checks while publishes sent to a leader known down await acks."""
+_CHECK_IDLE = 5.0
+"""Seconds liftbridge-leader-check idles between looks (a suspect publish wakes it)."""
 _CHECK_REFRESH = 1.0
 """The deadline of one such metadata check."""
 
@@ -548,7 +558,7 @@ class Publisher:
                 _log.exception("the leader check failed; it goes on")
                 busy = True
             if not busy:
-                self._check_wake.wait(1.0)
+                self._check_wake.wait(_CHECK_IDLE)
             self._check_wake.clear()
             self._stop.wait(_CHECK_EVERY)
 
@@ -587,6 +597,7 @@ class Publisher:
                 lost += 1
                 self._leader_lost(pending, pending.leader or "")
             else:
+                pending.leader = broker.address  # its ack, if any, comes from there
                 pending.suspect = False
         if lost:
             _log.warning("failed %d publish(es) sent to partitions whose leader is down", lost)

@@ -119,6 +119,22 @@ class ClusterNode:
         return f"<ClusterNode {self.server_id!r} at {self.address}, pid {self.pid}, {state}>"
 
 
+def _check_data_dirs(data_dirs: Mapping[str, Path_] | None, ids: list[str]) -> dict[str, Path]:
+    if data_dirs is None:
+        return {}
+    if not isinstance(data_dirs, Mapping):
+        raise ArgumentTypeError(f"data_dirs must be a mapping, got {type(data_dirs).__name__}")
+    checked: dict[str, Path] = {}
+    for server_id, directory in data_dirs.items():
+        if server_id not in ids:
+            raise InvalidArgumentError(f"data_dirs names {server_id!r}, not a node id of {ids}")
+        path = Path(directory)
+        if not path.is_dir():
+            raise InvalidArgumentError(f"data_dirs[{server_id!r}] is not a directory: {path}")
+        checked[server_id] = path
+    return checked
+
+
 class LocalCluster:
     """Several real Liftbridge servers, named ``"a"``, ``"b"``, ..., for failover tests.
 
@@ -162,6 +178,7 @@ class LocalCluster:
         startup_timeout: float = 60.0,
         stop_timeout: float = 10.0,
         log_level: str = "info",
+        data_dirs: Mapping[str, Path_] | None = None,
     ) -> None:
         """Checks the arguments and finds the executables; nothing starts yet.
 
@@ -179,6 +196,11 @@ class LocalCluster:
                 :meth:`wait_ready` wait by default.
             stop_timeout: seconds a graceful stop waits after SIGINT before SIGKILL.
             log_level: the nodes' ``logging.level``: debug, info, warn or error.
+            data_dirs: a ``data.dir`` of its own for some nodes, by server id
+                (e.g. ``{"c": "/mnt/small"}``, a size-limited filesystem for a
+                disk-full test): an existing, empty directory the caller owns
+                and removes; the other nodes keep theirs under the cluster's
+                temporary directory.
 
         Raises:
             InvalidArgumentError: a bad argument, named in the message.
@@ -197,6 +219,7 @@ class LocalCluster:
         self._consumer_timeout = consumer_timeout
         self._coordinator_timeout = coordinator_timeout
         self._overrides = dict(config_overrides or {})
+        self._data_dirs = _check_data_dirs(data_dirs, self._ids)
         self._startup_timeout = float(startup_timeout)
         self._stop_timeout = float(stop_timeout)
         self._namespace = f"lbtest-{uuid.uuid4().hex[:12]}"
@@ -230,6 +253,7 @@ class LocalCluster:
                 directory = self._directory / server_id
                 directory.mkdir()
                 runner = NodeRunner(binary=self._binary, server_id=server_id, directory=directory)
+                runner.data_dir = self._data_dirs.get(server_id, runner.data_dir)
                 self._nodes.append(ClusterNode(runner))
                 self._configure(runner)
                 runner.process.start()
@@ -409,7 +433,7 @@ class LocalCluster:
             namespace=self._namespace,
             host=LOOPBACK,
             port=port,
-            data_dir=str(directory / "data"),
+            data_dir=str(self._data_dirs.get(server_id, directory / "data")),
             nats_servers=[f"nats://{LOOPBACK}:{self._nats_port}"],
             log_level=self._log_level,
             consumer_timeout=self._consumer_timeout,
