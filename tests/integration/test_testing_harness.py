@@ -273,13 +273,27 @@ def test_cluster_survives_a_kill_and_takes_the_node_back() -> None:
     assert not directory.exists()
 
 
-def test_cluster_arguments_are_checked() -> None:
+def test_cluster_arguments_are_checked(tmp_path: Path) -> None:
     with pytest.raises(LiftbridgeError, match="size"):
         LocalCluster(0)
     with pytest.raises(LiftbridgeError, match="size"):
         LocalCluster(27)
     with pytest.raises(LiftbridgeError, match="not started"):
         _ = LocalCluster(3).nodes
+    with pytest.raises(LiftbridgeError, match="data_dirs names 'd'"):
+        LocalCluster(3, data_dirs={"d": tmp_path})
+    with pytest.raises(LiftbridgeError, match="not a directory"):
+        LocalCluster(3, data_dirs={"a": tmp_path / "missing"})
+    with pytest.raises(TypeError, match="data_dirs must be a mapping"):
+        LocalCluster(3, data_dirs=[("a", tmp_path)])  # type: ignore[arg-type]
+
+
+def test_a_node_keeps_its_data_in_the_directory_given(tmp_path: Path) -> None:
+    with LocalCluster(3, data_dirs={"c": tmp_path}) as cluster:
+        assert cluster.node("c").data_dir == tmp_path
+        assert cluster.node("b").data_dir != tmp_path
+        assert any(tmp_path.iterdir()), "node c wrote nothing where it was told to"
+    assert tmp_path.is_dir()  # the caller's: the cluster leaves it
 
 
 # ------------------------------------------------------------- container --
