@@ -92,7 +92,7 @@ _HUNG_AFTER = 2
 _RESUME_FRACTION = 8
 """A full window lets a blocked producer go once 1/_RESUME_FRACTION of it is free."""
 _NONE = api_pb2.NONE
-_CHECK_EVERY = 0.25
+_CHECK_EVERY = 0.1
 """Seconds between metadata checks while publishes sent to a leader known down await acks."""
 _CHECK_IDLE = 5.0
 """Seconds liftbridge-leader-check idles between looks (a suspect publish wakes it)."""
