@@ -120,13 +120,21 @@ class Channels:
         """
         return self._entry(address)[1]
 
-    def channel(self, address: str) -> grpc.Channel:
-        """The gRPC channel to a broker, opened on first use.
+    def open_private(self, address: str, options: list[tuple[str, int]]) -> grpc.Channel:
+        """A new channel to a broker, with ``options`` added, on a connection
+        of its own (not shared with the client's channel to it). The caller
+        closes it.
 
         Raises:
             ClientClosedError: after :meth:`close`.
         """
-        return self._entry(address)[0]
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("the client is closed")
+        merged = [*self._options, ("grpc.use_local_subchannel_pool", 1), *options]
+        if self._credentials is not None:
+            return grpc.secure_channel(address, self._credentials, options=merged)
+        return grpc.insecure_channel(address, options=merged)
 
     def _entry(self, address: str) -> tuple[grpc.Channel, api_pb2_grpc.APIStub]:
         entry = self._stubs.get(address)

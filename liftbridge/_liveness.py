@@ -7,8 +7,10 @@ its whole ack timeout. The publisher therefore asks the :class:`BrokerWatch`
 to watch each partition leader it sends to, and hears from it the moment a
 leader's connection fails.
 
-How a broker is watched: its channel's connectivity is subscribed to (gRPC
-polls it on a thread of its own). A killed broker's connection closes at
+How a broker is watched: a channel of the watch's own (a connection apart
+from the client's, reconnecting every quarter second at most while it
+fails, so that a broker back up is seen as up soon) has its connectivity
+subscribed to (gRPC polls it on a thread of its own). A killed broker's connection closes at
 once and the channel goes from READY to IDLE; an idle channel is also what a
 healthy broker's long-unused connection turns into, so IDLE alone proves
 nothing. On IDLE the watch makes the channel connect again, by sending a
@@ -80,16 +82,25 @@ class _Watched:
                 pass
 
 
+WATCH_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 250),
+]
+"""The watch channels' reconnect backoff: a broker back up is seen within about this."""
+
+
 class BrokerWatch:
     """Watches brokers' connections and tells listeners when one goes down.
     Thread-safe.
 
     Args:
-        channel_of: the gRPC channel of a broker address (opened if needed).
+        open_channel: opens a new channel of the watch's own to a broker
+            address, with the options given (the watch closes it).
     """
 
-    def __init__(self, channel_of: Callable[[str], grpc.Channel]) -> None:
-        self._channel_of = channel_of
+    def __init__(self, open_channel: Callable[[str, list[tuple[str, int]]], grpc.Channel]) -> None:
+        self._open_channel = open_channel
         # _lock guards _watched, _listeners and _closed.
         self._lock = threading.Lock()
         self._watched: dict[str, _Watched] = {}
@@ -108,7 +119,7 @@ class BrokerWatch:
         with self._lock:
             if self._closed or address in self._watched:
                 return
-            watched = _Watched(self, address, self._channel_of(address))
+            watched = _Watched(self, address, self._open_channel(address, WATCH_OPTIONS))
             self._watched[address] = watched
         watched.channel.subscribe(watched.changed, try_to_connect=True)
 
@@ -135,3 +146,4 @@ class BrokerWatch:
             self._listeners.clear()
         for w in watched:
             w.channel.unsubscribe(w.changed)
+            w.channel.close()

@@ -590,6 +590,9 @@ class Publisher:
             return True
         lost = 0
         for pending in waiting:
+            if pending.leader is None or not self._router.broker_down(pending.leader):
+                pending.suspect = False  # back up while the metadata was fetched
+                continue
             request = pending.request
             info = metadata.partition(request.stream, request.partition)
             broker = metadata.broker(info.leader) if info is not None and info.leader else None

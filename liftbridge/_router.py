@@ -147,7 +147,7 @@ class Router:
         retry_policy: RetryPolicy,
     ) -> None:
         self._channels = Channels(tls)
-        self._watch = BrokerWatch(self._channels.channel)
+        self._watch = BrokerWatch(self._channels.open_private)
         self._cache = MetadataCache(seeds)
         self._rpc_timeout = rpc_timeout
         self._retry_policy = retry_policy

@@ -33,8 +33,8 @@ class Watching:
         self.watch = BrokerWatch(self._channel)
         self.watch.add_listener(self._listener)
 
-    def _channel(self, address: str) -> grpc.Channel:
-        channel = grpc.insecure_channel(address, options=self._options)
+    def _channel(self, address: str, options: list[tuple[str, int]]) -> grpc.Channel:
+        channel = grpc.insecure_channel(address, options=[*self._options, *options])
         self.channels.append(channel)
         return channel
 

@@ -120,6 +120,7 @@ class FakeServer:
         self.down: set[str] = set()
         self.fresh_leaders: dict[str, str] = {}
         self.refreshes = 0
+        self.back_on_refresh = False  # the down brokers come back while metadata is fetched
         self.listeners: list[Callable[[str], None]] = []
 
     # What the publisher uses of the router.
@@ -138,6 +139,8 @@ class FakeServer:
     def refresh(self, deadline: object = None, *, shared: bool = True) -> FakeMetadata:
         assert not shared
         self.refreshes += 1
+        if self.back_on_refresh:
+            self.down.clear()
         return FakeMetadata(dict(self.fresh_leaders))
 
     def kill(self, address: str) -> None:
@@ -616,5 +619,29 @@ def test_publishes_sent_while_their_leader_is_known_down_are_decided_by_fresh_me
         if int(request.correlationId.removeprefix("s")) >= 6:
             call.ack(request)
     for future in maybe_taken:
+        assert future.result(timeout=5) is not None
+    p.close(_soon())
+
+
+def test_a_leader_back_up_while_the_metadata_is_fetched_keeps_its_publishes() -> None:
+    """A quick restart: the metadata still names the same leader, and it is
+    back up before the check decides: its publishes wait for their acks."""
+    server = FakeServer()
+    server.leaders = {"s": "10.0.0.1:1"}
+    server.ack, server.hold = False, True
+    p = make(server, ack_wait=60.0)
+    server.fresh_leaders = {"s": "10.0.0.1:1"}
+    server.back_on_refresh = True
+    server.kill("10.0.0.1:1")
+    kept = [p.submit(_request_to("s", i), None, None) for i in range(5)]
+    _wait_sent(server, 5)
+    deadline = time.monotonic() + 5
+    while server.refreshes < 1:
+        assert time.monotonic() < deadline, "the leader check never asked for metadata"
+        time.sleep(0.01)
+    time.sleep(0.3)  # the check has decided by now
+    assert not any(f.done() for f in kept), [f.exception() for f in kept if f.done()]
+    server.release(5)
+    for future in kept:
         assert future.result(timeout=5) is not None
     p.close(_soon())
