@@ -112,6 +112,12 @@ class BrokerWatch:
         with self._lock:
             self._listeners.append(listener)
 
+    def remove_listener(self, listener: DownListener) -> None:
+        """Stops calling ``listener`` (if it was added)."""
+        with self._lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
     def watch(self, address: str) -> None:
         """Starts watching a broker (idempotent; cheap once watched)."""
         if address in self._watched:

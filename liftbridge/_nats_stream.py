@@ -23,7 +23,9 @@ asyncio client, behind a synchronous, thread-safe API. Five kinds of thread:
   and the window are :class:`~liftbridge._nats_window.AckWindow`);
 - ``liftbridge-ack-timer`` (:mod:`liftbridge._deadlines`), the client's one
   thread for every ack deadline: fails late publishes with
-  :class:`AckTimeoutError` and frees their slots;
+  :class:`AckTimeoutError` and frees their slots, and fails at once with
+  :class:`LeaderLostError` those awaiting a partition leader the client's
+  router found down (:mod:`liftbridge._liveness`);
 - ``liftbridge-callbacks`` (:mod:`liftbridge._callbacks`): ack handlers and
   the futures' done-callbacks, the only place user code runs, so a slow
   handler never holds up the NATS connection, ack matching or timeouts.
@@ -109,6 +111,9 @@ class NatsStreamPublisher:
     are buffered and sent on reconnection; acks the server sent meanwhile
     are lost and those publishes end with :class:`AckTimeoutError`. When
     NATS gives up, pending publishes fail with :class:`ConnectionLostError`.
+    When the partition leader a publish awaits goes down (its gRPC connection
+    closes and a reconnect is refused), the publish fails at once with
+    :class:`LeaderLostError`: it may or may not have been stored.
 
     Thread-safe; use it as a context manager or call :meth:`close`.
 
@@ -197,6 +202,9 @@ class NatsStreamPublisher:
             runner=self._runner,
             inbox=self._inbox,
         )
+        # Publishes awaiting a partition leader found down fail at once, on
+        # the ack timer (the listener runs on a gRPC thread).
+        self._router.on_broker_down(self._broker_down)
         self._acks_inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._acks_thread = threading.Thread(
             target=self._run_acks, name="liftbridge-nats-acks", daemon=True
@@ -301,7 +309,7 @@ class NatsStreamPublisher:
         _validate.stream_name(stream)
         value = _validate.data(value)
         key = _validate.optional_bytes(key, arg="key")
-        subject = self._subject(stream, key, value, partition, partitioner)
+        subject, partition = self._subject(stream, key, value, partition, partitioner)
         wants_ack = ack_policy is not AckPolicy.NONE
         if expected_offset is not None and not wants_ack:
             raise InvalidArgumentError(
@@ -338,6 +346,7 @@ class NatsStreamPublisher:
         entry: Pending | None = None
         if wants_ack:
             entry = Pending(correlation_id, future, ack_handler, timeout, subject)
+            entry.leader = self._router.leader_address(stream, partition)
             self._window.admit(entry, timeout)
         else:
             self._window.check_open()
@@ -446,8 +455,8 @@ class NatsStreamPublisher:
         value: bytes,
         partition: int | None,
         partitioner: Partitioner | None,
-    ) -> str:
-        """The NATS subject of the partition the message goes to."""
+    ) -> tuple[str, int]:
+        """The NATS subject of the partition the message goes to, and the partition."""
         metadata, info = self._stream_info(stream)
         count = len(info.partitions)
         partition = choose_partition(
@@ -462,7 +471,7 @@ class NatsStreamPublisher:
             raise NoSuchPartitionError(
                 f"stream {stream!r} has no partition {partition} (it has {count})"
             )
-        return info.subject if partition == 0 else f"{info.subject}.{partition}"
+        return (info.subject if partition == 0 else f"{info.subject}.{partition}"), partition
 
     def _stream_info(self, stream: str) -> tuple[Metadata, StreamInfo]:
         metadata = self._router.metadata
@@ -474,7 +483,11 @@ class NatsStreamPublisher:
                 raise NoSuchStreamError(f"no stream named {stream!r}")
         return metadata, info
 
+    def _broker_down(self, address: str) -> None:
+        self._timer.schedule(monotonic(), functools.partial(self._window.fail_led_by, address))
+
     def _close_state(self) -> None:
+        self._router.off_broker_down(self._broker_down)
         self._window.release_timer()
         with self._lock:
             self._state = _State.CLOSED

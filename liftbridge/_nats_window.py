@@ -26,7 +26,12 @@ from time import monotonic
 from liftbridge._callbacks import CallbackRunner
 from liftbridge._deadlines import AckTimer
 from liftbridge._envelope import unmarshal_ack
-from liftbridge._errors import AckTimeoutError, EnvelopeError, PublishWindowFullError
+from liftbridge._errors import (
+    AckTimeoutError,
+    EnvelopeError,
+    LeaderLostError,
+    PublishWindowFullError,
+)
 from liftbridge._messages import Ack
 
 logger = logging.getLogger(__name__)
@@ -46,6 +51,7 @@ class Pending:
     subject: str
     deadline: float = 0.0  # time.monotonic(), set when admitted
     seq: int = 0  # the order publishes were admitted in, for flush()
+    leader: str | None = None  # the partition leader's address when published, if known
     done: bool = field(default=False)  # resolved: the ack timer drops it
 
 
@@ -222,6 +228,33 @@ class AckWindow:
         self._release(len(entries))
 
     # ------------------------------------------- liftbridge-ack-timer --
+
+    def fail_led_by(self, address: str) -> None:
+        """Fails the publishes awaiting acks from the partition leader at
+        ``address``, now found down: their acks can no longer come."""
+        with self._lock:
+            entries = [e for e in self._pending.values() if e.leader == address]
+            for entry in entries:
+                del self._pending[entry.correlation_id]
+                entry.done = True
+        if entries:
+            logger.warning(
+                "partition leader %s is down; failing %d NATS publish(es) awaiting its acks",
+                address,
+                len(entries),
+            )
+        for entry in entries:
+            self._resolve(
+                entry,
+                None,
+                LeaderLostError(
+                    f"the leader of {entry.subject!r} ({address}) went down before the ack "
+                    f"(correlation id {entry.correlation_id!r}) came; the message may or may "
+                    "not have been stored",
+                    address,
+                ),
+            )
+        self._release(len(entries))
 
     def _expire(self, entry: Pending) -> None:
         """Fails a publish whose deadline passed, if it is still pending.

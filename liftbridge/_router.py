@@ -409,6 +409,10 @@ class Router:
         only hand the work on."""
         self._watch.add_listener(listener)
 
+    def off_broker_down(self, listener: DownListener) -> None:
+        """Stops calling a listener added by :meth:`on_broker_down`."""
+        self._watch.remove_listener(listener)
+
     def broker_down(self, address: str) -> bool:
         """True while a watched broker is known to be down."""
         return self._watch.is_down(address)

@@ -8,6 +8,8 @@ message acked before, during and after the failover is stored.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -56,7 +58,7 @@ def test_nothing_acked_is_lost_when_the_leader_dies(
                     publisher.publish(
                         unique_name, b"%d" % value, ack_policy=liftbridge.AckPolicy.ALL
                     )
-                except liftbridge.AckTimeoutError:
+                except (liftbridge.AckTimeoutError, liftbridge.LeaderLostError):
                     return False  # failing over; it may be stored anyway (at-least-once)
                 finally:
                     assert time.monotonic() - started < timeout + 5, "publish overran its bound"
@@ -86,3 +88,36 @@ def test_nothing_acked_is_lost_when_the_leader_dies(
         with client.subscribe(unique_name, handler, start=liftbridge.StartPosition.EARLIEST):
             assert done.wait(60), f"{len(acked - stored)} acked messages are missing"
     assert acked == set(range(total))
+
+
+def test_publishes_awaiting_a_killed_leader_fail_fast(
+    fresh_cluster: LocalCluster, unique_name: str
+) -> None:
+    """The leader is stopped (no acks), publishes pile up, then it is killed:
+    each resolves long before its 30 s ack timeout, with LeaderLostError (it
+    may have been stored); before the client watched leaders, each waited
+    out the 30 s."""
+    ack_timeout = 30.0
+    with liftbridge.Client(fresh_cluster.addresses, rpc_timeout=3) as client:
+        client.create_stream(unique_name, replication_factor=3, min_isr=2)
+        leader = client.fetch_partition_metadata(unique_name).leader
+        node = fresh_cluster.node(leader)
+        assert node.pid is not None
+        with liftbridge.NatsStreamPublisher(
+            client, fresh_cluster.nats_url, ack_timeout=ack_timeout
+        ) as publisher:
+            assert publisher.publish_async(unique_name, b"warm-up").result(timeout=ack_timeout)
+            os.kill(node.pid, signal.SIGSTOP)
+            try:
+                futures = [
+                    publisher.publish_async(
+                        unique_name, b"%d" % i, ack_policy=liftbridge.AckPolicy.ALL
+                    )
+                    for i in range(200)
+                ]
+                assert publisher.flush(0.5) is False  # none can be acked
+            finally:
+                fresh_cluster.kill(node)  # SIGKILL ends a stopped process too
+            bound = time.monotonic() + ack_timeout / 2
+            errors = [f.exception(timeout=max(0.0, bound - time.monotonic())) for f in futures]
+    assert all(isinstance(e, liftbridge.LeaderLostError) for e in errors), errors[:3]

@@ -17,6 +17,7 @@ from liftbridge._errors import (
     AckTimeoutError,
     ClientClosedError,
     ConnectionLostError,
+    LeaderLostError,
     PublishWindowFullError,
 )
 from liftbridge._messages import Ack
@@ -131,3 +132,23 @@ def test_fail_all_and_a_refused_write(parts: tuple[AckTimer, CallbackRunner]) ->
     with pytest.raises(ClientClosedError, match="closed before b"):
         left.future.result(0)
     assert window.flush(None)
+
+
+def test_a_leader_found_down_fails_only_its_publishes(
+    parts: tuple[AckTimer, CallbackRunner],
+) -> None:
+    window = _window(parts)
+    _, runner = parts
+    doomed, healthy, acked = (_pending(runner, c) for c in ("d", "h", "a"))
+    doomed.leader, healthy.leader, acked.leader = "10.0.0.1:1", "10.0.0.2:1", "10.0.0.1:1"
+    for entry in (doomed, healthy, acked):
+        window.admit(entry, TIMEOUT)
+    window.settle_acks([_ack("a", 0)])
+    window.fail_led_by("10.0.0.1:1")
+    error = doomed.future.exception(timeout=5)
+    assert isinstance(error, LeaderLostError) and error.address == "10.0.0.1:1"
+    assert acked.future.result(timeout=5) is not None
+    assert not healthy.future.done()
+    window.settle_acks([_ack("h", 1)])
+    assert healthy.future.result(timeout=5) is not None
+    assert window.flush(time.monotonic() + 5)
