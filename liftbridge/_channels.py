@@ -121,9 +121,9 @@ class Channels:
         return self._entry(address)[1]
 
     def open_private(self, address: str, options: list[tuple[str, int]]) -> grpc.Channel:
-        """A new channel to a broker, with ``options`` added, on a connection
-        of its own (not shared with the client's channel to it). The caller
-        closes it.
+        """A new channel to a broker, with ``options`` added to (or replacing)
+        the client's, on a connection of its own (not shared with the client's
+        channel to it). The caller closes it.
 
         Raises:
             ClientClosedError: after :meth:`close`.
@@ -131,7 +131,9 @@ class Channels:
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the client is closed")
-        merged = [*self._options, ("grpc.use_local_subchannel_pool", 1), *options]
+        replaced = {key for key, _ in options}
+        kept = [(key, value) for key, value in self._options if key not in replaced]
+        merged = [*kept, ("grpc.use_local_subchannel_pool", 1), *options]
         if self._credentials is not None:
             return grpc.secure_channel(address, self._credentials, options=merged)
         return grpc.insecure_channel(address, options=merged)

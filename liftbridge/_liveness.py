@@ -84,10 +84,14 @@ class _Watched:
 
 WATCH_OPTIONS: list[tuple[str, int]] = [
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 250),
+    # gRPC also takes this as the least time one connection attempt gets
+    # (20 s by default). At the client's 100 ms, a broker slow to complete a
+    # handshake (busy, or SIGSTOPped) would count as down: only a refused or
+    # failed connection must.
+    ("grpc.min_reconnect_backoff_ms", 20_000),
 ]
-"""The watch channels' reconnect backoff: a broker back up is seen within about this."""
+"""The watch channels' options: a broker back up is seen within about 250 ms."""
 
 
 class BrokerWatch:
