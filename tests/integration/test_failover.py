@@ -219,8 +219,10 @@ def test_publishes_in_flight_at_a_leader_kill_fail_fast(
         assert node.pid is not None
         os.kill(node.pid, signal.SIGSTOP)
         sync_outcome: list[BaseException | None] = []
+        sync_started = threading.Event()
 
         def publish_sync() -> None:
+            sync_started.set()
             try:
                 client.publish(stream, b"sync", ack_policy=liftbridge.AckPolicy.ALL)
                 sync_outcome.append(None)
@@ -230,6 +232,7 @@ def test_publishes_in_flight_at_a_leader_kill_fail_fast(
         sync = threading.Thread(target=publish_sync, name="test-sync-publish")
         try:
             sync.start()
+            assert sync_started.wait(10)
             futures = [
                 client.publish_async(stream, b"%d" % i, ack_policy=liftbridge.AckPolicy.ALL)
                 for i in range(200)
