@@ -6,8 +6,9 @@ reasons nats-py gave when it cannot), subscribes to the ack inbox, writes
 whatever envelopes publishers queued in one go (nats-py coalesces them into
 one socket write), collects the ack payloads it reads into batches, and
 closes the connection with a bound. What it reads or fails to write goes to
-its owner through one ``deliver`` function (the owner's acks thread queue);
-it never resolves a publish itself and never runs user code.
+its owner through one ``deliver`` function, called on the loop thread (the
+owner settles ack batches there and queues the rest for its acks thread);
+it never runs user code.
 
 Only this module imports nats-py, and only when a publisher is created.
 """
@@ -71,7 +72,7 @@ class NatsLoop:
         inbox: the subject acks arrive on.
         deliver: takes, on the loop thread, a list of raw ack payloads, or
             ``(entry, error)`` for an envelope NATS did not take (``entry``
-            as given to :meth:`send`). It must not block.
+            as given to :meth:`send`). It must not block nor run user code.
         on_closed: called on the loop thread when the connection closed:
             after :meth:`close`, or because NATS gave up reconnecting.
     """

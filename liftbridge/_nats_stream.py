@@ -16,11 +16,13 @@ asyncio client, behind a synchronous, thread-safe API. Five kinds of thread:
   pending ack and its deadline and hands the envelope over;
 - ``liftbridge-nats-loop`` (:mod:`liftbridge._nats_loop`): one event loop
   owning the NATS connection. It writes whatever envelopes are waiting in
-  one go (nats-py coalesces them into one socket write) and passes the raw
-  ack payloads it reads on;
-- ``liftbridge-nats-acks``: decodes acks, matches them to publishes,
-  resolves the futures and frees window slots (the table of pending acks
-  and the window are :class:`~liftbridge._nats_window.AckWindow`);
+  one go (nats-py coalesces them into one socket write), and settles each
+  batch of acks it reads: decodes them, matches them to publishes, resolves
+  the futures and frees window slots (the table of pending acks and the
+  window are :class:`~liftbridge._nats_window.AckWindow`), all without user
+  code, which would stall the connection;
+- ``liftbridge-nats-acks``: fails publishes NATS did not take, or all
+  pending ones when NATS gives up or the publisher closes;
 - ``liftbridge-ack-timer`` (:mod:`liftbridge._deadlines`), the client's one
   thread for every ack deadline: fails late publishes with
   :class:`AckTimeoutError` and frees their slots, and fails at once with
@@ -90,6 +92,11 @@ class _Stop:
 
 
 _STOP = _Stop()
+
+# Streams whose partition-0 subject is cached at most (then the cache starts over).
+_SUBJECTS_CACHED = 1024
+# The envelope header of a publish without a CRC.
+_PLAIN_MESSAGE_HEADER = encode_envelope(EnvelopeType.MESSAGE, b"")
 
 
 class NatsStreamPublisher:
@@ -185,6 +192,9 @@ class NatsStreamPublisher:
         self._router = core.router
         self._timer = core.ack_timer
         self._crc = crc
+        # Stream name -> (the router's metadata, the subject of partition 0).
+        # Written by publishing threads; a lost race only costs a lookup.
+        self._first_subjects: dict[str, tuple[Metadata, str]] = {}
         self._where = url.split("@")[-1]  # never the credentials
         self._inbox = f"_INBOX.{uuid.uuid4().hex}"
         self._ids = itertools.count()
@@ -209,7 +219,7 @@ class NatsStreamPublisher:
         self._acks_thread = threading.Thread(
             target=self._run_acks, name="liftbridge-nats-acks", daemon=True
         )
-        self._nats = NatsLoop(self._where, self._inbox, self._acks_inbox.put, self._on_closed)
+        self._nats = NatsLoop(self._where, self._inbox, self._deliver, self._on_closed)
         options: dict[str, Any] = {
             "servers": [url],
             "name": "liftbridge-python",
@@ -306,10 +316,20 @@ class NatsStreamPublisher:
             timeout = self._ack_timeout
         else:
             timeout = _validate.seconds(timeout, arg="timeout")
-        _validate.stream_name(stream)
         value = _validate.data(value)
         key = _validate.optional_bytes(key, arg="key")
-        subject, partition = self._subject(stream, key, value, partition, partitioner)
+        if partition is None and partitioner is None and not key:
+            # Partition 0: its subject is cached per stream name (checked
+            # when cached) for as long as the router's metadata is the same.
+            cached = self._first_subjects.get(stream) if type(stream) is str else None
+            if cached is not None and cached[0] is self._router.metadata:
+                subject = cached[1]
+            else:
+                subject = self._first_subject(stream, value)
+            partition = 0
+        else:
+            _validate.stream_name(stream)
+            subject, partition = self._subject(stream, key, value, partition, partitioner)
         wants_ack = ack_policy is not AckPolicy.NONE
         if expected_offset is not None and not wants_ack:
             raise InvalidArgumentError(
@@ -335,7 +355,10 @@ class NatsStreamPublisher:
             ackPolicy=ack_policy.value,
             offset=-1 if expected_offset is None else expected_offset,
         )
-        envelope = encode_envelope(EnvelopeType.MESSAGE, message.SerializeToString(), crc=self._crc)
+        if self._crc:
+            envelope = encode_envelope(EnvelopeType.MESSAGE, message.SerializeToString(), crc=True)
+        else:
+            envelope = _PLAIN_MESSAGE_HEADER + message.SerializeToString()
         if len(envelope) > self._max_payload:
             raise MessageTooLargeError(
                 f"the envelope is {len(envelope)} bytes, over the NATS server's max_payload "
@@ -473,6 +496,16 @@ class NatsStreamPublisher:
             )
         return (info.subject if partition == 0 else f"{info.subject}.{partition}"), partition
 
+    def _first_subject(self, stream: str, value: bytes) -> str:
+        """The subject of partition 0 of ``stream``, cached with the metadata it came from."""
+        _validate.stream_name(stream)
+        metadata = self._router.metadata
+        subject, _ = self._subject(stream, None, value, None, None)
+        if len(self._first_subjects) >= _SUBJECTS_CACHED:
+            self._first_subjects.clear()
+        self._first_subjects[stream] = (metadata, subject)
+        return subject
+
     def _stream_info(self, stream: str) -> tuple[Metadata, StreamInfo]:
         metadata = self._router.metadata
         info = metadata.get_stream(stream)
@@ -513,6 +546,19 @@ class NatsStreamPublisher:
         self._window.refuse(self._lost_error, replace=False)
         self._acks_inbox.put(lost)
 
+    def _deliver(self, item: object) -> None:
+        """What the loop read or failed to write. Acks are settled right
+        here, on the loop thread (no user code: handlers and done-callbacks
+        go to liftbridge-callbacks), sparing a thread hop per batch; the
+        rest goes to the acks thread."""
+        if type(item) is list:
+            try:
+                self._window.settle_acks(item)
+            except Exception:  # never let the loop die: futures would hang
+                logger.exception("settling acks on %s failed; continuing", self._inbox)
+        else:
+            self._acks_inbox.put(item)
+
     # --------------------------------------------------------- acks thread --
 
     def _run_acks(self) -> None:
@@ -525,9 +571,7 @@ class NatsStreamPublisher:
                     self._nats.drop_unsent()
                     window.fail_all(self._closed_before_ack)
                     return
-                if isinstance(item, list):
-                    window.settle_acks(item)
-                elif isinstance(item, tuple):
+                if isinstance(item, tuple):
                     entry, error = item
                     window.settle(
                         entry,

@@ -3,14 +3,14 @@
 :class:`AckWindow` is the table of publishes awaiting their acks, by
 correlation id, and the window that bounds how many there are. Each pending
 publish is resolved exactly once, by whoever takes it out of the table under
-the window's lock: the ack (on ``liftbridge-nats-acks``), its deadline (on
+the window's lock: the ack (on ``liftbridge-nats-loop``), its deadline (on
 the client's ``liftbridge-ack-timer``, where it was registered when admitted),
 a write NATS refused, the connection given up, or close. Futures and ack
 handlers are resolved here and their user code handed to the publisher's
 ``liftbridge-callbacks`` runner.
 
-Thread-safe: callers' threads admit, the acks thread and the ack timer
-settle, any thread flushes.
+Thread-safe: callers' threads admit, the loop thread (acks), the acks
+thread (failures) and the ack timer settle, any thread flushes.
 """
 
 from __future__ import annotations
@@ -181,28 +181,34 @@ class AckWindow:
                 self._flushing -= 1
         return True
 
-    # ------------------------------------------- liftbridge-nats-acks --
+    # ------------------------- liftbridge-nats-loop, liftbridge-nats-acks --
 
     def settle_acks(self, payloads: list[bytes]) -> None:
-        """Resolves the publishes a batch of raw ack payloads is for."""
-        matched: list[tuple[Pending, Ack]] = []
+        """Resolves the publishes a batch of raw ack payloads is for (the
+        window's lock taken once for the batch)."""
+        acks: list[Ack] = []
         for payload in payloads:
             try:
-                ack = unmarshal_ack(payload)
+                acks.append(unmarshal_ack(payload))
             except EnvelopeError as e:
                 logger.warning("Dropping a message on ack inbox %s: %s", self._inbox, e)
-                continue
-            with self._lock:
-                entry = self._pending.pop(ack.correlation_id, None)
-                if entry is not None:
+        matched: list[tuple[Pending, Ack]] = []
+        late: list[str] = []
+        with self._lock:
+            pop = self._pending.pop
+            for ack in acks:
+                entry = pop(ack.correlation_id, None)
+                if entry is None:
+                    late.append(ack.correlation_id)
+                else:
                     entry.done = True
-            if entry is None:
-                logger.debug("Dropping an ack for %r: timed out already", ack.correlation_id)
-            else:
-                matched.append((entry, ack))
+                    matched.append((entry, ack))
+        for correlation_id in late:
+            logger.debug("Dropping an ack for %r: timed out already", correlation_id)
         for entry, ack in matched:
-            if ack.error is not None:
-                self._resolve(entry, None, ack.error)
+            error = ack.error
+            if error is not None:
+                self._resolve(entry, None, error)
             else:
                 self._resolve(entry, ack, None)
         self._release(len(matched))
