@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import inspect
 import logging
 import threading
 from collections.abc import Callable
@@ -122,6 +123,14 @@ class NatsLoop:
             "reconnected_cb": self._on_reconnected,
             "closed_cb": self._on_closed,
         }
+        if (
+            "skip_subject_validation"
+            in inspect.signature(nats.aio.client.Client.connect).parameters
+        ):
+            # Every subject published to is a partition subject from the
+            # server's metadata (checked once, when the publisher resolves it):
+            # nats-py's check on every publish is spared.
+            options["skip_subject_validation"] = True
         # The connect gives up by itself after 2 x connect_timeout; the margin
         # only covers a loop thread that is late.
         connecting = asyncio.run_coroutine_threadsafe(

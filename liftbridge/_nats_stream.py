@@ -47,6 +47,7 @@ import functools
 import itertools
 import logging
 import queue
+import re
 import ssl
 import threading
 import uuid
@@ -95,6 +96,8 @@ _STOP = _Stop()
 
 # Streams whose partition-0 subject is cached at most (then the cache starts over).
 _SUBJECTS_CACHED = 1024
+# What a subject must not hold (nats-py's own check, skipped on publish).
+_WHITESPACE = re.compile(r"\s")
 # The envelope header of a publish without a CRC.
 _PLAIN_MESSAGE_HEADER = encode_envelope(EnvelopeType.MESSAGE, b"")
 
@@ -494,7 +497,14 @@ class NatsStreamPublisher:
             raise NoSuchPartitionError(
                 f"stream {stream!r} has no partition {partition} (it has {count})"
             )
-        return (info.subject if partition == 0 else f"{info.subject}.{partition}"), partition
+        subject = info.subject if partition == 0 else f"{info.subject}.{partition}"
+        # nats-py does not check subjects here (see _nats_loop): refuse one
+        # that would break the protocol line it goes on.
+        if not subject or _WHITESPACE.search(subject):
+            raise InvalidArgumentError(
+                f"stream {stream!r} has an unusable NATS subject {subject!r}"
+            )
+        return subject, partition
 
     def _first_subject(self, stream: str, value: bytes) -> str:
         """The subject of partition 0 of ``stream``, cached with the metadata it came from."""
