@@ -349,15 +349,18 @@ class NatsStreamPublisher:
         correlation_id = f"{self._id_prefix}{next(self._ids)}"
         # The envelope of _envelope.new_message, built from arguments checked
         # above (new_message would check the ack inbox again on every call).
+        # (Fields left out are empty; an AckPolicy is the wire enum's int.)
         message = api_pb2.Message(
             value=value,
-            key=key or b"",
-            headers=_validate.headers(headers) if headers is not None else None,
             ackInbox=self._inbox if wants_ack else "",
             correlationId=correlation_id,
-            ackPolicy=ack_policy.value,
+            ackPolicy=ack_policy,
             offset=-1 if expected_offset is None else expected_offset,
         )
+        if key:
+            message.key = key
+        if headers is not None:
+            message.headers.update(_validate.headers(headers))
         if self._crc:
             envelope = encode_envelope(EnvelopeType.MESSAGE, message.SerializeToString(), crc=True)
         else:

@@ -129,34 +129,38 @@ class AckWindow:
             PublishWindowFullError: no slot in time (or none at once there).
             LiftbridgeError: the refusal (closed, connection lost).
         """
-        on_callbacks = self._runner.on_callback_thread
         with self._lock:  # the lock of _settled
-            self.check_open()
+            if self._refusal is not None:
+                raise self._refusal()
             if self._inflight >= self._max_inflight:
-                if on_callbacks:
-                    raise PublishWindowFullError(
-                        f"all {self._max_inflight} window slots await acks, and "
-                        "liftbridge-callbacks does not wait for them"
-                    )
-                give_up = monotonic() + timeout
-                while self._inflight >= self._max_inflight:
-                    left = give_up - monotonic()
-                    if left <= 0:
-                        raise PublishWindowFullError(
-                            f"all {self._max_inflight} window slots still awaited acks "
-                            f"after {timeout:g}s"
-                        )
-                    self._settled.wait(left)
-                    self.check_open()
+                self._wait_for_slot(timeout)
             self._inflight += 1
             self._admitted += 1
             entry.seq = self._admitted
             entry.deadline = monotonic() + timeout
             self._pending[entry.correlation_id] = entry
-            if timeout == self._ack_timeout:
+            in_order = timeout == self._ack_timeout
+            if in_order:
                 self._in_order.append(entry)
-        if timeout != self._ack_timeout:
+        if not in_order:
             self._timer.schedule(entry.deadline, functools.partial(self._expire, entry))
+
+    def _wait_for_slot(self, timeout: float) -> None:
+        """Waits, holding ``_lock``, until the window has a slot (see :meth:`admit`)."""
+        if self._runner.on_callback_thread:
+            raise PublishWindowFullError(
+                f"all {self._max_inflight} window slots await acks, and "
+                "liftbridge-callbacks does not wait for them"
+            )
+        give_up = monotonic() + timeout
+        while self._inflight >= self._max_inflight:
+            left = give_up - monotonic()
+            if left <= 0:
+                raise PublishWindowFullError(
+                    f"all {self._max_inflight} window slots still awaited acks after {timeout:g}s"
+                )
+            self._settled.wait(left)
+            self.check_open()
 
     def flush(self, deadline: float | None) -> bool:
         """Waits until every publish admitted before the call has its outcome,
