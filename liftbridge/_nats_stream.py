@@ -98,6 +98,8 @@ _STOP = _Stop()
 _SUBJECTS_CACHED = 1024
 # What a subject must not hold (nats-py's own check, skipped on publish).
 _WHITESPACE = re.compile(r"\s")
+# Each AckPolicy as the wire enum (Enum.value is a slow property).
+_WIRE_POLICIES = {policy: api_pb2.AckPolicy.ValueType(policy.value) for policy in AckPolicy}
 # The envelope header of a publish without a CRC.
 _PLAIN_MESSAGE_HEADER = encode_envelope(EnvelopeType.MESSAGE, b"")
 
@@ -349,12 +351,12 @@ class NatsStreamPublisher:
         correlation_id = f"{self._id_prefix}{next(self._ids)}"
         # The envelope of _envelope.new_message, built from arguments checked
         # above (new_message would check the ack inbox again on every call).
-        # (Fields left out are empty; an AckPolicy is the wire enum's int.)
+        # (Fields left out are empty.)
         message = api_pb2.Message(
             value=value,
             ackInbox=self._inbox if wants_ack else "",
             correlationId=correlation_id,
-            ackPolicy=ack_policy,
+            ackPolicy=_WIRE_POLICIES[ack_policy],
             offset=-1 if expected_offset is None else expected_offset,
         )
         if key:
