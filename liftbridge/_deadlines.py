@@ -59,9 +59,10 @@ class OrderedDeadlines(Generic[T]):
         self._expire = expire
         self.wait = wait  # the deadline of an item appended now is at least now + wait
         self._compact_at = compact_at
+        self._sweep_at = compact_at  # the length that triggers the next sweep (under _lock)
         self._start = start  # starts the timer thread (once; idempotent)
         self._started = False
-        self._lock = threading.Lock()  # guards _items
+        self._lock = threading.Lock()  # guards _items and _sweep_at
         self._items: collections.deque[T] = collections.deque()
 
     def append(self, item: T) -> None:
@@ -74,8 +75,12 @@ class OrderedDeadlines(Generic[T]):
             while items and items[0].done:
                 items.popleft()
             items.append(item)
-            if len(items) > self._compact_at:
+            if len(items) > self._sweep_at:
                 self._items = collections.deque(i for i in items if not i.done)
+                # With more items pending than compact_at (a window that
+                # wide), sweeping again at the next append would make every
+                # append walk them all: the next sweep waits for twice as many.
+                self._sweep_at = max(self._compact_at, 2 * len(self._items))
 
     def __len__(self) -> int:
         return len(self._items)

@@ -152,3 +152,28 @@ def test_a_leader_found_down_fails_only_its_publishes(
     window.settle_acks([_ack("h", 1)])
     assert healthy.future.result(timeout=5) is not None
     assert window.flush(time.monotonic() + 5)
+
+
+def test_the_in_order_queue_sweeps_resolved_items_and_keeps_pending_ones() -> None:
+    """With more publishes pending than ``compact_at`` (a wide window) each
+    sweep keeps them all, and the next one waits until the queue has doubled
+    (sweeping at every append would walk all of them each time)."""
+    timer = AckTimer()
+    expired: list[Pending] = []
+    queue = timer.ordered(expired.append, wait=60.0, compact_at=8)
+    try:
+        items = [Pending(str(i), None, None, 60.0, "s") for i in range(100)]  # type: ignore[arg-type]
+        for item in items:
+            item.deadline = time.monotonic() + 60.0
+            queue.append(item)
+        assert len(queue) == 100  # nothing resolved: nothing swept away
+        for item in items[1:]:  # the oldest stays pending, so only a sweep drops the rest
+            item.done = True
+        late = [Pending(f"late{i}", None, None, 60.0, "s") for i in range(200)]  # type: ignore[arg-type]
+        for item in late:
+            item.deadline = time.monotonic() + 60.0
+            queue.append(item)
+        assert len(queue) < 100 + len(late)  # the resolved ones were swept
+        assert not expired
+    finally:
+        timer.close(time.monotonic() + 5)
