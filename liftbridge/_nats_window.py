@@ -209,12 +209,15 @@ class AckWindow:
                     matched.append((entry, ack))
         for correlation_id in late:
             logger.debug("Dropping an ack for %r: timed out already", correlation_id)
-        for entry, ack in matched:
+        submit = self._runner.submit
+        for entry, ack in matched:  # _resolve, inlined: once per publish
             error = ack.error
-            if error is not None:
-                self._resolve(entry, None, error)
+            if error is None:
+                entry.future.set_result(ack)
+                if entry.handler is not None:
+                    submit(entry.handler, ack, None)
             else:
-                self._resolve(entry, ack, None)
+                self._resolve(entry, None, error)
         self._release(len(matched))
 
     def settle(self, entry: Pending, error: BaseException) -> None:
