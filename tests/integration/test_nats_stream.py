@@ -105,6 +105,24 @@ def test_acks_match_and_messages_round_trip(
     assert [m.headers["index"] for m in messages] == [str(i).encode() for i in range(50)]
 
 
+def test_a_recreated_stream_is_published_to_on_its_new_subject_once_metadata_is_refreshed(
+    stub: api_pb2_grpc.APIStub,
+    publisher: NatsStreamPublisher,
+    client: liftbridge.Client,
+    unique_name: str,
+) -> None:
+    # The partition-0 subject is cached with the metadata it came from: a
+    # refresh (here fetch_metadata) must send publishes to the new subject.
+    client.create_stream(unique_name, subject=f"{unique_name}-old")
+    assert publisher.publish(unique_name, b"before") is not None
+    client.delete_stream(unique_name)
+    client.create_stream(unique_name, subject=f"{unique_name}-new")
+    client.fetch_metadata()
+    ack = publisher.publish(unique_name, b"after")
+    assert ack is not None and ack.offset == 0
+    assert [m.value for m in read(stub, unique_name, 1)] == [b"after"]
+
+
 def test_publish_waits_and_policy_none_is_stored_without_an_ack(
     stub: api_pb2_grpc.APIStub, publisher: NatsStreamPublisher, stream: str
 ) -> None:
