@@ -197,9 +197,10 @@ class NatsStreamPublisher:
         self._router = core.router
         self._timer = core.ack_timer
         self._crc = crc
-        # Stream name -> (the router's metadata, the subject of partition 0).
+        # Stream name -> (the router's metadata, the subject of partition 0,
+        # its leader's address: Router.leader_address from that metadata).
         # Written by publishing threads; a lost race only costs a lookup.
-        self._first_subjects: dict[str, tuple[Metadata, str]] = {}
+        self._first_subjects: dict[str, tuple[Metadata, str, str | None]] = {}
         self._where = url.split("@")[-1]  # never the credentials
         self._inbox = f"_INBOX.{uuid.uuid4().hex}"
         self._ids = itertools.count()
@@ -324,17 +325,17 @@ class NatsStreamPublisher:
         value = _validate.data(value)
         key = _validate.optional_bytes(key, arg="key")
         if partition is None and partitioner is None and not key:
-            # Partition 0: its subject is cached per stream name (checked
-            # when cached) for as long as the router's metadata is the same.
+            # Partition 0: its subject and leader are cached per stream name
+            # (checked when cached) for as long as the router's metadata is the same.
             cached = self._first_subjects.get(stream) if type(stream) is str else None
-            if cached is not None and cached[0] is self._router.metadata:
-                subject = cached[1]
-            else:
-                subject = self._first_subject(stream, value)
+            if cached is None or cached[0] is not self._router.metadata:
+                cached = self._first_subject(stream, value)
+            _, subject, leader = cached
             partition = 0
         else:
             _validate.stream_name(stream)
             subject, partition = self._subject(stream, key, value, partition, partitioner)
+            leader = None
         wants_ack = ack_policy is not AckPolicy.NONE
         if expected_offset is not None and not wants_ack:
             raise InvalidArgumentError(
@@ -377,7 +378,7 @@ class NatsStreamPublisher:
         entry: Pending | None = None
         if wants_ack:
             entry = Pending(correlation_id, future, ack_handler, timeout, subject)
-            entry.leader = self._router.leader_address(stream, partition)
+            entry.leader = leader or self._router.leader_address(stream, partition)
             self._window.admit(entry, timeout)
         else:
             self._window.check_open()
@@ -511,15 +512,17 @@ class NatsStreamPublisher:
             )
         return subject, partition
 
-    def _first_subject(self, stream: str, value: bytes) -> str:
-        """The subject of partition 0 of ``stream``, cached with the metadata it came from."""
+    def _first_subject(self, stream: str, value: bytes) -> tuple[Metadata, str, str | None]:
+        """The metadata, subject and leader address of partition 0 of
+        ``stream``, cached together (the leader is watched from now on)."""
         _validate.stream_name(stream)
         metadata = self._router.metadata
         subject, _ = self._subject(stream, None, value, None, None)
+        cached = (metadata, subject, self._router.leader_address(stream, 0))
         if len(self._first_subjects) >= _SUBJECTS_CACHED:
             self._first_subjects.clear()
-        self._first_subjects[stream] = (metadata, subject)
-        return subject
+        self._first_subjects[stream] = cached
+        return cached
 
     def _stream_info(self, stream: str) -> tuple[Metadata, StreamInfo]:
         metadata = self._router.metadata
