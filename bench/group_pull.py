@@ -42,12 +42,10 @@ def one_round(client: liftbridge.Client, count: int, size: int) -> tuple[float, 
     try:
         wall, cpu = time.perf_counter(), time.process_time()
         consumer.subscribe(stream)
-        seen = 0
-        for message in consumer:
+        for seen, message in enumerate(consumer):
             if message.offset != seen:
                 raise AssertionError(f"offset {message.offset}, expected {seen}")
-            seen += 1
-            if seen == count:
+            if seen + 1 == count:
                 break
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     finally:
