@@ -11,17 +11,21 @@ never skipped.
 A full buffer blocks the partitions' threads, so gRPC flow control slows the
 server down instead of memory growing. Messages of a partition the member
 lost in a rebalance are dropped from the buffer (the new owner reads them).
+
+The buffer is a :class:`~liftbridge._handoff.Handoff`, as for an iterated
+subscription: the taker moves everything queued at once instead of one
+``queue.Queue`` item per message, which traded the GIL between the partition's
+thread and the taking one for every message.
 """
 
 from __future__ import annotations
 
-import contextlib
-import queue
 import threading
 import time
 
 from liftbridge._errors import ClientClosedError, DeadlineExceededError, LiftbridgeError
 from liftbridge._group_partitions import Assigned
+from liftbridge._handoff import Empty, Handoff
 from liftbridge._messages import Message
 
 DEFAULT_BUFFER = 1000
@@ -30,6 +34,9 @@ DEFAULT_BUFFER = 1000
 _PUT_SLICE = 0.1
 """Seconds a partition's thread waits for room before looking whether its
 partition was revoked meanwhile."""
+_LINGER = 0.0005
+"""Seconds a taker that emptied its batch while messages stream in waits for
+more before asking to be woken (as an iterated subscription does)."""
 
 
 class PullBuffer:
@@ -41,7 +48,7 @@ class PullBuffer:
     """
 
     def __init__(self, size: int = DEFAULT_BUFFER) -> None:
-        self._queue: queue.Queue[tuple[Assigned, Message] | None] = queue.Queue(maxsize=size)
+        self._buffer: Handoff[tuple[Assigned, Message]] = Handoff(size, linger=_LINGER)
         self._take_lock = threading.Lock()  # one taker at a time; guards _taken, _error
         self._taken: dict[Assigned, int] = {}  # entry -> last offset handed out, not done
         self._error: LiftbridgeError | None = None
@@ -51,11 +58,8 @@ class PullBuffer:
         """Queues a message (on the partition's thread), waiting for room
         unless the partition is revoked or the buffer closed meanwhile."""
         while not entry.revoked and not self._closed.is_set():
-            try:
-                self._queue.put((entry, message), timeout=_PUT_SLICE)
+            if self._buffer.put((entry, message), _PUT_SLICE):
                 return
-            except queue.Full:
-                continue
 
     def fail(self, error: LiftbridgeError) -> None:
         """Keeps an error for the next ``fetch`` or ``next`` to raise (the
@@ -67,8 +71,7 @@ class PullBuffer:
     def close(self) -> None:
         """Wakes every taker and offerer; takers then raise ClientClosedError."""
         self._closed.set()
-        with contextlib.suppress(queue.Full):  # full: a taker finds it non-empty, sees _closed
-            self._queue.put_nowait(None)
+        self._buffer.close()
 
     def done(self) -> None:
         """Marks every message handed out so far as handled."""
@@ -93,14 +96,13 @@ class PullBuffer:
             while len(batch) < max_messages:
                 if self._closed.is_set():
                     raise ClientClosedError("the consumer is closed")
-                wait = deadline - time.monotonic() if not batch else 0.0
+                wait = max(0.0, deadline - time.monotonic()) if not batch else 0.0
                 try:
-                    item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
-                except queue.Empty:
+                    entry, message = self._buffer.get(wait)
+                except Empty:
+                    if self._closed.is_set():
+                        continue  # woken by close(): the loop raises
                     break
-                if item is None:
-                    continue  # close()'s wake-up: the loop raises
-                entry, message = item
                 if entry.revoked:
                     continue  # its new owner reads it
                 batch.append(message)

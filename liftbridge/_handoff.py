@@ -13,6 +13,9 @@ batch of items is in) before it waits for the next single item, so that
 while messages stream in it wakes once per batch rather than once per
 message. An item put while no messages streamed in wakes a waiting taker at
 once; one put while the taker lingers waits at most ``linger`` longer.
+
+Iterated subscriptions (one producer) and a consumer-group member's pull
+buffer (one producer per partition) use it.
 """
 
 from __future__ import annotations
@@ -36,8 +39,8 @@ class Handoff(Generic[T]):
     """A FIFO buffer holding at most ``capacity`` items (put and not yet
     taken, a taker's batch included).
 
-    Thread-safety: ``put`` from one producing thread; ``get`` from any
-    thread (each item comes out once, in order).
+    Thread-safety: ``put``, ``get`` and ``close`` from any thread (each item
+    comes out once, in the order of the puts).
     """
 
     def __init__(self, capacity: int, *, linger: float = 0.0) -> None:
@@ -54,30 +57,33 @@ class Handoff(Generic[T]):
         self._lingering = 0  # takers on _arrived to be woken by _wake_batch items
         self._putters = 0  # producers waiting on _room
         self._streaming = False  # the last refill found items
+        self._closed = False  # close() was called
         self._wake_batch = max(1, min(_WAKE_BATCH, capacity))
 
     def put(self, item: T, timeout: float) -> bool:
         """Appends ``item``, waiting up to ``timeout`` seconds for room.
 
         Returns:
-            False when there was no room in time (the item was not added).
+            False when there was no room in time or the buffer is closed (the
+            item was not added).
         """
         with self._lock:
-            if len(self._items) + len(self._batch) >= self._capacity:
+            if len(self._items) + len(self._batch) >= self._capacity and not self._closed:
                 self._putters += 1
                 try:
                     self._room.wait(timeout)
                 finally:
                     self._putters -= 1
-                if len(self._items) + len(self._batch) >= self._capacity:
-                    return False
+            if self._closed or len(self._items) + len(self._batch) >= self._capacity:
+                return False
             self._items.append(item)
             if self._waiting or (self._lingering and len(self._items) >= self._wake_batch):
                 self._arrived.notify_all()
         return True
 
     def get(self, timeout: float) -> T:
-        """The oldest item, waiting up to ``timeout`` seconds (0: not at all).
+        """The oldest item, waiting up to ``timeout`` seconds (0: not at all;
+        a closed buffer: not at all).
 
         Raises:
             Empty: nothing arrived in time.
@@ -90,11 +96,11 @@ class Handoff(Generic[T]):
             with self._lock:
                 if self._batch:  # another taker refilled it meanwhile
                     continue
-                if not self._items and timeout > 0:
+                if not self._items and timeout > 0 and not self._closed:
                     deadline = time.monotonic() + timeout
                     if self._streaming and self._linger > 0:
                         self._linger_for_batch(min(self._linger, timeout))
-                    if not self._items:
+                    if not self._items and not self._closed:
                         self._wait_for_one(deadline - time.monotonic())
                 self._streaming = bool(self._items)
                 if not self._items:
@@ -102,7 +108,15 @@ class Handoff(Generic[T]):
                 self._batch.extend(self._items)
                 self._items.clear()
                 if self._putters:
-                    self._room.notify()
+                    self._room.notify_all()  # one producer per partition may wait
+
+    def close(self) -> None:
+        """Wakes every waiting taker and producer: from now on ``put`` adds
+        nothing and ``get`` does not wait (items already in still come out)."""
+        with self._lock:
+            self._closed = True
+            self._arrived.notify_all()
+            self._room.notify_all()
 
     def _linger_for_batch(self, timeout: float) -> None:
         """Waits (``_lock`` held) until a batch of items is in or ``timeout`` passed."""
