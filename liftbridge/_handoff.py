@@ -68,13 +68,18 @@ class Handoff(Generic[T]):
             item was not added).
         """
         with self._lock:
-            if len(self._items) + len(self._batch) >= self._capacity and not self._closed:
+            if self._full() and not self._closed:
+                deadline = time.monotonic() + timeout
                 self._putters += 1
-                try:
-                    self._room.wait(timeout)
+                try:  # other producers may take the room first: wait again
+                    while self._full() and not self._closed:
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            break
+                        self._room.wait(remaining)
                 finally:
                     self._putters -= 1
-            if self._closed or len(self._items) + len(self._batch) >= self._capacity:
+            if self._closed or self._full():
                 return False
             self._items.append(item)
             if self._waiting or (self._lingering and len(self._items) >= self._wake_batch):
@@ -96,6 +101,8 @@ class Handoff(Generic[T]):
             with self._lock:
                 if self._batch:  # another taker refilled it meanwhile
                     continue
+                if self._putters:  # the batch emptied without the lock: room for them
+                    self._room.notify_all()
                 if not self._items and timeout > 0 and not self._closed:
                     deadline = time.monotonic() + timeout
                     if self._streaming and self._linger > 0:
@@ -107,8 +114,6 @@ class Handoff(Generic[T]):
                     raise Empty
                 self._batch.extend(self._items)
                 self._items.clear()
-                if self._putters:
-                    self._room.notify_all()  # one producer per partition may wait
 
     def close(self) -> None:
         """Wakes every waiting taker and producer: from now on ``put`` adds
@@ -117,6 +122,9 @@ class Handoff(Generic[T]):
             self._closed = True
             self._arrived.notify_all()
             self._room.notify_all()
+
+    def _full(self) -> bool:
+        return len(self._items) + len(self._batch) >= self._capacity
 
     def _linger_for_batch(self, timeout: float) -> None:
         """Waits (``_lock`` held) until a batch of items is in or ``timeout`` passed."""

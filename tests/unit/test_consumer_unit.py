@@ -649,3 +649,80 @@ def test_next_message_times_out() -> None:
 
 def _message(offset: int, partition: int = 0) -> liftbridge.Message:
     return liftbridge.Message(offset=offset, value=b"", stream="s", partition=partition)
+
+
+def test_pull_buffer_close_wakes_a_waiting_fetch_and_a_blocked_offer() -> None:
+    buffer = PullBuffer(size=1)
+    entry = Assigned(StreamPartition("s", 0), pulled=True)
+    buffer.offer(entry, _message(0))
+    outcomes: list[str] = []
+
+    def offer() -> None:
+        buffer.offer(entry, _message(1))  # full: waits until close()
+        outcomes.append("offer returned")
+
+    offerer = threading.Thread(target=offer, name="test-pull-offerer")
+    offerer.start()
+    assert [m.offset for m in buffer.fetch(1, 5.0)] == [0]
+
+    waiting = PullBuffer(size=1)
+
+    def fetch() -> None:
+        try:
+            waiting.fetch(1, 30.0)
+        except liftbridge.ClientClosedError:
+            outcomes.append("fetch closed")
+
+    taker = threading.Thread(target=fetch, name="test-pull-taker")
+    taker.start()
+    while not waiting._buffer._waiting:  # until the fetch waits for a message
+        taker.join(0.001)
+    waiting.close()
+    taker.join(5.0)
+    assert not taker.is_alive()
+    offerer.join(5.0)  # room came when the fetch took message 0
+    buffer.close()
+    assert not offerer.is_alive()
+    assert sorted(outcomes) == ["fetch closed", "offer returned"]
+
+
+def test_pull_buffer_revoking_a_partition_releases_its_blocked_offer() -> None:
+    buffer = PullBuffer(size=2)
+    kept = Assigned(StreamPartition("s", 0), pulled=True)
+    lost = Assigned(StreamPartition("s", 1), pulled=True)
+    buffer.offer(kept, _message(0))
+    buffer.offer(lost, _message(0, partition=1))
+    offerer = threading.Thread(
+        target=buffer.offer, args=(lost, _message(1, partition=1)), name="test-pull-offerer"
+    )
+    offerer.start()
+    lost.revoked = True  # the blocked offer gives up within a slice, adds nothing
+    offerer.join(5.0)
+    assert not offerer.is_alive()
+    assert [(m.partition, m.offset) for m in buffer.fetch(5, 0.01)] == [(0, 0)]
+    assert buffer.fetch(5, 0.01) == []
+
+
+def test_pull_buffer_hands_many_messages_over_in_order_in_batches_of_any_size() -> None:
+    buffer = PullBuffer(size=50)
+    entry = Assigned(StreamPartition("s", 0), pulled=True)
+    count = 5_000
+
+    def offer() -> None:
+        for offset in range(count):
+            buffer.offer(entry, _message(offset))
+
+    offerer = threading.Thread(target=offer, name="test-pull-offerer")
+    offerer.start()
+    taken: list[int] = []
+    sizes = [1, 7, 100]
+    while len(taken) < count:
+        batch = buffer.fetch(sizes[len(taken) % 3], 5.0)
+        assert batch, "the offerer keeps offering"
+        taken += [m.offset for m in batch]
+        assert entry.progress() == (taken[-len(batch) - 1] if len(taken) > len(batch) else None)
+    offerer.join(5.0)
+    assert not offerer.is_alive()
+    assert taken == list(range(count))
+    buffer.done()
+    assert entry.progress() == count - 1

@@ -78,3 +78,66 @@ def test_a_blocked_producer_gets_room_when_the_taker_refills() -> None:
     assert buffer.get(5.0) == 2  # the taker's refill made room and woke the producer
     producer.join(5.0)
     assert result == [True]
+
+
+def test_close_wakes_a_waiting_taker_and_producer_and_keeps_what_is_in() -> None:
+    buffer: Handoff[int] = Handoff(1, linger=0.001)
+    assert buffer.put(1, 0.01)
+    results: list[object] = []
+
+    def produce() -> None:
+        results.append(buffer.put(2, 30.0))  # full: waits until close()
+
+    producer = threading.Thread(target=produce, name="test-handoff-producer")
+    producer.start()
+    while not buffer._putters:  # wait until it waits for room
+        producer.join(0.001)
+    buffer.close()
+    producer.join(5.0)
+    assert not producer.is_alive()
+    assert results == [False]
+    assert not buffer.put(3, 0.01)  # closed: nothing added
+    assert buffer.get(30.0) == 1  # what was in still comes out
+    with pytest.raises(Empty):
+        buffer.get(30.0)  # closed and empty: returns at once
+
+    empty: Handoff[int] = Handoff(4)
+
+    def take() -> None:
+        try:
+            results.append(empty.get(30.0))
+        except Empty:
+            results.append("empty")
+
+    taker = threading.Thread(target=take, name="test-handoff-taker")
+    taker.start()
+    while not empty._waiting:  # wait until it waits for an item
+        taker.join(0.001)
+    empty.close()
+    taker.join(5.0)
+    assert not taker.is_alive()
+    assert results[-1] == "empty"
+
+
+def test_items_of_several_producers_come_out_once_each_in_their_order() -> None:
+    buffer: Handoff[tuple[int, int]] = Handoff(8, linger=0.001)
+    count = 3_000
+
+    def produce(producer: int) -> None:
+        for i in range(count):
+            assert buffer.put((producer, i), 30.0)
+
+    producers = [
+        threading.Thread(target=produce, args=(p,), name=f"test-handoff-producer-{p}")
+        for p in range(3)
+    ]
+    for producer in producers:
+        producer.start()
+    taken = [buffer.get(30.0) for _ in range(3 * count)]
+    for producer in producers:
+        producer.join(30.0)
+        assert not producer.is_alive()
+    for p in range(3):
+        assert [i for q, i in taken if q == p] == list(range(count))
+    with pytest.raises(Empty):
+        buffer.get(0)
