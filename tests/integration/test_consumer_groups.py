@@ -808,6 +808,35 @@ def test_iterating_a_pulling_member_ends_when_it_closes(
         handler_member.fetch()
 
 
+def test_iterating_a_pulling_member_yields_many_messages_in_order_without_loss(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    # More messages per partition than the member buffers (1,000), so the
+    # partitions' threads fill the buffer and wait for the iterating one.
+    partitions, per_partition = 3, 2_500
+    client.create_stream(unique_name, partitions=partitions)
+    futures = [
+        client.publish_async(unique_name, f"{p}:{i}".encode(), partition=p)
+        for i in range(per_partition)
+        for p in range(partitions)
+    ]
+    for future in futures:
+        future.result(30)
+    consumer = make_consumer(unique_name, auto_checkpoint=None)
+    consumer.subscribe(unique_name)
+    seen: dict[int, list[int]] = {p: [] for p in range(partitions)}
+    for taken, message in enumerate(consumer, start=1):
+        assert message.value == f"{message.partition}:{message.offset}".encode()
+        seen[message.partition].append(message.offset)
+        if taken == partitions * per_partition:
+            break
+    assert seen == {p: list(range(per_partition)) for p in range(partitions)}
+    consumer.checkpoint()  # the last one taken counts as handled now
+    cursors = [client.fetch_cursor(consumer.cursor_id, unique_name, p) for p in range(partitions)]
+    assert cursors == [per_partition - 1] * partitions
+    assert consumer.fetch(10, timeout=0.2) == []
+
+
 # ---------------------------------------------------------------- overflow --
 
 
