@@ -5,7 +5,8 @@ One real server; per round a fresh 1-partition stream is filled with
 iterates it from the earliest offset. The clock starts at ``subscribe`` and
 stops at the last message; CPU is the whole process's (every thread), read
 with ``time.process_time``. Prints each round, the medians and the load
-average. Run: ``python -m bench.group_pull``.
+average. ``--plain`` times an iterated ``Client.subscribe`` of the same
+partition instead, for reference. Run: ``python -m bench.group_pull``.
 """
 
 from __future__ import annotations
@@ -33,11 +34,20 @@ def fill(client: liftbridge.Client, stream: str, count: int, size: int) -> None:
         future.result(30)
 
 
-def one_round(client: liftbridge.Client, count: int, size: int) -> tuple[float, float]:
+def one_round(client: liftbridge.Client, count: int, size: int, plain: bool) -> tuple[float, float]:
     """(messages/s, µs of CPU per message) of one iterated group read."""
     stream = f"gpull-{time.time_ns()}"
     client.create_stream(stream)
     fill(client, stream, count, size)
+    if plain:
+        wall, cpu = time.perf_counter(), time.process_time()
+        with client.subscribe(stream, start=liftbridge.StartPosition.EARLIEST) as subscription:
+            for message in subscription:
+                if message.offset + 1 == count:
+                    break
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        client.delete_stream(stream)
+        return count / wall, cpu / count * 1e6
     consumer = client.create_consumer(stream, auto_checkpoint=None)
     try:
         wall, cpu = time.perf_counter(), time.process_time()
@@ -59,11 +69,12 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--plain", action="store_true", help="an iterated subscription instead")
     args = parser.parse_args()
     rates, cpus = [], []
     with LocalServer() as server, liftbridge.Client(server.address) as client:
         for i in range(args.rounds):
-            rate, cpu = one_round(client, args.messages, args.size)
+            rate, cpu = one_round(client, args.messages, args.size, args.plain)
             rates.append(rate)
             cpus.append(cpu)
             print(f"round {i + 1}: {rate:,.0f} msgs/s, {cpu:.1f} µs CPU/msg", flush=True)
