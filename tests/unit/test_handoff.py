@@ -141,3 +141,18 @@ def test_items_of_several_producers_come_out_once_each_in_their_order() -> None:
         assert [i for q, i in taken if q == p] == list(range(count))
     with pytest.raises(Empty):
         buffer.get(0)
+
+
+def test_a_producer_waiting_for_room_is_woken_once_the_taker_emptied_its_batch() -> None:
+    buffer: Handoff[int] = Handoff(2)
+    assert buffer.put(0, 0.01)
+    assert buffer.put(1, 0.01)
+    producer = threading.Thread(target=buffer.put, args=(2, 30.0), name="test-handoff-producer")
+    producer.start()
+    while not buffer._putters:  # until it waits for room
+        producer.join(0.001)
+    assert [buffer.get(5.0), buffer.get(5.0)] == [0, 1]
+    # The room came as items were taken; the producer must not sleep out its 30 s.
+    assert buffer.get(5.0) == 2
+    producer.join(5.0)
+    assert not producer.is_alive()
