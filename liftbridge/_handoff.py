@@ -1,5 +1,5 @@
-"""A bounded buffer from one producing thread to the threads that take from
-it, handed over in batches.
+"""A bounded buffer from producing threads to the threads that take from it,
+handed over in batches.
 
 A subscription read without a handler hands every message from its thread to
 the iterating one. With ``queue.Queue`` that cost two condition variables per
