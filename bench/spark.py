@@ -2,7 +2,8 @@
 after the main suite when the spark extra and Java are there; ``BENCH_NO_SPARK=1`` skips it).
 
 Measured on one ``LocalServer`` and a ``local[2]`` SparkSession, after a warm-up
-query (Spark's first Python data-source query pays for starting its workers):
+query on three partitions (Spark's first Python data-source query on each of its
+two task slots pays for starting that slot's Python worker):
 
 - the plain SDK: one partition read with ``subscribe`` (iterating, start and
   stop offsets), the rate a Spark read is compared with;
@@ -139,7 +140,9 @@ def run(argv: list[str] | None = None) -> int:
                     times.append(time.perf_counter() - started)
                 return times
 
-            read(1, SMALL)()  # warm-up: starts the Python workers
+            # Warm-up: three tasks, so both of local[2]'s slots start their Python
+            # worker (a worker first met by a timed query added ~0.6 s to it).
+            read(3, SMALL)()
             for partitions, options in ((1, {}), (3, {}), (3, {"minPartitions": "6"})):
                 label = f"Spark batch read, {partitions} partition{'s' if partitions > 1 else ''}"
                 if options:
