@@ -1,11 +1,12 @@
-"""The executor-side read called directly (no SparkSession): ``read_range``
-reads Subscribe streams through a router of its own and builds Arrow columns
-from the wire messages. Against the real server for the rows it yields; a
-fake broker for what the real one cannot do on cue (a stream that breaks
-mid-range, one that stalls)."""
+"""The executor-side read and the driver's planning called directly (no
+SparkSession): ``read_range`` reads Subscribe streams through a router of its
+own and builds Arrow columns from the wire messages. Against the real server
+for the rows it yields and the ranges planned; a fake broker for what the real
+one cannot do on cue (a stream that breaks mid-range, one that stalls)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -17,10 +18,11 @@ pytest.importorskip("pyspark", reason="needs the spark extra: pip install -e '.[
 pytest.importorskip("pyarrow", reason="needs the spark extra: pip install -e '.[spark]'")
 
 import liftbridge
-from liftbridge import DeadlineExceededError
-from liftbridge.spark._clients import close_clients, router_for
+from liftbridge import DeadlineExceededError, InvalidArgumentError
+from liftbridge.spark._clients import client_for, close_clients, router_for
 from liftbridge.spark._fetch import FetchSettings, OffsetRange, read_range
-from liftbridge.spark._options import ClientConfig
+from liftbridge.spark._offsets import batch_ranges
+from liftbridge.spark._options import ClientConfig, Mode, read_options
 from liftbridge.testing import LocalServer
 from liftbridge_api import api_pb2
 from tests.spark.helpers import Row, fill, sdk_rows
@@ -188,3 +190,26 @@ def test_a_stalled_read_fails_after_the_poll_timeout_and_cancels_its_stream() ->
         finally:
             close_clients()
         assert broker.cancelled.wait(10), "the stalled stream was not cancelled"
+
+
+def test_planning_resolves_the_partitions_at_once_and_fails_on_the_first_bad_one(
+    server: LocalServer, client: liftbridge.Client, unique_name: str
+) -> None:
+    client.create_stream(unique_name, partitions=3)
+    for partition, count in ((0, 3), (2, 5)):
+        for i in range(count):
+            client.publish(unique_name, b"%d" % i, partition=partition)
+    options = read_options({"servers": server.address, "stream": unique_name}, Mode.BATCH)
+    config = options.client
+    ranges = batch_ranges(client_for(config), router_for(config), options)
+    assert [(r.partition, r.start, r.end, r.from_earliest) for r in ranges] == [
+        (0, 0, 3, True),
+        (2, 0, 5, True),
+    ]
+    ending = json.dumps({unique_name: {"1": 9, "2": 9}})
+    bad = read_options(
+        {"servers": server.address, "stream": unique_name, "endingOffsets": ending}, Mode.BATCH
+    )
+    # Both partitions 1 and 2 end before 9: the error names the first.
+    with pytest.raises(InvalidArgumentError, match=f"{unique_name}/1 ends at 0"):
+        batch_ranges(client_for(config), router_for(config), bad)
