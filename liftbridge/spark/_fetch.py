@@ -5,10 +5,11 @@ inclusive on the wire), so a retried task reads exactly the rows the failed
 attempt read. A watchdog bounds every wait: a range that stops delivering
 within the poll timeout fails the task instead of hanging it.
 
-Executors read the stream themselves, through the router, on the task's own
-thread, and build each Arrow column from the wire messages in one go: no SDK
-:class:`~liftbridge.Message` per row, no hand-over between threads. That is
-most of what a row costs beyond gRPC's own work (``python -m bench.spark``).
+Executors read the stream themselves, through the router, and build each
+Arrow column from a batch of wire messages in one go: no SDK
+:class:`~liftbridge.Message` per row. One thread receives while the task's
+thread builds and hands on record batches; messages pass between them in
+batches (:class:`~liftbridge._handoff.Handoff`), not one lock round per message.
 A broker failure mid-range re-subscribes from the next offset, as
 :class:`~liftbridge.Subscription` does.
 """
@@ -41,6 +42,7 @@ from liftbridge import (
 )
 from liftbridge._channels import StreamCall
 from liftbridge._errors import from_rpc_error
+from liftbridge._handoff import Empty, Handoff
 from liftbridge._router import Deadline, Leader, Replica, Router
 from liftbridge.spark._schema import SERVER_HEADERS, arrow_schema
 from liftbridge_api import api_pb2
@@ -48,6 +50,11 @@ from liftbridge_api import api_pb2
 _log = logging.getLogger(__name__)
 
 _JOIN_TIMEOUT = 5.0
+_POLL = 0.1
+"""Seconds between checks while a read waits to hand over or take a message."""
+_LINGER = 0.0005
+"""Seconds the task's thread waits for more messages after taking all it had,
+so it wakes once per batch of messages rather than once per message."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _RESUBSCRIBE_WAIT = 30.0
 """Seconds a read keeps re-subscribing after its broker failed (the SDK
@@ -183,6 +190,11 @@ class Feed:
         self._lock = threading.Lock()  # guards _call and the setting of _closed
         self._call: StreamCall[api_pb2.Message] | None = None
         self._closed = threading.Event()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed.is_set()
 
     def close(self) -> None:
         """Cancels the open stream and every later one (any thread). Idempotent."""
@@ -342,6 +354,11 @@ def read_range(
 ) -> Iterator[pa.RecordBatch]:
     """Yields the messages of ``offsets`` as record batches, in offset order.
 
+    A thread (``liftbridge-spark-read-<stream>-<partition>``) reads the
+    stream and hands the messages over in batches, so gRPC keeps receiving
+    while the task builds and hands on a record batch; the thread is stopped
+    and joined before this generator ends, also when it is closed early.
+
     Offsets missing inside the range (compaction) are skipped. Offsets
     missing at its head are data loss when retention removed them.
 
@@ -353,69 +370,116 @@ def read_range(
     """
     if offsets.size == 0:
         return
-    stream, partition, last = offsets.stream, offsets.partition, offsets.end - 1
+    stream, partition = offsets.stream, offsets.partition
     batches = _Batches(stream, partition, settings.include_headers)
     rows_per_batch = settings.rows_per_batch
     feed = Feed(router, stream, partition, replica=settings.read_replica)
-    rows: list[api_pb2.Message] = []
-    start = following = offsets.start  # following: the next offset wanted
+    handoff: Handoff[api_pb2.Message | None] = Handoff(2 * rows_per_batch, linger=_LINGER)
+    failure: list[BaseException] = []  # what ended the receiving thread, if anything
     with Watchdog(feed.close, settings.poll_timeout, f"{stream}-{partition}") as watchdog:
+
+        def put(message: api_pb2.Message | None) -> None:
+            while not handoff.put(message, _POLL):
+                if feed.closed:
+                    return
+
+        def receive() -> None:
+            try:
+                _receive(router, feed, offsets, settings, watchdog, put)
+            except BaseException as e:  # handed to the task's thread, never lost
+                failure.append(e)
+            finally:
+                put(None)
+
+        receiver = threading.Thread(
+            target=receive, name=f"liftbridge-spark-read-{stream}-{partition}", daemon=True
+        )
+        receiver.start()
         try:
-            while following <= last:
+            rows: list[api_pb2.Message] = []
+            get = handoff.get
+            while True:
                 try:
-                    call = feed.open(feed.request(following, last))
-                except StopPositionReached:
-                    break  # the rest of the range was compacted away
-                error: LiftbridgeError = ConnectionLostError(
-                    "the server ended the subscription stream"
-                )
-                try:
-                    for message in call:
-                        offset = message.offset
-                        # Server v1.9.0 may serve a start offset from an older
-                        # message; a resumed stream may repeat one: never twice.
-                        if offset != following:
-                            if offset < following:
-                                continue
-                            if following == start and not offsets.from_earliest:
-                                _check_head_gap(router, offsets, offset, settings)
-                        if offset > last:
-                            following = offset
-                            break
-                        rows.append(message)
-                        following = offset + 1
-                        watchdog.position = following
-                        if len(rows) >= rows_per_batch:
-                            watchdog.paused = True
-                            yield batches.batch(rows)
-                            watchdog.paused = False
-                            rows = []
-                        if offset == last:
-                            break
-                except grpc.RpcError as e:
-                    error = feed.failure(e)
-                finally:
-                    call.cancel()
-                if following > last or isinstance(error, StopPositionReached):
+                    message = get(_POLL)
+                except Empty:
+                    if receiver.is_alive():
+                        continue  # the watchdog bounds a stalled stream
+                    raise LiftbridgeError(f"the read of {stream}/{partition} stopped") from None
+                if message is None:
                     break
-                if not _resubscribable(error):
-                    raise error
-                _log.info(
-                    "reading %s/%s interrupted (%s); re-subscribing from offset %d",
-                    stream,
-                    partition,
-                    error,
-                    following,
-                )
-        except ClientClosedError as e:
-            if watchdog.fired:
-                raise DeadlineExceededError(
-                    f"reading {stream}/{partition} offsets {offsets.start}-{last}: no message "
-                    f"for {settings.poll_timeout:g}s (option pollTimeoutMs)"
-                ) from e
-            raise
+                rows.append(message)
+                if len(rows) >= rows_per_batch:
+                    watchdog.paused = True
+                    yield batches.batch(rows)
+                    watchdog.paused = False
+                    rows = []
+        finally:
+            feed.close()
+            receiver.join(_JOIN_TIMEOUT)
+            if receiver.is_alive():
+                _log.warning("%s did not stop within %.0fs", receiver.name, _JOIN_TIMEOUT)
+    if failure:
+        error = failure[0]
+        if isinstance(error, ClientClosedError) and watchdog.fired:
+            raise DeadlineExceededError(
+                f"reading {stream}/{partition} offsets {offsets.start}-{offsets.end - 1}: no "
+                f"message for {settings.poll_timeout:g}s (option pollTimeoutMs)"
+            ) from error
+        raise error
     if rows:
         yield batches.batch(rows)
+
+
+def _receive(
+    router: Router,
+    feed: Feed,
+    offsets: OffsetRange,
+    settings: FetchSettings,
+    watchdog: Watchdog,
+    put: Callable[[api_pb2.Message], None],
+) -> None:
+    """Reads the range's messages into ``put``, re-subscribing from the next
+    offset after a broker failure (thread ``liftbridge-spark-read-*``)."""
+    start = following = offsets.start  # following: the next offset wanted
+    last = offsets.end - 1
+    while following <= last:
+        try:
+            call = feed.open(feed.request(following, last))
+        except StopPositionReached:
+            return  # the rest of the range was compacted away
+        error: LiftbridgeError = ConnectionLostError("the server ended the subscription stream")
+        try:
+            for message in call:
+                offset = message.offset
+                # Server v1.9.0 may serve a start offset from an older
+                # message; a resumed stream may repeat one: never twice.
+                if offset != following:
+                    if offset < following:
+                        continue
+                    if following == start and not offsets.from_earliest:
+                        _check_head_gap(router, offsets, offset, settings)
+                if offset > last:
+                    return
+                put(message)
+                following = offset + 1
+                watchdog.position = following
+                if offset == last:
+                    return
+        except grpc.RpcError as e:
+            error = feed.failure(e)
+        finally:
+            call.cancel()
+        if isinstance(error, StopPositionReached):
+            return
+        if not _resubscribable(error):
+            raise error
+        _log.info(
+            "reading %s/%s interrupted (%s); re-subscribing from offset %d",
+            offsets.stream,
+            offsets.partition,
+            error,
+            following,
+        )
 
 
 def _check_head_gap(
