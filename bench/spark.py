@@ -2,7 +2,8 @@
 after the main suite when the spark extra and Java are there; ``BENCH_NO_SPARK=1`` skips it).
 
 Measured on one ``LocalServer`` and a ``local[2]`` SparkSession, after a warm-up
-query (Spark's first Python data-source query pays for starting its workers):
+query on three partitions (Spark's first Python data-source query on each of its
+two task slots pays for starting that slot's Python worker):
 
 - the plain SDK: one partition read with ``subscribe`` (iterating, start and
   stop offsets), the rate a Spark read is compared with;
@@ -14,6 +15,9 @@ query (Spark's first Python data-source query pays for starting its workers):
   ``maxOffsetsPerTrigger``, ``noop`` sink): median ``triggerExecution`` time.
 
 Each figure is the median of a few repetitions; the JSON file keeps them all.
+The SDK read and the Spark reads are timed in turn within each repetition (each
+DataFrame planned once, before the timing), so the ratios compare reads that
+shared the machine's load alike.
 """
 
 from __future__ import annotations
@@ -50,6 +54,12 @@ def _median_rate(rows: int, reps: int, action: Callable[[], object]) -> tuple[fl
     return statistics.median(rates), rates
 
 
+def _timed(action: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
 def _fill(client: liftbridge.Client, stream: str, partitions: int, per_partition: int) -> None:
     value = b"v" * 100
     for partition in range(partitions):
@@ -71,7 +81,7 @@ def _sdk_read(client: liftbridge.Client, stream: str, count: int) -> None:
 def run(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.spark", description=__doc__)
     parser.add_argument("--rows", type=int, default=60_000, help="messages per partition")
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     if os.environ.get("BENCH_NO_SPARK", "").strip().lower() in {"1", "true", "yes", "on"}:
@@ -105,8 +115,6 @@ def run(argv: list[str] | None = None) -> int:
         print(f"bench.spark: publishing {3 * n:,} messages", file=sys.stderr, flush=True)
         _fill(client, stream, 3, n)
         _sdk_read(client, stream, min(n, 10_000))  # warm-up
-        median, values = _median_rate(n, reps, lambda: _sdk_read(client, stream, n))
-        record("plain SDK subscribe, 1 partition", "msgs/s", median, values)
 
         spark = (
             SparkSession.builder.master("local[2]")
@@ -131,29 +139,45 @@ def run(argv: list[str] | None = None) -> int:
                 df = reader.load()
                 return lambda: df.select(F.sum(F.length("value"))).collect()
 
-            def seconds(action: Callable[[], object]) -> list[float]:
-                times = []
-                for _ in range(reps):
-                    started = time.perf_counter()
-                    action()
-                    times.append(time.perf_counter() - started)
-                return times
-
-            read(1, SMALL)()  # warm-up: starts the Python workers
-            for partitions, options in ((1, {}), (3, {}), (3, {"minPartitions": "6"})):
+            # Three tasks, so both of local[2]'s slots start their Python worker
+            # (a worker first met by a timed query added ~0.6 s to it).
+            read(3, SMALL)()
+            configs = [(1, {}), (3, {}), (3, {"minPartitions": "6"})]
+            # Each DataFrame is planned by its first action, before the timing.
+            actions = [(read(p, SMALL, **o), read(p, n, **o)) for p, o in configs]
+            for small, full in actions:
+                small()
+                full()
+            # Every repetition times the SDK and each Spark read in turn, so load
+            # from other processes on the machine weighs on all of them alike.
+            sdk_times: list[float] = []
+            times: list[tuple[list[float], list[float]]] = [([], []) for _ in configs]
+            for _ in range(reps):
+                sdk_times.append(_timed(lambda: _sdk_read(client, stream, n)))
+                for (small, full), (small_times, full_times) in zip(actions, times, strict=True):
+                    small_times.append(_timed(small))
+                    full_times.append(_timed(full))
+            record(
+                "plain SDK subscribe, 1 partition",
+                "msgs/s",
+                n / statistics.median(sdk_times),
+                [n / t for t in sdk_times],
+            )
+            for (partitions, options), (small_s, full_s) in zip(configs, times, strict=True):
                 label = f"Spark batch read, {partitions} partition{'s' if partitions > 1 else ''}"
                 if options:
                     label += ", " + ", ".join(f"{k}={v}" for k, v in options.items())
-                small = seconds(read(partitions, SMALL, **options))
-                full = seconds(read(partitions, n, **options))
                 rows = partitions * n
-                record(label, "rows/s", rows / statistics.median(full), [rows / t for t in full])
-                # Without the fixed cost of a query (planning in fresh Python
-                # processes, scheduling): the rate of the rows beyond the first SMALL.
+                record(
+                    label, "rows/s", rows / statistics.median(full_s), [rows / t for t in full_s]
+                )
+                # Without the fixed cost of a query (scheduling, the Python
+                # worker's round trip): the rate of the rows beyond the first SMALL.
                 extra = partitions * (n - SMALL)
-                marginal = extra / (statistics.median(full) - statistics.median(small))
+                marginal = extra / (statistics.median(full_s) - statistics.median(small_s))
                 record(label + " (beyond a query's fixed cost)", "rows/s", marginal, [])
-                record(label + ": fixed cost of a query", "ms", statistics.median(small) * 1000, [])
+                fixed = statistics.median(small_s) * 1000
+                record(label + ": fixed cost of a query", "ms", fixed, [])
 
             sink = f"{stream}-out"
             client.create_stream(sink, partitions=3)

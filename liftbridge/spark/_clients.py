@@ -1,10 +1,15 @@
-"""One SDK client per worker process and configuration.
+"""One SDK client, and one router for reads, per worker process and configuration.
 
-Spark reuses its Python worker processes across tasks, so a client opened by
-one task serves the next ones: a task pays for connecting only the first time
-its process meets a configuration. Readers and writers hold a
-:class:`ClientConfig`, never a client (a client holds locks and gRPC channels,
-which do not pickle), and ask this cache inside ``read()`` / ``write()``.
+Spark reuses its Python worker processes across tasks (and the driver's
+planning processes across queries), so a client opened by one task serves the
+next ones: a task pays for connecting only the first time its process meets a
+configuration. Readers and writers hold a :class:`ClientConfig`, never a
+client (a client holds locks and gRPC channels, which do not pickle), and ask
+this cache inside ``read()`` / ``write()`` / ``partitions()``.
+
+Reads stand on a :class:`~liftbridge._router.Router` of their own (the
+channels, metadata and routing under every client), whose Subscribe streams
+they read directly (see :mod:`liftbridge.spark._fetch`).
 """
 
 from __future__ import annotations
@@ -13,13 +18,18 @@ import atexit
 import logging
 import threading
 
-from liftbridge import Client, ClientState
+from liftbridge import DEFAULT_RETRY_POLICY, Client, ClientState
+from liftbridge._router import Router
 from liftbridge.spark._options import ClientConfig
 
 _log = logging.getLogger(__name__)
 
-_lock = threading.Lock()  # guards _clients
+_CONNECT_TIMEOUT = 5.0
+_RPC_TIMEOUT = 10.0  # the Client's defaults
+
+_lock = threading.Lock()  # guards _clients and _routers
 _clients: dict[ClientConfig, Client] = {}
+_routers: dict[ClientConfig, Router] = {}
 
 
 def client_for(config: ClientConfig) -> Client:
@@ -38,17 +48,47 @@ def client_for(config: ClientConfig) -> Client:
         return client
 
 
+def router_for(config: ClientConfig) -> Router:
+    """The process's connected router for ``config``, connecting on first use.
+
+    Thread-safe. A cached router found closed is replaced.
+
+    Raises:
+        UnavailableError: no server of ``config`` answers.
+    """
+    with _lock:
+        router = _routers.get(config)
+        if router is None or router.closed:
+            router = Router(
+                config.servers,
+                tls=config.tls,
+                rpc_timeout=_RPC_TIMEOUT,
+                retry_policy=DEFAULT_RETRY_POLICY,
+            )
+            try:
+                router.connect(_CONNECT_TIMEOUT)
+            except BaseException:
+                router.close()
+                raise
+            _routers[config] = router
+        return router
+
+
 def close_clients() -> None:
-    """Closes every cached client (at interpreter exit, and in tests that use
-    readers or writers outside Spark). Thread-safe."""
+    """Closes every cached client and router (at interpreter exit, and in
+    tests that use readers or writers outside Spark). Thread-safe."""
     with _lock:
         clients = list(_clients.values())
+        routers = list(_routers.values())
         _clients.clear()
+        _routers.clear()
     for client in clients:
         try:
             client.close()
         except Exception:
             _log.exception("closing a cached Liftbridge client failed")
+    for router in routers:
+        router.close()
 
 
 atexit.register(close_clients)

@@ -5,13 +5,20 @@ and how much of the backlog one micro-batch admits.
 Streaming offsets are ``{stream: {partition: next_offset}}`` with string
 partition keys (JSON's), built in sorted order so equal positions serialize
 to equal JSON.
+
+Each partition's offsets take a round trip or two to its leader (its high
+watermark; its first message for "earliest" and timestamps); the partitions
+of a read are resolved at once, on up to eight ``liftbridge-spark-plan``
+threads, so planning takes about one partition's time, not the sum.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from liftbridge import (
     Client,
@@ -20,6 +27,7 @@ from liftbridge import (
     NoSuchStreamError,
     StartPosition,
 )
+from liftbridge._router import Router
 from liftbridge.spark._fetch import OffsetRange, first_offset
 from liftbridge.spark._options import EARLIEST, LATEST, OffsetSpec, ReadOptions
 
@@ -27,6 +35,10 @@ Offsets = dict[str, dict[str, int]]
 """A streaming position: per stream, per partition (a str), the next offset to read."""
 
 Partition = tuple[str, int]
+T = TypeVar("T")
+
+_PLANNING_THREADS = 8
+"""Partitions whose offsets the driver resolves at once."""
 
 
 def canonical(positions: Mapping[Partition, int]) -> Offsets:
@@ -112,7 +124,13 @@ def _spec_for(spec: OffsetSpec, stream: str, partition: int, default: int) -> in
 
 
 def _start(
-    client: Client, options: ReadOptions, stream: str, partition: int, end: int, default: int
+    client: Client,
+    router: Router,
+    options: ReadOptions,
+    stream: str,
+    partition: int,
+    end: int,
+    default: int,
 ) -> tuple[int, bool]:
     """The concrete start offset and whether it stands for "earliest"."""
     timeout = options.poll_timeout
@@ -123,7 +141,7 @@ def _start(
         received = client.fetch_partition_metadata(stream, partition).messages_received
         if received.latest_ns < options.starting_timestamp_ms * 1_000_000:
             return end, False  # nothing at or after that time yet
-        found = first_offset(client, stream, partition, when, end - 1, timeout)
+        found = first_offset(router, stream, partition, when, end - 1, timeout)
         return (end if found is None else found), False
     spec = _spec_for(options.starting, stream, partition, default)
     if spec == LATEST:
@@ -131,12 +149,26 @@ def _start(
     if spec == EARLIEST:
         if end == 0:
             return 0, True
-        found = first_offset(client, stream, partition, StartPosition.EARLIEST, end - 1, timeout)
+        found = first_offset(router, stream, partition, StartPosition.EARLIEST, end - 1, timeout)
         return (end if found is None else found), True
     return spec, False
 
 
-def batch_ranges(client: Client, options: ReadOptions) -> list[OffsetRange]:
+def _each(partitions: Sequence[Partition], find: Callable[[str, int], T]) -> list[T]:
+    """``find(stream, partition)`` for every partition, in order, the calls
+    made at once (each is a round trip or two to the partition's leader).
+
+    Raises:
+        Exception: the error of the first partition (in order) whose call failed.
+    """
+    if len(partitions) <= 1:
+        return [find(stream, partition) for stream, partition in partitions]
+    workers = min(_PLANNING_THREADS, len(partitions))
+    with ThreadPoolExecutor(workers, thread_name_prefix="liftbridge-spark-plan") as pool:
+        return list(pool.map(lambda p: find(*p), partitions))
+
+
+def batch_ranges(client: Client, router: Router, options: ReadOptions) -> list[OffsetRange]:
     """Concrete ranges of a batch read, one per partition with something to read.
 
     Raises:
@@ -145,10 +177,8 @@ def batch_ranges(client: Client, options: ReadOptions) -> list[OffsetRange]:
         InvalidArgumentError: an offset of ``startingOffsets`` /
             ``endingOffsets`` is outside the partition.
     """
-    ranges = []
-    found = partitions_read(client, options, must_exist=True)
-    check_named_partitions(options, found)
-    for stream, partition in found:
+
+    def resolve(stream: str, partition: int) -> OffsetRange | None:
         latest = end_offset(client, stream, partition)
         end = _spec_for(options.ending, stream, partition, LATEST)
         if end == LATEST:
@@ -158,7 +188,7 @@ def batch_ranges(client: Client, options: ReadOptions) -> list[OffsetRange]:
                 f"option endingOffsets: {stream}/{partition} ends at {latest} (its newest "
                 f"message is offset {latest - 1}); {end} is past it"
             )
-        start, from_earliest = _start(client, options, stream, partition, latest, EARLIEST)
+        start, from_earliest = _start(client, router, options, stream, partition, latest, EARLIEST)
         if start > end:
             if options.starting_timestamp_ms is not None:
                 start = end  # the time is after the range's end: nothing to read
@@ -167,28 +197,30 @@ def batch_ranges(client: Client, options: ReadOptions) -> list[OffsetRange]:
                     f"option startingOffsets: {stream}/{partition} starts at {start}, "
                     f"after its ending offset {end}"
                 )
-        if end > start:
-            ranges.append(OffsetRange(stream, partition, start, end, from_earliest))
-    return ranges
+        return OffsetRange(stream, partition, start, end, from_earliest) if end > start else None
+
+    found = partitions_read(client, options, must_exist=True)
+    check_named_partitions(options, found)
+    return [r for r in _each(found, resolve) if r is not None]
 
 
-def initial_offsets(client: Client, options: ReadOptions) -> Offsets:
+def initial_offsets(client: Client, router: Router, options: ReadOptions) -> Offsets:
     """Where a new streaming query starts (``startingOffsets``, default latest)."""
-    start = {}
+
+    def resolve(stream: str, partition: int) -> int:
+        end = end_offset(client, stream, partition)
+        return _start(client, router, options, stream, partition, end, LATEST)[0]
+
     found = partitions_read(client, options, must_exist=False)
     check_named_partitions(options, found)
-    for stream, partition in found:
-        end = end_offset(client, stream, partition)
-        start[stream, partition], _ = _start(client, options, stream, partition, end, LATEST)
-    return canonical(start)
+    return canonical(dict(zip(found, _each(found, resolve), strict=True)))
 
 
 def available_offsets(client: Client, options: ReadOptions) -> dict[Partition, int]:
     """Every partition read and the offset after its newest committed message."""
-    return {
-        (stream, partition): end_offset(client, stream, partition)
-        for stream, partition in partitions_read(client, options, must_exist=False)
-    }
+    found = partitions_read(client, options, must_exist=False)
+    ends = _each(found, lambda stream, partition: end_offset(client, stream, partition))
+    return dict(zip(found, ends, strict=True))
 
 
 def stream_ranges(start: Offsets, end: Offsets) -> list[OffsetRange]:

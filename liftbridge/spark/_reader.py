@@ -24,7 +24,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from liftbridge import Client
-from liftbridge.spark._clients import client_for
+from liftbridge.spark._clients import client_for, router_for
 from liftbridge.spark._fetch import FetchSettings, OffsetRange, read_range
 from liftbridge.spark._offsets import (
     Offsets,
@@ -68,7 +68,7 @@ class LiftbridgeReader(DataSourceReader):
     """``spark.read.format("liftbridge")``: each partition's range resolved on
     the driver, each range read on an executor."""
 
-    rows_per_batch = 4096
+    rows_per_batch = 8192
     """Rows per Arrow record batch a read yields."""
 
     def __init__(self, options: ReadOptions) -> None:
@@ -77,8 +77,8 @@ class LiftbridgeReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         """Resolves the ranges (driver). Raises the planning errors of
         :func:`batch_ranges`."""
-        with Client(list(self._options.client.servers), tls=self._options.client.tls) as client:
-            ranges = batch_ranges(client, self._options)
+        config = self._options.client
+        ranges = batch_ranges(client_for(config), router_for(config), self._options)
         return [RangePartition(r) for r in split(ranges, self._options.min_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -86,7 +86,7 @@ class LiftbridgeReader(DataSourceReader):
         if not isinstance(partition, RangePartition):
             return  # Spark reads one empty partition when partitions() has none
         settings = _settings(self._options, self.rows_per_batch)
-        yield from read_range(client_for(self._options.client), partition.offsets, settings)
+        yield from read_range(router_for(self._options.client), partition.offsets, settings)
 
 
 class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -100,7 +100,7 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     the query started.
     """
 
-    rows_per_batch = 4096
+    rows_per_batch = 8192
     """Rows per Arrow record batch a read yields."""
 
     def __init__(self, options: ReadOptions) -> None:
@@ -115,7 +115,8 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
         """Where a new query starts (driver)."""
-        return initial_offsets(self._client(), self._options)
+        config = self._options.client
+        return initial_offsets(client_for(config), router_for(config), self._options)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         """``ReadMaxRows(maxOffsetsPerTrigger)`` when set, else everything."""
@@ -174,7 +175,7 @@ class LiftbridgeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if not isinstance(partition, RangePartition):
             return  # Spark reads one empty partition when partitions() has none
         settings = _settings(self._options, self.rows_per_batch)
-        yield from read_range(client_for(self._options.client), partition.offsets, settings)
+        yield from read_range(router_for(self._options.client), partition.offsets, settings)
 
     def commit(self, end: dict[str, dict[str, int]]) -> None:
         """Nothing to do: Liftbridge keeps no reader position for Spark (the
