@@ -95,7 +95,7 @@ def test_publishes_awaiting_a_killed_leader_fail_fast(
 ) -> None:
     """The leader is stopped (no acks), publishes pile up, then it is killed:
     each resolves long before its 30 s ack timeout, with LeaderLostError (it
-    may have been stored); before the client watched leaders, each waited
+    may have been stored) or its ack; before the client watched leaders, each waited
     out the 30 s."""
     ack_timeout = 30.0
     with liftbridge.Client(fresh_cluster.addresses, rpc_timeout=3) as client:
@@ -120,4 +120,9 @@ def test_publishes_awaiting_a_killed_leader_fail_fast(
                 fresh_cluster.kill(node)  # SIGKILL ends a stopped process too
             bound = time.monotonic() + ack_timeout / 2
             errors = [f.exception(timeout=max(0.0, bound - time.monotonic())) for f in futures]
-    assert all(isinstance(e, liftbridge.LeaderLostError) for e in errors), errors[:3]
+    # An ack is a right answer too (a publish that reached the leader before
+    # SIGSTOP took hold); anything else must be LeaderLostError.
+    failed = [e for e in errors if e is not None]
+    assert failed, "the stopped leader acked every publish"
+    others = [(i, e) for i, e in enumerate(failed) if not isinstance(e, liftbridge.LeaderLostError)]
+    assert not others, others[:3]
