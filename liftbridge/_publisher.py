@@ -24,7 +24,8 @@ Life of a publish:
 4. A stream on which nothing at all arrived for two ack timeouts when a
    publish sent on it times out (its broker hangs) is given up: cancelled,
    so the publishes sent on it fail with :class:`ConnectionLostError`, and
-   the next stream opens on another broker.
+   the next stream opens on another broker (after a metadata refresh bounded
+   to a second: no publish goes out until the stream is back).
 5. A publish whose partition leader is another broker (the stream's broker
    forwards it over NATS) gets no ack if that leader dies, while the stream
    stays healthy. The router watches every leader publishes are sent to
@@ -98,6 +99,11 @@ _CHECK_IDLE = 5.0
 """Seconds liftbridge-leader-check idles between looks (a suspect publish wakes it)."""
 _CHECK_REFRESH = 1.0
 """The deadline of one such metadata check."""
+_REOPEN_REFRESH = 1.0
+"""The deadline of the metadata refresh made between a stream breaking and
+the next one opening. No publish goes out meanwhile, and while a broker is
+down (or hung) a healthy broker's FetchMetadata can block until the caller's
+deadline, whole seconds longer than the failover it waits out."""
 
 
 @dataclass(eq=False, slots=True)
@@ -432,7 +438,7 @@ class Publisher:
                 return
             failures += 1
             self._stream_broke(generation, error)
-            self._router.broker_failed(error)
+            self._router.broker_failed(error, Deadline(_REOPEN_REFRESH))
             self._stop.wait(self._router.retry_policy.backoff(failures))
 
     def _stream_broke(self, generation: int, cause: LiftbridgeError) -> None:

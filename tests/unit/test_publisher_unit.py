@@ -26,7 +26,7 @@ from liftbridge._deadlines import AckTimer
 from liftbridge._metadata import BrokerInfo, PartitionInfo
 from liftbridge._publisher import Publisher
 from liftbridge._retry import DEFAULT_RETRY_POLICY
-from liftbridge._router import Router
+from liftbridge._router import Deadline, Router
 from liftbridge_api import api_pb2
 from tests.unit.fake_router import FakeRpcError
 
@@ -122,6 +122,10 @@ class FakeServer:
         self.refreshes = 0
         self.back_on_refresh = False  # the down brokers come back while metadata is fetched
         self.listeners: list[Callable[[str], None]] = []
+        # broker_failed's metadata refresh lasts until its deadline (or `unblocked`).
+        self.metadata_blocks = False
+        self.unblocked = threading.Event()
+        self.stream_failed = threading.Event()  # set when broker_failed is called
 
     # What the publisher uses of the router.
     rpc_timeout = 5.0
@@ -155,8 +159,13 @@ class FakeServer:
         assert method == "PublishAsync"
         return "fake:1", FakeStub(self).PublishAsync(requests)
 
-    def broker_failed(self, error: BaseException) -> None:
-        pass
+    def broker_failed(self, error: BaseException, deadline: Deadline | None = None) -> None:
+        self.stream_failed.set()
+        if self.metadata_blocks:
+            # FetchMetadata that answers only at the caller's deadline (the
+            # server's while a broker is down); the router's own deadline is
+            # min(rpc_timeout, 5 s) when the caller gives none.
+            self.unblocked.wait(self.rpc_timeout if deadline is None else deadline.remaining())
 
     def release(self, count: int) -> None:
         """Acks the next ``count`` held requests, waiting for them to arrive."""
@@ -548,6 +557,32 @@ def test_a_stream_that_answers_nothing_is_given_up_for_another() -> None:
     server.ack = True
     assert p.submit(request(3), None, None).result(timeout=5) is not None
     p.close(_soon())
+
+
+def test_a_hung_stream_is_replaced_without_waiting_out_a_slow_metadata_refresh() -> None:
+    """Between giving up a hung stream and opening the next, the publisher
+    refreshes the metadata; while a broker is down a FetchMetadata can block
+    until its deadline. That refresh gets a short one, so a publish made
+    right after the give-up still goes out on the next stream within its
+    own 3 s timeout (with the router's 5 s default it was dropped unsent)."""
+    server = FakeServer()
+    server.ack = False
+    server.metadata_blocks = True
+    p = make(server, ack_wait=0.2)
+    first = p.submit(request(1), None, None)
+    assert isinstance(first.exception(timeout=5), liftbridge.AckTimeoutError)
+    time.sleep(0.3)
+    second = p.submit(request(2), None, None)
+    assert isinstance(second.exception(timeout=5), liftbridge.AckTimeoutError)  # given up
+    assert server.stream_failed.wait(5)  # the stream broke; the refresh has begun
+    server.ack = True
+    after = p.submit(request(3), None, 3.0)
+    try:
+        assert after.result(timeout=10) is not None
+        assert len(server.calls) == 2
+    finally:
+        server.unblocked.set()
+        p.close(_soon())
 
 
 def _request_to(stream: str, i: int) -> api_pb2.PublishRequest:
