@@ -363,19 +363,19 @@ def leads_metadata(log_path: Path) -> bool:
     return leads
 
 
-def _controller_elsewhere(cluster: LocalCluster, node: str, result: RowResult) -> None:
-    """Makes sure ``node`` is not the metadata leader, restarting it (at most
-    twice, before any load) while it is: the Raft election then moves the
-    leadership to another node. Notes which node leads the metadata."""
-    for _ in range(2):
-        if metadata_leader(cluster) != node:
-            break
-        result.notes.append(f"restarted {node} before the load: it led the metadata")
-        cluster.restart(node)
-    controller = metadata_leader(cluster)
-    result.notes.append(f"metadata leader before the stop: {controller or 'unknown'}")
-    if controller == node:
-        result.notes.append(f"{node} stayed the metadata leader after two restarts")
+def move_metadata_leader(cluster: LocalCluster, node: str) -> bool:
+    """If ``node`` leads the metadata, stops it until another node has won
+    the Raft election (30 s at most), then starts it again as a follower
+    (restarting it at once is not enough: it often wins the election
+    again). Returns True if it did."""
+    if metadata_leader(cluster) != node:
+        return False
+    cluster.stop(node)
+    deadline = time.monotonic() + 30
+    while metadata_leader(cluster) is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    cluster.restart(node)
+    return True
 
 
 def leader_sigstop() -> RowResult:
@@ -399,7 +399,12 @@ def leader_sigstop() -> RowResult:
         # (replica.max.lag.time, 3 s): nothing can be acked until about 10 s
         # into the stop, whichever broker the SDK moves to. That case would
         # measure the server's failover, not the SDK leaving a hung broker.
-        _controller_elsewhere(cluster, first, result)
+        if move_metadata_leader(cluster, first):
+            result.notes.append(f"stopped {first} until another node led the metadata")
+        controller = metadata_leader(cluster)
+        result.notes.append(f"metadata leader before the stop: {controller or 'unknown'}")
+        if controller == first:
+            result.problems.append(f"{first} still leads the metadata: the fault is not staged")
         stream = _stream(client)
         for _ in range(8):
             if leader_of(client, stream) == first:
