@@ -224,7 +224,7 @@ class Lanes:
             raise
 
     def _broker_down(self, address: str) -> None:
-        """The router's broker-down listener (on a gRPC thread): the lanes
+        """The router's broker-down listener (on liftbridge-broker-watch): the lanes
         are cancelled on liftbridge-ack-timer."""
         self._timer.schedule(time.monotonic(), functools.partial(self._lose_leader, address))
 

@@ -1,23 +1,28 @@
-"""Which brokers are known to be down, learnt from their gRPC connections.
+"""Which brokers are known to be down, learnt by probing their connections.
 
 A publish sent through one broker to a partition another broker leads is
 forwarded over NATS; when that leader dies, the stream the publish went out
 on stays healthy and nothing tells the publisher: the publish would wait out
 its whole ack timeout. The publisher therefore asks the :class:`BrokerWatch`
-to watch each partition leader it sends to, and hears from it the moment a
+to watch each partition leader it sends to, and hears from it soon after a
 leader's connection fails.
 
-How a broker is watched: a channel of the watch's own (a connection apart
-from the client's, reconnecting every quarter second at most while it
-fails, so that a broker back up is seen as up soon) has its connectivity
-subscribed to (gRPC polls it on a thread of its own). A killed broker's connection closes at
-once and the channel goes from READY to IDLE; an idle channel is also what a
-healthy broker's long-unused connection turns into, so IDLE alone proves
-nothing. On IDLE the watch makes the channel connect again, by sending a
-health probe (any answer will do; Liftbridge answers UNIMPLEMENTED): a
-broker that is gone refuses, and the channel reports TRANSIENT_FAILURE. That, and only that,
-marks the broker down; READY marks it up again. A broker that is merely
-slow or hung (SIGSTOP) keeps its connection and is never marked down.
+How a broker is watched: one ``liftbridge-broker-watch`` thread sends each
+watched broker a small probe every ``interval`` seconds, over a channel of
+the watch's own (a connection apart from the client's). The probe is a
+health check Liftbridge does not implement, so a broker that is there
+answers at once, with UNIMPLEMENTED. A killed broker's connection closes and
+the next connection is refused: the probe fails with UNAVAILABLE, and that,
+and only that, marks the broker down; any answer marks it up again. A broker
+that is merely slow or hung (SIGSTOP) keeps its connection, or accepts a
+new one and never finishes the handshake: its probe runs out of time, which
+proves nothing, so it is never marked down.
+
+The probes are blocking calls on the watch's own thread: gRPC starts no
+thread for them and keeps none running between them (a connectivity
+subscription would keep one inside gRPC all the time, which makes
+``fork()`` in the user's process, e.g. a SparkSession starting its JVM,
+unsafe while it runs).
 """
 
 from __future__ import annotations
@@ -32,55 +37,11 @@ _log = logging.getLogger(__name__)
 
 DownListener = Callable[[str], None]
 """``listener(address)``: called when a watched broker is found down. Runs
-on a gRPC connectivity thread: it must hand any real work to a thread of
-the SDK's and return at once."""
-
+on the ``liftbridge-broker-watch`` thread: it must hand any real work to
+another thread of the SDK's and return at once."""
 
 _PROBE = "/grpc.health.v1.Health/Check"
-"""The RPC whose only purpose is to make an idle channel connect."""
-_PROBE_TIMEOUT = 5.0
-
-
-class _Watched:
-    """The connectivity of one broker's channel."""
-
-    def __init__(self, watch: BrokerWatch, address: str, channel: grpc.Channel) -> None:
-        self._watch = watch
-        self.address = address
-        self.channel = channel
-        self.connected_once = False  # left the initial IDLE at least once
-        self.down = False  # written on gRPC's delivery thread; read anywhere
-        # The last probe's call, kept so that it is not cancelled when collected.
-        self._probe: grpc.Future[bytes] | None = None
-
-    def changed(self, state: grpc.ChannelConnectivity) -> None:
-        """gRPC's connectivity callback (on its delivery thread)."""
-        try:
-            self._changed(state)
-        except Exception:  # never let gRPC's thread swallow a bug silently
-            _log.exception("broker watch of %s failed on %s", self.address, state)
-
-    def _changed(self, state: grpc.ChannelConnectivity) -> None:
-        if state is grpc.ChannelConnectivity.READY:
-            self.connected_once = True
-            if self.down:
-                self.down = False
-                _log.info("broker %s is reachable again", self.address)
-        elif state is grpc.ChannelConnectivity.TRANSIENT_FAILURE:
-            self.connected_once = True
-            if not self.down:
-                self.down = True
-                _log.warning("broker %s is down (its connection failed)", self.address)
-                self._watch.notify_down(self.address)
-        elif state is grpc.ChannelConnectivity.IDLE and self.connected_once:
-            # The connection closed (a dead broker, or an idle timeout):
-            # connect again, and let the answer tell which.
-            try:
-                probe = self.channel.unary_unary(_PROBE, None, None)
-                self._probe = probe.future(b"", timeout=_PROBE_TIMEOUT)
-            except ValueError:  # the channel closed meanwhile
-                pass
-
+"""The RPC whose only purpose is an answer: Liftbridge answers UNIMPLEMENTED."""
 
 WATCH_OPTIONS: list[tuple[str, int]] = [
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -94,6 +55,17 @@ WATCH_OPTIONS: list[tuple[str, int]] = [
 """The watch channels' options: a broker back up is seen within about 250 ms."""
 
 
+class _Watched:
+    """One watched broker: its channel and what its probes said.
+    Used only on the watch's thread, except ``down`` (read anywhere)."""
+
+    def __init__(self, address: str, channel: grpc.Channel) -> None:
+        self.address = address
+        self.channel = channel
+        self.probe = channel.unary_unary(_PROBE, None, None)
+        self.down = False
+
+
 class BrokerWatch:
     """Watches brokers' connections and tells listeners when one goes down.
     Thread-safe.
@@ -101,15 +73,28 @@ class BrokerWatch:
     Args:
         open_channel: opens a new channel of the watch's own to a broker
             address, with the options given (the watch closes it).
+        interval: seconds between two probes of a broker.
+        probe_timeout: seconds a probe may wait for its answer; one that
+            runs out says nothing about the broker.
     """
 
-    def __init__(self, open_channel: Callable[[str, list[tuple[str, int]]], grpc.Channel]) -> None:
+    def __init__(
+        self,
+        open_channel: Callable[[str, list[tuple[str, int]]], grpc.Channel],
+        *,
+        interval: float = 0.1,
+        probe_timeout: float = 0.5,
+    ) -> None:
         self._open_channel = open_channel
-        # _lock guards _watched, _listeners and _closed.
+        self._interval = interval
+        self._probe_timeout = probe_timeout
+        # _lock guards _watched, _listeners, _thread and _closed.
         self._lock = threading.Lock()
         self._watched: dict[str, _Watched] = {}
         self._listeners: list[DownListener] = []
+        self._thread: threading.Thread | None = None
         self._closed = False
+        self._stop = threading.Event()
 
     def add_listener(self, listener: DownListener) -> None:
         """Calls ``listener(address)`` whenever a watched broker goes down."""
@@ -129,31 +114,75 @@ class BrokerWatch:
         with self._lock:
             if self._closed or address in self._watched:
                 return
-            watched = _Watched(self, address, self._open_channel(address, WATCH_OPTIONS))
-            self._watched[address] = watched
-        watched.channel.subscribe(watched.changed, try_to_connect=True)
+            self._watched[address] = _Watched(address, self._open_channel(address, WATCH_OPTIONS))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="liftbridge-broker-watch", daemon=True
+                )
+                self._thread.start()
 
     def is_down(self, address: str) -> bool:
         """True while a watched broker's connection is failing."""
         watched = self._watched.get(address)
         return watched is not None and watched.down
 
-    def notify_down(self, address: str) -> None:
-        with self._lock:
-            listeners = [] if self._closed else list(self._listeners)
-        for listener in listeners:
-            try:
-                listener(address)
-            except Exception:
-                _log.exception("a broker-down listener failed for %s", address)
-
     def close(self) -> None:
-        """Stops watching every broker. Idempotent."""
+        """Stops watching every broker; waits (bounded) for the watch's
+        thread. Idempotent; not to be called from a listener."""
         with self._lock:
             self._closed = True
             watched = list(self._watched.values())
             self._watched.clear()
             self._listeners.clear()
+            thread = self._thread
+        self._stop.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(self._probe_timeout + 2.0)
+            if thread.is_alive():
+                _log.warning("liftbridge-broker-watch did not stop in time")
         for w in watched:
-            w.channel.unsubscribe(w.changed)
             w.channel.close()
+
+    # ------------------------------------------- liftbridge-broker-watch --
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self._interval):
+                with self._lock:
+                    watched = list(self._watched.values())
+                for w in watched:
+                    if self._stop.is_set():
+                        return
+                    self._probe(w)
+        except Exception:  # a bug here must not end the watch silently
+            _log.exception("liftbridge-broker-watch failed; brokers are no longer watched")
+
+    def _probe(self, w: _Watched) -> None:
+        try:
+            w.probe(b"", timeout=self._probe_timeout)
+            answered = True
+        except grpc.RpcError as e:
+            code = e.code() if isinstance(e, grpc.Call) else None
+            if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+                return  # slow or hung: proves nothing
+            if code is grpc.StatusCode.CANCELLED and self._stop.is_set():
+                return  # the watch closing its channel
+            answered = code is not grpc.StatusCode.UNAVAILABLE
+        except ValueError:  # the channel closed meanwhile (the watch closing)
+            return
+        if answered:
+            if w.down:
+                w.down = False
+                _log.info("broker %s is reachable again", w.address)
+            return
+        if w.down:
+            return
+        w.down = True
+        _log.warning("broker %s is down (its connection failed)", w.address)
+        with self._lock:
+            listeners = [] if self._closed else list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(w.address)
+            except Exception:
+                _log.exception("a broker-down listener failed for %s", w.address)

@@ -219,7 +219,7 @@ class NatsStreamPublisher:
             inbox=self._inbox,
         )
         # Publishes awaiting a partition leader found down fail at once, on
-        # the ack timer (the listener runs on a gRPC thread).
+        # the ack timer (the listener runs on liftbridge-broker-watch).
         self._router.on_broker_down(self._broker_down)
         self._acks_inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._acks_thread = threading.Thread(

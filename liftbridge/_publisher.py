@@ -507,7 +507,7 @@ class Publisher:
     # ------------------------------------------------------- leader lost ----
 
     def _broker_down(self, address: str) -> None:
-        """The router's broker-down listener (on a gRPC thread): the work is
+        """The router's broker-down listener (on liftbridge-broker-watch): the work is
         done on liftbridge-ack-timer and liftbridge-leader-check."""
         self._timer.schedule(time.monotonic(), functools.partial(self._fail_led_by, address))
         with self._lock:

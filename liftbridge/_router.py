@@ -405,7 +405,7 @@ class Router:
     def on_broker_down(self, listener: DownListener) -> None:
         """Calls ``listener(address)`` when a broker watched (see
         :meth:`leader_address`) is found down: its connection closed and a
-        new one is refused. The listener runs on a gRPC thread and must
+        new one is refused. The listener runs on liftbridge-broker-watch and must
         only hand the work on."""
         self._watch.add_listener(listener)
 

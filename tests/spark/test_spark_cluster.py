@@ -53,15 +53,18 @@ def test_read_and_write_run_on_the_cluster_executors(
     client: liftbridge.Client,
     unique_name: str,
 ) -> None:
-    source, sink = f"{unique_name}-in", f"{unique_name}-out"
-    client.create_stream(source, partitions=3)
-    client.create_stream(sink, partitions=2)
-    fill(client, source, 90)
+    # The session first: PySpark starts its JVM with fork(), and a fork while
+    # gRPC calls are running in this process (the client publishing) once
+    # crashed the child inside gRPC's fork handling (JAVA_GATEWAY_EXITED).
     spark = spark_session(
         standalone.master,
         **{"spark.executor.memory": "512m", "spark.cores.max": "2"},
     )
     try:
+        source, sink = f"{unique_name}-in", f"{unique_name}-out"
+        client.create_stream(source, partitions=3)
+        client.create_stream(sink, partitions=2)
+        fill(client, source, 90)
         liftbridge.spark.register(spark)
         _wait_for_executors(spark, 2)
         df = (
