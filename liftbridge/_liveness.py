@@ -88,13 +88,19 @@ class BrokerWatch:
         self._open_channel = open_channel
         self._interval = interval
         self._probe_timeout = probe_timeout
-        # _lock guards _watched, _listeners, _thread and _closed.
+        # _lock guards _watched, _listeners and _closed.
         self._lock = threading.Lock()
         self._watched: dict[str, _Watched] = {}
         self._listeners: list[DownListener] = []
-        self._thread: threading.Thread | None = None
         self._closed = False
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by watch() and close()
+        # Started with the watch (with its client), not on the first watch(),
+        # so that it belongs to whoever made the client; idle until then.
+        self._thread = threading.Thread(
+            target=self._run, name="liftbridge-broker-watch", daemon=True
+        )
+        self._thread.start()
 
     def add_listener(self, listener: DownListener) -> None:
         """Calls ``listener(address)`` whenever a watched broker goes down."""
@@ -115,11 +121,7 @@ class BrokerWatch:
             if self._closed or address in self._watched:
                 return
             self._watched[address] = _Watched(address, self._open_channel(address, WATCH_OPTIONS))
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="liftbridge-broker-watch", daemon=True
-                )
-                self._thread.start()
+        self._wake.set()
 
     def is_down(self, address: str) -> bool:
         """True while a watched broker's connection is failing."""
@@ -134,9 +136,10 @@ class BrokerWatch:
             watched = list(self._watched.values())
             self._watched.clear()
             self._listeners.clear()
-            thread = self._thread
+        thread = self._thread
         self._stop.set()
-        if thread is not None and thread is not threading.current_thread():
+        self._wake.set()
+        if thread is not threading.current_thread():
             thread.join(self._probe_timeout + 2.0)
             if thread.is_alive():
                 _log.warning("liftbridge-broker-watch did not stop in time")
@@ -147,13 +150,18 @@ class BrokerWatch:
 
     def _run(self) -> None:
         try:
-            while not self._stop.wait(self._interval):
+            while not self._stop.is_set():
                 with self._lock:
                     watched = list(self._watched.values())
+                if not watched:
+                    self._wake.wait()  # until the first watch() or close()
+                    self._wake.clear()
+                    continue
                 for w in watched:
                     if self._stop.is_set():
                         return
                     self._probe(w)
+                self._stop.wait(self._interval)
         except Exception:  # a bug here must not end the watch silently
             _log.exception("liftbridge-broker-watch failed; brokers are no longer watched")
 
