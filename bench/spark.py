@@ -109,6 +109,16 @@ def run(argv: list[str] | None = None) -> int:
         print(f"   {name}: {median:,.0f} {unit}", file=sys.stderr, flush=True)
 
     started = datetime.datetime.now(datetime.UTC)
+    # The session first: PySpark starts its JVM with fork(), which can crash
+    # inside gRPC's fork handling while the client's calls are running.
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.host", "127.0.0.1")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
     with LocalServer(log_level="warn") as server, liftbridge.Client(server.address) as client:
         stream = f"bench-spark-{uuid.uuid4().hex[:6]}"
         client.create_stream(stream, partitions=3)
@@ -116,14 +126,6 @@ def run(argv: list[str] | None = None) -> int:
         _fill(client, stream, 3, n)
         _sdk_read(client, stream, min(n, 10_000))  # warm-up
 
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.driver.host", "127.0.0.1")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
         try:
 
             def read(partitions: int, end: int, **options: str) -> Callable[[], object]:
