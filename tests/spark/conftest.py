@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+import liftbridge
+from liftbridge.testing import LocalServer
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -73,3 +76,10 @@ def spark() -> Iterator[SparkSession]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture
+def client(server: LocalServer) -> Iterator[liftbridge.Client]:
+    """A client of the session server, closed after the test."""
+    with liftbridge.Client(server.address) as c:
+        yield c

@@ -29,12 +29,6 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneC
         yield cluster
 
 
-@pytest.fixture
-def client(server: LocalServer) -> Iterator[liftbridge.Client]:
-    with liftbridge.Client(server.address) as c:
-        yield c
-
-
 def _wait_for_executors(spark: SparkSession, count: int, timeout: float = 60.0) -> None:
     """Waits until ``count`` executors (one per worker) have registered."""
     deadline = time.monotonic() + timeout

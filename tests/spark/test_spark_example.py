@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 
 import pytest
 
@@ -20,12 +19,6 @@ from tests.spark.conftest import need_java, python_path
 from tests.spark.helpers import fill, sdk_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
-
-
-@pytest.fixture
-def client(server: LocalServer) -> Iterator[liftbridge.Client]:
-    with liftbridge.Client(server.address) as c:
-        yield c
 
 
 def test_the_pipeline_example_aggregates_per_key_into_another_stream(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,12 +24,6 @@ from liftbridge.testing import LocalServer
 from tests.spark.helpers import fill, sdk_rows, spark_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
-
-
-@pytest.fixture
-def client(server: LocalServer) -> Iterator[liftbridge.Client]:
-    with liftbridge.Client(server.address) as c:
-        yield c
 
 
 def _reader(spark: SparkSession, server: LocalServer, **options: str) -> DataFrameReader:

@@ -4,7 +4,6 @@ against the session's real server."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +22,6 @@ from tests.spark.helpers import fill, sdk_rows, spark_rows
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
 
 QUERY_TIMEOUT = 120
-
-
-@pytest.fixture
-def client(server: LocalServer) -> Iterator[liftbridge.Client]:
-    with liftbridge.Client(server.address) as c:
-        yield c
 
 
 def _stream_of(spark: SparkSession, server: LocalServer, **options: str) -> DataFrame:
