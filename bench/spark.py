@@ -8,11 +8,14 @@ two task slots pays for starting that slot's Python worker):
 - the plain SDK: one partition read with ``subscribe`` (iterating, start and
   stop offsets), the rate a Spark read is compared with;
 - Spark batch reads of one and of three partitions (``value`` summed, so every
-  row crosses into the JVM), rows/s from the action's wall time, and again
-  without a query's fixed cost (the rate of the rows beyond a short read's);
-- a Spark batch write (``publish_async`` per row, every row acked), rows/s;
-- per-micro-batch latency of a streaming read (``availableNow``,
-  ``maxOffsetsPerTrigger``, ``noop`` sink): median ``triggerExecution`` time.
+  row crosses into the JVM), ``--rows`` per partition (200,000 by default, so
+  a query's fixed cost of 0.1-0.3 s weighs little), rows/s from the action's
+  wall time, and again without that fixed cost (the rate of the rows beyond a
+  short read's);
+- a Spark batch write of 60,000 rows (``publish_async`` per row, every row
+  acked), rows/s;
+- per-micro-batch latency of a streaming read of 60,000 rows (``availableNow``,
+  ``maxOffsetsPerTrigger`` 1,000, ``noop`` sink): median ``triggerExecution`` time.
 
 Each figure is the median of a few repetitions; the JSON file keeps them all.
 The SDK read and the Spark reads are timed in turn within each repetition (each
@@ -43,6 +46,8 @@ from liftbridge.testing import LocalServer
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = 1_000
 """Rows per partition of the short reads that measure a query's fixed cost."""
+WRITTEN = 60_000
+"""Rows per timed batch write (at most ``--rows``)."""
 
 
 def _median_rate(rows: int, reps: int, action: Callable[[], object]) -> tuple[float, list[float]]:
@@ -61,13 +66,33 @@ def _timed(action: Callable[[], object]) -> float:
 
 
 def _fill(client: liftbridge.Client, stream: str, partitions: int, per_partition: int) -> None:
+    """Stores ``per_partition`` 100-byte messages in each partition: published
+    unacked (``AckPolicy.NONE``, resolved once sent) a window at a time, then
+    waited for until the partition's newest offset shows them all."""
     value = b"v" * 100
+    window = 20_000
     for partition in range(partitions):
-        futures = [
-            client.publish_async(stream, value, partition=partition) for _ in range(per_partition)
-        ]
-        for future in futures:
-            future.result(timeout=120)
+        sent = 0
+        while sent < per_partition:
+            burst = min(window, per_partition - sent)
+            futures = [
+                client.publish_async(
+                    stream, value, partition=partition, ack_policy=liftbridge.AckPolicy.NONE
+                )
+                for _ in range(burst)
+            ]
+            for future in futures:
+                future.result(timeout=120)
+            sent += burst
+            _await_stored(client, stream, partition, sent)
+
+
+def _await_stored(client: liftbridge.Client, stream: str, partition: int, count: int) -> None:
+    deadline = time.monotonic() + 120
+    while client.fetch_partition_metadata(stream, partition).newest_offset + 1 < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{stream}/{partition} did not store {count:,} messages in 120s")
+        time.sleep(0.05)  # polling the server while it writes what was sent
 
 
 def _sdk_read(client: liftbridge.Client, stream: str, count: int) -> None:
@@ -80,7 +105,7 @@ def _sdk_read(client: liftbridge.Client, stream: str, count: int) -> None:
 
 def run(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.spark", description=__doc__)
-    parser.add_argument("--rows", type=int, default=60_000, help="messages per partition")
+    parser.add_argument("--rows", type=int, default=200_000, help="messages per partition")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -183,7 +208,8 @@ def run(argv: list[str] | None = None) -> int:
 
             sink = f"{stream}-out"
             client.create_stream(sink, partitions=3)
-            rows = spark.range(n).select(
+            written = min(n, WRITTEN)
+            rows = spark.range(written).select(
                 F.col("id").cast("string").alias("key"), F.lit("v" * 100).alias("value")
             )
             rows = rows.repartition(2).cache()
@@ -194,16 +220,19 @@ def run(argv: list[str] | None = None) -> int:
                     "stream", sink
                 ).mode("append").save()
 
-            median, values = _median_rate(n, reps, write)
+            median, values = _median_rate(written, reps, write)
             record("Spark batch write (2 tasks)", "rows/s", median, values)
 
             checkpoint = tempfile.mkdtemp(prefix="bench-spark-")
             try:
                 per_batch = 1_000
+                latency_stream = f"{stream}-latency"
+                client.create_stream(latency_stream)
+                _fill(client, latency_stream, 1, 60 * per_batch)
                 query = (
                     spark.readStream.format("liftbridge")
                     .option("servers", server.address)
-                    .option("assign", f'{{"{stream}": [0]}}')
+                    .option("assign", f'{{"{latency_stream}": [0]}}')
                     .option("startingOffsets", "earliest")
                     .option("maxOffsetsPerTrigger", str(per_batch))
                     .load()
