@@ -24,6 +24,12 @@ Life of a lane publish:
    the timer thread cancels it at once and the publish fails with
    :class:`LeaderLostError`.
 
+A publish whose partition leader is already known down when it is made is
+held back, not sent: it could only wait out its ack timeout. The calling
+thread refreshes metadata until a live broker leads the partition, then
+sends to it; with none by the publish's timeout it fails with
+:class:`DeadlineExceededError`, not sent.
+
 Lanes are limited to ``max_lanes`` threads per client; past that, and for
 AckPolicy.NONE (no response to wait for), ``publish`` uses the shared stream.
 A lane is closed when its thread ends or the client closes.
@@ -46,6 +52,7 @@ from liftbridge._errors import (
     AckTimeoutError,
     ClientClosedError,
     ConnectionLostError,
+    DeadlineExceededError,
     LeaderLostError,
     LiftbridgeError,
     from_rpc_error,
@@ -56,6 +63,11 @@ from liftbridge._router import ANY, Deadline, Router
 from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)
+
+_REFRESH = 1.0
+"""The deadline of one metadata refresh while a publish waits for a live leader."""
+_RECHECK = 0.1
+"""Seconds between those refreshes."""
 
 
 def _end_stream(
@@ -211,8 +223,12 @@ class Lanes:
         if lane is None:
             return None
         wait = self._ack_wait if timeout is None else timeout
-        lane.leader = self._router.leader_address(request.stream, request.partition)
-        lane.deadline = deadline = time.monotonic() + wait
+        due = time.monotonic() + wait
+        leader = self._router.leader_address(request.stream, request.partition)
+        if leader is not None and self._router.broker_down(leader):
+            leader = self._live_leader(request, leader, due)
+        lane.leader = leader
+        lane.deadline = deadline = due
         # A weak reference: a lane must be free to end with its thread.
         self._timer.schedule(deadline, functools.partial(_expire, weakref.ref(lane), deadline))
         try:
@@ -222,6 +238,32 @@ class Lanes:
         except ConnectionLostError as e:
             self._router.broker_failed(e)
             raise
+
+    def _live_leader(self, request: api_pb2.PublishRequest, down: str, due: float) -> str:
+        """The partition's leader once fresh metadata names one not known to be
+        down, asked for every ``_RECHECK`` seconds until ``due``. A publish sent
+        to the old leader could only wait out its ack timeout, so it is held
+        back meanwhile: it goes out as soon as a new leader is known.
+
+        Raises:
+            DeadlineExceededError: no live leader by ``due`` (the publish was not sent).
+        """
+        where = f"{request.stream!r} partition {request.partition}"
+        while True:
+            remaining = due - time.monotonic()
+            if remaining <= 0:
+                raise DeadlineExceededError(
+                    f"the leader of {where} ({down}) is down and no other broker took over "
+                    "in time; the publish was not sent"
+                )
+            try:
+                self._router.refresh(Deadline(min(_REFRESH, remaining)), shared=False)
+            except LiftbridgeError as e:
+                _log.debug("no metadata while the leader of %s is down: %s", where, e)
+            leader = self._router.leader_address(request.stream, request.partition)
+            if leader is not None and not self._router.broker_down(leader):
+                return leader
+            time.sleep(min(_RECHECK, max(0.0, due - time.monotonic())))
 
     def _broker_down(self, address: str) -> None:
         """The router's broker-down listener (on liftbridge-broker-watch): the lanes

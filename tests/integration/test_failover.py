@@ -260,3 +260,13 @@ def test_publishes_in_flight_at_a_leader_kill_fail_fast(
         assert isinstance(lost, liftbridge.LeaderLostError)
         assert lost.maybe_applied and not lost.retriable
         assert lost.address == node.address
+        # Made now, with its leader known down, a synchronous publish is held
+        # back until another broker leads the partition and is acked there:
+        # sent to the dead leader, it could only wait out its 30 s ack timeout.
+        started = time.monotonic()
+        ack = client.publish(stream, b"after the kill")
+        took = time.monotonic() - started
+        assert ack is not None and took < ack_wait / 2, (ack, took)
+        new_leader = client.fetch_partition_metadata(stream).leader
+        assert new_leader != leader
+        print(f"publish held back {took:.2f}s for the new leader {new_leader}")

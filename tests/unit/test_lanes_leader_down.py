@@ -1,0 +1,76 @@
+"""A synchronous publish whose partition leader is already known down is held
+back until fresh metadata names a live leader (then sent there), or fails
+unsent at its timeout: sent to the dead leader it could only wait out its ack
+timeout. Driven by a scripted router, since a real cluster cannot hold its
+metadata still on cue."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+import liftbridge
+from liftbridge._deadlines import AckTimer
+from liftbridge._lanes import Lanes
+from liftbridge._router import Deadline
+from liftbridge_api import api_pb2
+
+
+class ScriptedRouter:
+    """Names ``leaders[i]`` as the partition's leader after ``i`` refreshes
+    (the last one from then on); ``down`` are the brokers known down."""
+
+    def __init__(self, leaders: list[str | None], down: set[str]) -> None:
+        self.leaders = leaders
+        self.down = down
+        self.refreshes = 0
+        self.deadlines: list[float] = []
+
+    def on_broker_down(self, listener: Callable[[str], None]) -> None:
+        pass
+
+    def refresh(self, deadline: Deadline | None = None, *, shared: bool = True) -> None:
+        assert deadline is not None and not shared
+        self.deadlines.append(deadline.remaining())
+        self.refreshes += 1
+
+    def leader_address(self, stream: str, partition: int) -> str | None:
+        return self.leaders[min(self.refreshes, len(self.leaders) - 1)]
+
+    def broker_down(self, address: str) -> bool:
+        return address in self.down
+
+
+def _lanes(router: ScriptedRouter) -> tuple[Lanes, AckTimer]:
+    timer = AckTimer()  # started on first use: never, here
+    return Lanes(router, timer, ack_wait=5.0, max_lanes=4), timer  # type: ignore[arg-type]
+
+
+REQUEST = api_pb2.PublishRequest(stream="s", partition=2, value=b"v")
+
+
+def test_held_back_until_fresh_metadata_names_a_live_leader() -> None:
+    router = ScriptedRouter(["dead:1", "dead:1", None, "new:2"], down={"dead:1"})
+    lanes, timer = _lanes(router)
+    try:
+        assert lanes._live_leader(REQUEST, "dead:1", time.monotonic() + 5) == "new:2"
+    finally:
+        timer.close(time.monotonic() + 1)
+    assert router.refreshes == 3  # still the dead one, then no leader, then the new one
+    assert all(d <= 1.0 for d in router.deadlines)  # one refresh never takes the whole wait
+
+
+def test_fails_unsent_at_its_timeout_when_no_live_leader_comes() -> None:
+    router = ScriptedRouter(["dead:1"], down={"dead:1"})
+    lanes, timer = _lanes(router)
+    started = time.monotonic()
+    try:
+        with pytest.raises(liftbridge.DeadlineExceededError, match="not sent") as caught:
+            lanes._live_leader(REQUEST, "dead:1", started + 0.4)
+    finally:
+        timer.close(time.monotonic() + 1)
+    assert not isinstance(caught.value, liftbridge.AckTimeoutError)  # nothing awaits an ack
+    assert "'s' partition 2" in str(caught.value) and "dead:1" in str(caught.value)
+    assert router.refreshes >= 2
