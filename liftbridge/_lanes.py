@@ -65,7 +65,8 @@ from liftbridge_api import api_pb2
 _log = logging.getLogger(__name__)
 
 _REFRESH = 1.0
-"""The deadline of one metadata refresh while a publish waits for a live leader."""
+"""The deadline of one metadata refresh made on a publishing thread (after its
+stream broke, or while it waits for a live leader)."""
 _RECHECK = 0.1
 """Seconds between those refreshes."""
 
@@ -236,7 +237,7 @@ class Lanes:
         except LeaderLostError:
             raise  # the lane's own broker is fine
         except ConnectionLostError as e:
-            self._router.broker_failed(e)
+            self._router.broker_failed(e, Deadline(_REFRESH))  # the caller waits on it
             raise
 
     def _live_leader(self, request: api_pb2.PublishRequest, down: str, due: float) -> str:
