@@ -266,8 +266,8 @@ class Router:
         One refresh runs at a time: a caller that waited for another's refresh
         takes its result instead of asking again (unless ``shared`` is False:
         then the metadata returned was asked for after the call began). Each
-        broker is asked in turn (on a failure, the next one) until one
-        answers or the deadline passes.
+        broker is asked in turn (on a failure, the next one; brokers known
+        down last) until one answers or the deadline passes.
 
         Raises:
             DeadlineExceededError, UnavailableError: no broker answered in time.
@@ -281,9 +281,10 @@ class Router:
                 return self._cache.current  # refreshed while we waited
             addresses = self._cache.addresses()
             start = self._rotation()
+            order = [addresses[(start + i) % len(addresses)] for i in range(len(addresses))]
+            order.sort(key=self._watch.is_down)  # brokers known down last (a stable sort)
             last: LiftbridgeError | None = None
-            for i in range(len(addresses)):
-                address = addresses[(start + i) % len(addresses)]
+            for i, address in enumerate(order):
                 try:
                     response = self.invoke(
                         address,

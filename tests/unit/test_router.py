@@ -184,6 +184,24 @@ def test_concurrent_refreshes_share_one_fetch(cluster: Cluster) -> None:
         router.close()
 
 
+def test_a_refresh_asks_brokers_known_down_last(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    router = _router(cluster)  # its rotation starts at "a"
+    down = f"127.0.0.1:{cluster.brokers['a'].port}"
+    # The watch's verdict, scripted: a real "down" needs a refused connection,
+    # and a refused broker would not show which broker was asked first.
+    monkeypatch.setattr(router._watch, "is_down", lambda address: address == down)
+    try:
+        asked_a = cluster.brokers["a"].served.count("FetchMetadata")
+        asked_b = cluster.brokers["b"].served.count("FetchMetadata")
+        router.refresh(Deadline(5), shared=False)
+        assert cluster.brokers["a"].served.count("FetchMetadata") == asked_a
+        assert cluster.brokers["b"].served.count("FetchMetadata") == asked_b + 1
+    finally:
+        router.close()
+
+
 def test_a_closed_router_refuses_calls(cluster: Cluster) -> None:
     router = _router(cluster)
     router.close()
