@@ -47,6 +47,7 @@ class GoDriver:
         value_size: bytes per value (publishes) or per stored message (subscribe).
         window: publishes in flight for ``publish_async``.
         last_offset: the partition's last offset, for ``subscribe``.
+        partition: the partition read, for ``subscribe``.
     """
 
     def __init__(
@@ -58,6 +59,7 @@ class GoDriver:
         *,
         window: int = 1024,
         last_offset: int = -1,
+        partition: int = 0,
     ) -> None:
         self._value_size = value_size
         command = [
@@ -68,6 +70,7 @@ class GoDriver:
             f"-size={value_size}",
             f"-window={window}",
             f"-last-offset={last_offset}",
+            f"-partition={partition}",
         ]
         self._process = subprocess.Popen(
             command,

@@ -14,6 +14,8 @@ two task slots pays for starting that slot's Python worker):
   short read's);
 - a Spark batch write of 60,000 rows (``publish_async`` per row, every row
   acked), rows/s;
+- the machine's own ceiling for reading partitions in parallel: the official Go
+  client reading one partition, then three at once (one process each);
 - per-micro-batch latency of a streaming read of 60,000 rows (``availableNow``,
   ``maxOffsetsPerTrigger`` 1,000, ``noop`` sink): median ``triggerExecution`` time.
 
@@ -27,19 +29,22 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import liftbridge
-from bench import machine, report
+from bench import gocli, machine, report
 from bench.cli import RESULTS, _find_servers
 from liftbridge.testing import LocalServer
 
@@ -93,6 +98,39 @@ def _await_stored(client: liftbridge.Client, stream: str, partition: int, count:
         if time.monotonic() > deadline:
             raise RuntimeError(f"{stream}/{partition} did not store {count:,} messages in 120s")
         time.sleep(0.05)  # polling the server while it writes what was sent
+
+
+def _go_readers(address: str, stream: str, count: int) -> list[gocli.GoDriver] | None:
+    """One Go reader (go-liftbridge's Subscribe) per partition of the 3-partition
+    stream, or None without Go (the reason printed)."""
+    try:
+        gocli.build()
+    except (gocli.GoDriverError, OSError, subprocess.SubprocessError) as e:
+        print(f"bench.spark: no Go readers ({e})", file=sys.stderr)
+        return None
+    return [
+        gocli.GoDriver(address, "subscribe", stream, 100, last_offset=count - 1, partition=p)
+        for p in range(3)
+    ]
+
+
+def _concurrently(drivers: list[gocli.GoDriver], count: int) -> None:
+    """Every driver reads its whole partition, all at once."""
+    failures: list[BaseException] = []
+
+    def read(driver: gocli.GoDriver) -> None:
+        try:
+            driver.run(count)
+        except BaseException as e:  # handed to the timing thread below
+            failures.append(e)
+
+    threads = [threading.Thread(target=read, args=(d,), name="bench-go-reader") for d in drivers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
 
 
 def _sdk_read(client: liftbridge.Client, stream: str, count: int) -> None:
@@ -179,11 +217,29 @@ def run(argv: list[str] | None = None) -> int:
             # from other processes on the machine weighs on all of them alike.
             sdk_times: list[float] = []
             times: list[tuple[list[float], list[float]]] = [([], []) for _ in configs]
-            for _ in range(reps):
-                sdk_times.append(_timed(lambda: _sdk_read(client, stream, n)))
-                for (small, full), (small_times, full_times) in zip(actions, times, strict=True):
-                    small_times.append(_timed(small))
-                    full_times.append(_timed(full))
+            go = _go_readers(server.address, stream, n)
+            go_times: tuple[list[float], list[float]] = ([], [])
+            try:
+                for _ in range(reps):
+                    sdk_times.append(_timed(lambda: _sdk_read(client, stream, n)))
+                    for (small, full), (small_times, full_times) in zip(
+                        actions, times, strict=True
+                    ):
+                        small_times.append(_timed(small))
+                        full_times.append(_timed(full))
+                    if go is not None:
+                        go_times[0].append(_timed(functools.partial(go[0].run, n)))
+                        go_times[1].append(_timed(functools.partial(_concurrently, go, n)))
+            finally:
+                for driver in go or ():
+                    driver.close()
+            if go is not None:
+                for label, rows, seconds in (
+                    ("Go subscribe, 1 partition", n, go_times[0]),
+                    ("Go subscribe, 3 partitions at once", 3 * n, go_times[1]),
+                ):
+                    rates = [rows / t for t in seconds]
+                    record(label, "msgs/s", rows / statistics.median(seconds), rates)
             record(
                 "plain SDK subscribe, 1 partition",
                 "msgs/s",
@@ -272,6 +328,10 @@ def run(argv: list[str] | None = None) -> int:
         ("  with minPartitions=6", three + ", minPartitions=6", one),
         ("  beyond a query's fixed cost", three + beyond, one + beyond),
     ]
+    go_one, go_three = "Go subscribe, 1 partition", "Go subscribe, 3 partitions at once"
+    if go_one in figures:
+        # What the machine allows: the official client's readers, one per partition.
+        ratios.append(("Go readers, 3 partitions at once / 1 partition", go_three, go_one))
     print()
     for name, figure in figures.items():
         print(f"{name:<64} {figure['median']:>10,.0f} {figure['unit']}")

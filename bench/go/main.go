@@ -48,6 +48,7 @@ type options struct {
 	size       int
 	window     int
 	lastOffset int64
+	partition  int
 }
 
 // cpuSeconds is the user plus system CPU time of this process so far.
@@ -144,7 +145,7 @@ func publishPipelined(client lift.Client, o options, value []byte, count int) re
 	return r
 }
 
-// subscribeAll: read partition 0 from the earliest offset to o.lastOffset.
+// subscribeAll: read partition o.partition from the earliest offset to o.lastOffset.
 func subscribeAll(client lift.Client, o options, count int) result {
 	r := result{Count: count}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*wait)
@@ -172,6 +173,7 @@ func subscribeAll(client lift.Client, o options, count int) result {
 	}
 	watch := start()
 	err := client.Subscribe(ctx, o.stream, handler,
+		lift.Partition(int32(o.partition)),
 		lift.StartAtEarliestReceived(), lift.StopAtOffset(o.lastOffset))
 	if err != nil {
 		r.Error = fmt.Sprintf("subscribe: %v", err)
@@ -200,9 +202,10 @@ func main() {
 	flag.IntVar(&o.size, "size", 100, "bytes per value")
 	flag.IntVar(&o.window, "window", 1024, "publish_async: publishes in flight")
 	flag.Int64Var(&o.lastOffset, "last-offset", -1, "subscribe: the partition's last offset")
+	flag.IntVar(&o.partition, "partition", 0, "subscribe: the partition read")
 	flag.Parse()
-	if o.stream == "" || o.window < 1 || o.size < 0 {
-		fmt.Fprintln(os.Stderr, "liftbridge-bench-go: -stream is required; -window >= 1; -size >= 0")
+	if o.stream == "" || o.window < 1 || o.size < 0 || o.partition < 0 {
+		fmt.Fprintln(os.Stderr, "liftbridge-bench-go: -stream is required; -window >= 1; -size >= 0; -partition >= 0")
 		os.Exit(2)
 	}
 	var run func(lift.Client, int) result
