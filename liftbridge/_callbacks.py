@@ -11,8 +11,8 @@ A future made by :meth:`CallbackRunner.future` runs its done-callbacks there
 too, including one added after the future completed (``Future`` would run it
 at once on the adding thread). It is a :class:`LeanFuture`: a publish future
 lives while its publish awaits its ack, and with a thousand in flight a plain
-``Future``'s eleven garbage-collected objects each make the collector's full
-passes most of a pipelined publish's cost.
+``Future``'s eleven garbage-collected objects each made the collector's full
+passes a large part of a pipelined publish's cost.
 """
 
 from __future__ import annotations
@@ -64,8 +64,9 @@ class LeanFuture(Future[Any]):
     Most publish futures are resolved by the SDK and then read once, or
     never: they are one garbage-collected object instead of eleven for as
     long as their publish awaits its ack (with a thousand in flight, the
-    collector's full passes over them were most of a pipelined publish's
-    cost), and resolving or reading one is setting or reading attributes.
+    collector's full passes over them were a large part of a pipelined
+    publish's cost), and resolving or reading one is setting or reading
+    attributes.
     Waiting and callbacks work as on any Future: the first of them makes the
     condition under ``_MAKING``, and resolving checks for it under the same
     lock, so neither misses the other; ``concurrent.futures.wait`` and
