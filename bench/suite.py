@@ -507,86 +507,72 @@ class Suite:
             self._measure(entries, count, self.plan.reps, self.plan.warmup(count))
 
     def _nats(self, client: liftbridge.Client, nats_url: str, go: str | None) -> None:
-        """The batched NATS path (``NatsStreamPublisher``) against Go's
-        gRPC publishes; the pynats2 ``NatsPublisher`` rows are a reference."""
+        """The batched NATS path (``NatsStreamPublisher``) against Go's gRPC
+        publishes, then the pynats2 ``NatsPublisher`` rows (a reference) with
+        Go rows of their own. Each publisher is open only for its own rows and
+        takes turns only with Go: what one leaves in the process (threads,
+        objects for the garbage collector) is not charged to the other."""
         window = self.plan.nats_window
-        with (
-            liftbridge.NatsStreamPublisher(
+        for size in self.plan.sizes:
+            value = b"n" * size
+            names = [self._stream(client, "nats", v, size) for v in ("sdk", "go", "py2", "go2")]
+            with liftbridge.NatsStreamPublisher(
                 client, nats_url, ack_timeout=60.0, max_inflight=window
-            ) as fast,
-            liftbridge.NatsPublisher(nats_url, ack_timeout=60.0) as pynats2,
-        ):
-            for size in self.plan.sizes:
-                value = b"n" * size
-                names = [self._stream(client, "nats", v, size) for v in ("sdk", "go", "py2", "go2")]
-                publish = "LEADER"
-                entries = [
-                    _Entry(
-                        "nats publish",
-                        publish,
-                        size,
-                        SDK,
-                        over_nats.StreamPublish(fast, names[0], value),
-                        _PUBLISH_SHOWN,
-                    ),
-                    _Entry(
-                        "nats publish (pynats2)",
-                        publish,
-                        size,
-                        SDK,
-                        over_nats.NatsPublish(pynats2, names[2], value),
-                        _PUBLISH_SHOWN,
-                    ),
-                ]
-                if go is not None:
-                    entries.append(
-                        _Entry(
-                            "nats publish",
-                            publish,
-                            size,
-                            GO,
-                            gocli.GoDriver(go, "publish", names[1], size),
-                            _PUBLISH_SHOWN,
-                        )
-                    )
-                count = self.plan.nats_count
-                self._measure(
-                    entries,
-                    count,
-                    self.plan.publish_reps,
-                    self.plan.warmup(count),
-                    slices=self.plan.publish_slices,
+            ) as fast:
+                self._nats_rows(
+                    "nats publish",
+                    size,
+                    over_nats.StreamPublish(fast, names[0], value),
+                    over_nats.StreamPipelined(fast, client, names[0], value),
+                    go and names[1],
+                    go,
                 )
-                pipelined = f"LEADER window={window}"
-                entries = [
-                    _Entry(
-                        "nats publish_async",
-                        pipelined,
-                        size,
-                        SDK,
-                        over_nats.StreamPipelined(fast, client, names[0], value),
-                        _PIPELINED_SHOWN,
-                    ),
-                    _Entry(
-                        "nats publish_async (pynats2)",
-                        pipelined,
-                        size,
-                        SDK,
-                        over_nats.NatsPipelined(pynats2, names[2], value, window),
-                        _PIPELINED_SHOWN,
-                    ),
-                ]
-                if go is not None:
-                    for workload, name in (
-                        ("nats publish_async", names[1]),
-                        ("nats publish_async (pynats2)", names[3]),
-                    ):
-                        driver = gocli.GoDriver(go, "publish_async", name, size, window=window)
-                        entries.append(
-                            _Entry(workload, pipelined, size, GO, driver, _PIPELINED_SHOWN)
-                        )
-                count = self.plan.nats_pipelined_count
-                self._measure(entries, count, self.plan.pipelined_reps, self.plan.warmup(count))
+            with liftbridge.NatsPublisher(nats_url, ack_timeout=60.0) as pynats2:
+                self._nats_rows(
+                    "nats publish (pynats2)",
+                    size,
+                    over_nats.NatsPublish(pynats2, names[2], value),
+                    over_nats.NatsPipelined(pynats2, names[2], value, window),
+                    go and names[3],
+                    go,
+                    go_publish=False,
+                )
+
+    def _nats_rows(
+        self,
+        workload: str,
+        size: int,
+        publish: Driver,
+        pipelined: Driver,
+        go_stream: str | None,
+        go: str | None,
+        *,
+        go_publish: bool = True,
+    ) -> None:
+        """One publisher's rows: one at a time, then pipelined, each taking
+        turns with the Go driver on ``go_stream`` (``go_publish``: for the
+        one-at-a-time rows too)."""
+        window = self.plan.nats_window
+        entries = [_Entry(workload, "LEADER", size, SDK, publish, _PUBLISH_SHOWN)]
+        if go is not None and go_stream and go_publish:
+            driver = gocli.GoDriver(go, "publish", go_stream, size)
+            entries.append(_Entry(workload, "LEADER", size, GO, driver, _PUBLISH_SHOWN))
+        count = self.plan.nats_count
+        self._measure(
+            entries,
+            count,
+            self.plan.publish_reps,
+            self.plan.warmup(count),
+            slices=self.plan.publish_slices,
+        )
+        setting = f"LEADER window={window}"
+        workload = workload.replace("nats publish", "nats publish_async")
+        entries = [_Entry(workload, setting, size, SDK, pipelined, _PIPELINED_SHOWN)]
+        if go is not None and go_stream:
+            driver = gocli.GoDriver(go, "publish_async", go_stream, size, window=window)
+            entries.append(_Entry(workload, setting, size, GO, driver, _PIPELINED_SHOWN))
+        count = self.plan.nats_pipelined_count
+        self._measure(entries, count, self.plan.pipelined_reps, self.plan.warmup(count))
 
     def _rss(self, address: str, nats_url: str) -> None:
         plan = self.plan

@@ -144,6 +144,8 @@ class _Pending:
     deadline: float  # time.monotonic()
     timeout: float
     subject: str
+    correlation_id: str
+    done: bool = False  # out of _pending (under _lock): the timer just drops it
 
 
 class NatsPublisher:
@@ -205,6 +207,10 @@ class NatsPublisher:
         self._connection_lost = False  # a write failed: the connection is gone
         self._pending: dict[str, _Pending] = {}  # by correlation id
         self._timer = AckTimer()  # liftbridge-ack-timer, started by the first deadline
+        # Publishes with the default ack timeout, appended under _lock (so in
+        # deadline order) and dropped as soon as they are resolved; others go
+        # on the timer's heap, where they stay until their deadline.
+        self._in_order = self._timer.ordered(self._expire_due, wait=self._ack_timeout)
         self._runner = CallbackRunner()  # liftbridge-callbacks, for futures' done-callbacks
 
         self._pynats2 = _import_pynats2()
@@ -416,6 +422,8 @@ class NatsPublisher:
             self._state = _State.CLOSING
             pending = list(self._pending.items())
             self._pending.clear()
+            for _, entry in pending:
+                entry.done = True
         self._timer.close(monotonic() + _CLOSE_TIMEOUT)
         for correlation_id, entry in pending:
             entry.future.set_exception(
@@ -495,8 +503,9 @@ class NatsPublisher:
 
         # Running, so it cannot be cancelled; its done-callbacks run on liftbridge-callbacks.
         future: Future[Ack | None] = self._runner.future()
-        deadline = monotonic() + timeout
+        in_order = timeout == self._ack_timeout
         with self._lock:
+            deadline = monotonic() + timeout
             if self._state is not _State.OPEN:
                 raise ClientClosedError(f"NATS publisher for {self._where} is closed")
             if wants_ack:
@@ -505,8 +514,11 @@ class NatsPublisher:
                         f"correlation_id {correlation_id!r} is already waiting for its ack"
                     )
                 # Registered before sending: the ack may come before publish() returns.
-                self._pending[correlation_id] = _Pending(future, deadline, timeout, subject)
-        if wants_ack:
+                entry = _Pending(future, deadline, timeout, subject, correlation_id)
+                self._pending[correlation_id] = entry
+                if in_order:
+                    self._in_order.append(entry)
+        if wants_ack and not in_order:
             self._timer.schedule(
                 deadline, functools.partial(self._expire, correlation_id, deadline)
             )
@@ -514,7 +526,9 @@ class NatsPublisher:
             self._nats.publish(subject, payload=envelope)
         except (OSError, self._pynats2.NATSError) as e:
             with self._lock:
-                self._pending.pop(correlation_id, None)
+                dropped = self._pending.pop(correlation_id, None)
+                if dropped is not None:
+                    dropped.done = True
                 closed = self._state is not _State.OPEN
                 self._connection_lost = self._connection_lost or not closed
             if closed:
@@ -540,6 +554,7 @@ class NatsPublisher:
             if entry is None or entry.deadline > now:
                 return
             del self._pending[correlation_id]
+            entry.done = True
         entry.future.set_exception(
             AckTimeoutError(
                 f"no ack within {entry.timeout:g}s for the message published on "
@@ -547,6 +562,10 @@ class NatsPublisher:
                 "it may or may not have been stored"
             )
         )
+
+    def _expire_due(self, entry: _Pending) -> None:
+        """Fails an in-order publish whose deadline passed. Runs on ``liftbridge-ack-timer``."""
+        self._expire(entry.correlation_id, entry.deadline)
 
     def _on_ack(self, message: Any) -> None:
         """Resolves the publish an ack is for. Runs on a pynats2 worker thread."""
@@ -562,6 +581,8 @@ class NatsPublisher:
             return
         with self._lock:
             entry = self._pending.pop(ack.correlation_id, None)
+            if entry is not None:
+                entry.done = True
         if entry is None:
             logger.debug(
                 "Dropping an ack for correlation id %r: timed out, or not ours",

@@ -77,6 +77,7 @@ from liftbridge._nats_loop import CLOSE_TIMEOUT as _CLOSE_TIMEOUT
 from liftbridge._nats_loop import NatsLoop, check_tls_required, import_nats
 from liftbridge._nats_window import AckHandler, AckWindow, Pending
 from liftbridge._partitioner import Partitioner, choose_partition
+from liftbridge._publish_bytes import ack_inbox_field, message_bytes
 from liftbridge_api import api_pb2
 
 logger = logging.getLogger(__name__)
@@ -203,6 +204,7 @@ class NatsStreamPublisher:
         self._first_subjects: dict[str, tuple[Metadata, str, str | None]] = {}
         self._where = url.split("@")[-1]  # never the credentials
         self._inbox = f"_INBOX.{uuid.uuid4().hex}"
+        self._inbox_field = ack_inbox_field(self._inbox)  # in every envelope wanting an ack
         self._ids = itertools.count()
         self._id_prefix = f"{uuid.uuid4().hex[:12]}-"
 
@@ -351,23 +353,35 @@ class NatsStreamPublisher:
             _validate.positive_int(expected_offset, arg="expected_offset", minimum=0)
         correlation_id = f"{self._id_prefix}{next(self._ids)}"
         # The envelope of _envelope.new_message, built from arguments checked
-        # above (new_message would check the ack inbox again on every call).
-        # (Fields left out are empty.)
-        message = api_pb2.Message(
-            value=value,
-            ackInbox=self._inbox if wants_ack else "",
-            correlationId=correlation_id,
-            ackPolicy=_WIRE_POLICIES[ack_policy],
-            offset=-1 if expected_offset is None else expected_offset,
-        )
-        if key:
-            message.key = key
-        if headers is not None:
-            message.headers.update(_validate.headers(headers))
-        if self._crc:
-            envelope = encode_envelope(EnvelopeType.MESSAGE, message.SerializeToString(), crc=True)
+        # above (new_message would check the ack inbox again on every call);
+        # written byte by byte unless there are headers.
+        header_map = None if headers is None else _validate.headers(headers)
+        offset = -1 if expected_offset is None else expected_offset
+        if header_map:
+            message = api_pb2.Message(
+                value=value,
+                ackInbox=self._inbox if wants_ack else "",
+                correlationId=correlation_id,
+                ackPolicy=_WIRE_POLICIES[ack_policy],
+                offset=offset,
+                headers=header_map,
+            )
+            if key:
+                message.key = key
+            payload = message.SerializeToString()
         else:
-            envelope = _PLAIN_MESSAGE_HEADER + message.SerializeToString()
+            payload = message_bytes(
+                value,
+                correlation_id,
+                key=key,
+                ack_inbox=self._inbox_field if wants_ack else b"",
+                ack_policy=_WIRE_POLICIES[ack_policy],
+                offset=offset,
+            )
+        if self._crc:
+            envelope = encode_envelope(EnvelopeType.MESSAGE, payload, crc=True)
+        else:
+            envelope = _PLAIN_MESSAGE_HEADER + payload
         if len(envelope) > self._max_payload:
             raise MessageTooLargeError(
                 f"the envelope is {len(envelope)} bytes, over the NATS server's max_payload "

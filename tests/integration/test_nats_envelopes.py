@@ -6,6 +6,7 @@ depend only on the envelope codec and NatsPublisher, not on the client.
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -108,6 +109,22 @@ def test_publish_many_is_pipelined_in_order(
     acks = publisher.publish_many(unique_name, values)
     assert [ack.offset for ack in acks] == list(range(300))
     assert [m.value for m in read(stub, unique_name, 300)] == values
+
+
+def test_acked_publishes_leave_nothing_behind(
+    stub: api_pb2_grpc.APIStub, publisher: NatsPublisher, unique_name: str
+) -> None:
+    # Each acked publish used to leave its deadline on the ack timer (three
+    # garbage-collected objects) until the ack timeout passed.
+    create_stream(stub, unique_name)
+    publisher.publish_many(unique_name, [b"warm-up"] * 10)
+    gc.collect()
+    before = len(gc.get_objects())
+    acks = publisher.publish_many(unique_name, [b"v"] * 1000)
+    assert len(acks) == 1000
+    del acks
+    gc.collect()
+    assert len(gc.get_objects()) - before < 500
 
 
 def test_expected_offset_travels_in_the_envelope(
