@@ -9,10 +9,7 @@ handed over; an exception one raises is logged and the next one runs.
 
 A future made by :meth:`CallbackRunner.future` runs its done-callbacks there
 too, including one added after the future completed (``Future`` would run it
-at once on the adding thread). It is a :class:`LeanFuture`: a publish future
-lives while its publish awaits its ack, and with a thousand in flight a plain
-``Future``'s eleven garbage-collected objects each made the collector's full
-passes a large part of a pipelined publish's cost.
+at once on the adding thread).
 """
 
 from __future__ import annotations
@@ -22,116 +19,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from typing import Any
 
 _log = logging.getLogger(__name__)
 
 _THREAD_NAME = "liftbridge-callbacks"
-
-# What Future.__init__ sets that LeanFuture makes on first use: a Condition
-# (with its lock, wait queue and five bound methods) and two lists.
-_LAZY: dict[str, Callable[[], object]] = {
-    "_condition": threading.Condition,
-    "_waiters": list,
-    "_done_callbacks": list,
-}
-# Guards the making of any LeanFuture's lazy attributes, and its resolving
-# while it has none (held for a few instructions; never around user code).
-_MAKING = threading.Lock()
-
-
-def _future_states() -> tuple[str, str] | None:
-    """A new Future's state and a finished one's; None when this Python's
-    Future does not hold just what LeanFuture expects (then a LeanFuture is
-    a plain Future)."""
-    plain: Future[Any] = Future()
-    if set(vars(plain)) != {*_LAZY, "_state", "_result", "_exception"}:
-        return None
-    pending = plain._state
-    plain.set_result(None)
-    return pending, plain._state
-
-
-_STATES = _future_states()
-_PENDING, _FINISHED = _STATES or ("", "")
-
-
-class LeanFuture(Future[Any]):
-    """A ``concurrent.futures.Future`` that makes its condition and lists
-    only when something waits on it or adds a callback.
-
-    Most publish futures are resolved by the SDK and then read once, or
-    never: they are one garbage-collected object instead of eleven for as
-    long as their publish awaits its ack (with a thousand in flight, the
-    collector's full passes over them were a large part of a pipelined
-    publish's cost), and resolving or reading one is setting or reading
-    attributes.
-    Waiting and callbacks work as on any Future: the first of them makes the
-    condition under ``_MAKING``, and resolving checks for it under the same
-    lock, so neither misses the other; ``concurrent.futures.wait`` and
-    ``as_completed`` work too.
-    """
-
-    _lean = False  # True until the lazy attributes are made (under _MAKING)
-
-    def __init__(self) -> None:
-        if _STATES is None:  # a Future this cannot slim down
-            super().__init__()
-            return
-        self._state = _PENDING
-        self._result = None
-        self._exception = None
-        self._lean = True
-
-    def __getattr__(self, name: str) -> Any:
-        make = _LAZY.get(name)
-        if make is None:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        with _MAKING:
-            if self._lean:
-                for lazy, made in _LAZY.items():
-                    setattr(self, lazy, made())
-                self._lean = False
-        return getattr(self, name)
-
-    def set_result(self, result: Any) -> None:
-        with _MAKING:
-            lean = self._lean  # nothing waits on it nor has a callback on it
-            if lean and self._state == _PENDING:
-                self._result = result
-                self._state = _FINISHED
-                return
-        if lean:
-            raise InvalidStateError("the future already has its outcome")
-        super().set_result(result)
-
-    def set_exception(self, exception: BaseException | None) -> None:
-        with _MAKING:
-            lean = self._lean
-            if lean and self._state == _PENDING:
-                self._exception = exception
-                self._state = _FINISHED
-                return
-        if lean:
-            raise InvalidStateError("the future already has its outcome")
-        super().set_exception(exception)
-
-    def result(self, timeout: float | None = None) -> Any:
-        # Finished is final, and the outcome was set before the state.
-        if self._state == _FINISHED and self._lean:
-            if self._exception is not None:
-                raise self._exception
-            return self._result
-        return super().result(timeout)
-
-    def exception(self, timeout: float | None = None) -> BaseException | None:
-        if self._state == _FINISHED and self._lean:
-            return self._exception
-        return super().exception(timeout)
-
-    def done(self) -> bool:
-        return self._state == _FINISHED or super().done()
 
 
 class CallbackRunner:
@@ -147,7 +40,7 @@ class CallbackRunner:
         self._closed = False
         runner = self
 
-        class _CallbackFuture(LeanFuture):
+        class _CallbackFuture(Future[Any]):
             """A Future whose done-callbacks run on the callbacks thread, and
             which cannot be cancelled: it reads as running until it is done.
             (Rather than ``set_running_or_notify_cancel``, a round of its
