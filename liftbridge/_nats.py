@@ -140,12 +140,23 @@ class _State(enum.Enum):
 class _Pending:
     """A publish waiting for its ack."""
 
-    future: Future[Ack | None]
+    future: Future[Ack | None] | None  # None once handed over by take_future
     deadline: float  # time.monotonic()
     timeout: float
     subject: str
     correlation_id: str
     done: bool = False  # out of _pending (under _lock): the timer just drops it
+
+    def take_future(self) -> Future[Ack | None]:
+        """Marks the publish done and hands its future over to be resolved.
+        Until the timer drops a done entry (at the first deadline it reaches),
+        the entry then holds neither the future nor its outcome. Called under
+        the publisher's lock, once."""
+        future = self.future
+        assert future is not None, "a publish's future is taken once"
+        self.future = None
+        self.done = True
+        return future
 
 
 class NatsPublisher:
@@ -420,13 +431,11 @@ class NatsPublisher:
             if self._state is not _State.OPEN:
                 return
             self._state = _State.CLOSING
-            pending = list(self._pending.items())
+            pending = [(cid, entry, entry.take_future()) for cid, entry in self._pending.items()]
             self._pending.clear()
-            for _, entry in pending:
-                entry.done = True
         self._timer.close(monotonic() + _CLOSE_TIMEOUT)
-        for correlation_id, entry in pending:
-            entry.future.set_exception(
+        for correlation_id, entry, future in pending:
+            future.set_exception(
                 ClientClosedError(
                     f"NATS publisher closed before the ack for correlation id "
                     f"{correlation_id!r} (subject {entry.subject!r}) came; "
@@ -528,7 +537,7 @@ class NatsPublisher:
             with self._lock:
                 dropped = self._pending.pop(correlation_id, None)
                 if dropped is not None:
-                    dropped.done = True
+                    dropped.take_future()  # the caller gets the error raised below
                 closed = self._state is not _State.OPEN
                 self._connection_lost = self._connection_lost or not closed
             if closed:
@@ -554,8 +563,8 @@ class NatsPublisher:
             if entry is None or entry.deadline > now:
                 return
             del self._pending[correlation_id]
-            entry.done = True
-        entry.future.set_exception(
+            future = entry.take_future()
+        future.set_exception(
             AckTimeoutError(
                 f"no ack within {entry.timeout:g}s for the message published on "
                 f"{entry.subject!r} (correlation id {correlation_id!r}); "
@@ -581,17 +590,16 @@ class NatsPublisher:
             return
         with self._lock:
             entry = self._pending.pop(ack.correlation_id, None)
-            if entry is not None:
-                entry.done = True
-        if entry is None:
+            future = None if entry is None else entry.take_future()
+        if future is None:
             logger.debug(
                 "Dropping an ack for correlation id %r: timed out, or not ours",
                 ack.correlation_id,
             )
         elif ack.error is not None:
-            entry.future.set_exception(ack.error)
+            future.set_exception(ack.error)
         else:
-            entry.future.set_result(ack)
+            future.set_result(ack)
 
 
 def _parse_url(url: Any) -> tuple[str, int, str]:
