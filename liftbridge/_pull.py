@@ -65,6 +65,9 @@ _JOIN_TIMEOUT = 5.0
 _WAIT_SLICE = 0.5
 """Seconds of one bounded wait inside a longer wait that re-checks state."""
 
+_NO_STOP = 2**63
+"""Above every offset (offsets are int64)."""
+
 DEFAULT_MAX_BUFFERED_MESSAGES = 512
 DEFAULT_FETCH_MESSAGES = 100
 
@@ -272,31 +275,37 @@ class PullConsumer:
         """The subscription's handler: runs on its thread, only SDK code."""
         lock, buffer, notify = self._mutex, self._buffer, self._lock.notify_all
         stop = self._stops[reader.partition]
-        by_bytes = self._by_bytes
+        # Offsets below ``below`` take the hot path; the stop offset and past
+        # it go through _offer, which ends the partition's reading.
+        below = _NO_STOP if stop is None else stop
+        by_bytes, limit = self._by_bytes, self._limit
 
         def handle(message: Message | None, error: BaseException | None) -> None:
             if message is not None:
-                if not by_bytes and stop is None:
-                    # The hot path, kept short: a count-bounded buffer with room.
-                    offset = message.offset
+                offset = message.offset
+                weight = message_size(message) if by_bytes else 1
+                # The hot path, kept short (one lock, no Condition): a message
+                # that fits, before the stop. Anything else goes through _offer.
+                if offset < below:
                     with lock:
                         if (
                             not self._full
+                            and self._level + weight <= limit
                             and reader.generation == generation
                             and not self._closed
                             and (reader.received is None or offset > reader.received)
                         ):
                             buffer.append(message)
-                            self._level += 1
+                            self._level += weight
                             reader.received = offset
                             reader.arrivals += 1
-                            if self._level >= self._limit:
+                            if self._level >= limit:
                                 self._full = True
                                 notify()
                             elif self._need and len(buffer) >= self._need:
                                 notify()
                             return
-                self._offer(reader, generation, message)
+                self._offer(reader, generation, message, weight)
             elif error is not None:
                 with self._lock:
                     if reader.generation == generation and self._error is None:
@@ -305,8 +314,7 @@ class PullConsumer:
 
         return handle
 
-    def _offer(self, reader: _Reader, generation: int, message: Message) -> None:
-        weight = message_size(message) if self._by_bytes else 1
+    def _offer(self, reader: _Reader, generation: int, message: Message, weight: int) -> None:
         stop = self._stops[reader.partition]
         with self._lock:
             while True:
