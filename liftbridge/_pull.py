@@ -65,6 +65,10 @@ _JOIN_TIMEOUT = 5.0
 _WAIT_SLICE = 0.5
 """Seconds of one bounded wait inside a longer wait that re-checks state."""
 
+_CHUNK = 64
+"""Messages iteration and a consume() thread move out of the buffer under one
+lock (fewer when the buffer's bound minus its refill threshold is smaller)."""
+
 _NO_STOP = 2**63
 """Above every offset (offsets are int64)."""
 
@@ -177,6 +181,8 @@ class PullConsumer:
         self._need = 0  # the smallest of them; 0 when no taker waits
         self._buffer: collections.deque[Message] = collections.deque()
         self._level = 0  # messages or bytes in _buffer, per _by_bytes
+        self._chunk_weight = max(1, self._limit - self._threshold)  # see _take_chunk
+        self._discards = 0  # times buffered messages were dropped (takers' chunks go too)
         self._full = False  # producers wait until the level falls to the threshold
         self._closed = False
         self._error: BaseException | None = None
@@ -303,6 +309,7 @@ class PullConsumer:
                                 self._full = True
                                 notify()
                             elif self._need and len(buffer) >= self._need:
+                                self._need = 0  # woken; they ask again if they wait again
                                 notify()
                             return
                 self._offer(reader, generation, message, weight)
@@ -346,6 +353,8 @@ class PullConsumer:
             elif self._need and len(buffer) >= self._need:
                 # Takers are woken when what they wait for is there, not per
                 # message: a wake-up per message costs more than the message.
+                # Once woken they are not woken again until they wait again.
+                self._need = 0
                 self._lock.notify_all()
             if stop is not None and message.offset >= stop:
                 self._finish(reader)
@@ -410,10 +419,43 @@ class PullConsumer:
         for message in batch:
             self._delivered(message)
 
-    def _unpop(self, message: Message) -> None:
-        """Puts back a message a handler failed on. Under the lock."""
-        self._buffer.appendleft(message)
-        self._level += message_size(message) if self._by_bytes else 1
+    def _put_back(self, messages: Sequence[Message]) -> None:
+        """Returns messages taken but not handed out to the buffer's front,
+        in their order. Under the lock."""
+        self._buffer.extendleft(reversed(messages))
+        if self._by_bytes:
+            self._level += sum(message_size(m) for m in messages)
+        else:
+            self._level += len(messages)
+
+    def _take_chunk(self) -> list[Message]:
+        """Under the lock: up to :data:`_CHUNK` messages from the front, at
+        most the buffer's bound minus its threshold in weight (at least one),
+        so that a taker holding a chunk keeps less than the buffer refills."""
+        buffer = self._buffer
+        if not self._by_bytes:
+            take = min(len(buffer), _CHUNK, self._chunk_weight)
+            popleft = buffer.popleft
+            chunk = [popleft() for _ in range(take)]
+            self._level -= take
+        else:
+            chunk = []
+            weight = 0
+            while buffer and len(chunk) < _CHUNK:
+                size = message_size(buffer[0])
+                if chunk and weight + size > self._chunk_weight:
+                    break
+                chunk.append(buffer.popleft())
+                weight += size
+            self._level -= weight
+        self._taken()
+        return chunk
+
+    def _discard(self) -> None:
+        """Drops every buffered message, and the chunks takers hold. Under the lock."""
+        self._buffer.clear()
+        self._level = 0
+        self._discards += 1
 
     def _delivered(self, message: Message) -> None:
         reader = self._readers.get(message.partition)
@@ -532,18 +574,45 @@ class PullConsumer:
     def __iter__(self) -> Iterator[Message]:
         """Yields messages as they come; ends when every partition reached
         its stop, or when the consumer is closed. Raises a subscription's
-        terminal error (see the class)."""
-        while True:
-            with self._lock:
-                while not self._buffer:
-                    if self._ended() or self._exhausted():
-                        return
-                    if self._error is not None:
-                        raise self._error
-                    self._wait_for(1, _WAIT_SLICE)
-                message = self._pop()
-                self._delivered(message)
-            yield message
+        terminal error (see the class).
+
+        Messages leave the buffer a chunk at a time (up to 64); those of a
+        chunk not yielded yet go back to the buffer's front when the loop
+        ends early (``break``), and are dropped by ``close()``.
+        """
+        mutex, readers = self._mutex, self._readers
+        chunk: list[Message] = []
+        at = 0  # chunk[at:] is not yielded yet
+        discards = 0  # self._discards when the chunk was taken
+        try:
+            while True:
+                if at == len(chunk):
+                    with self._lock:
+                        while not self._buffer:
+                            if self._ended() or self._exhausted():
+                                return
+                            if self._error is not None:
+                                raise self._error
+                            self._wait_for(1, _WAIT_SLICE)
+                        chunk, at = self._take_chunk(), 0
+                        discards = self._discards
+                message = chunk[at]
+                at += 1
+                with mutex:
+                    if self._discards != discards:
+                        chunk, at = [], 0  # close() dropped what was buffered
+                        continue
+                    reader = readers.get(message.partition)
+                    if reader is not None and (
+                        reader.delivered is None or message.offset > reader.delivered
+                    ):
+                        reader.delivered = message.offset
+                yield message
+        finally:
+            if at < len(chunk):
+                with mutex:
+                    if self._discards == discards:
+                        self._put_back(chunk[at:])
 
     def _check_usable(self) -> None:
         if self._ended() and not self._buffer:
@@ -586,17 +655,16 @@ class PullConsumer:
             self._consuming = True
         return ConsumeHandle(_Feed(self), handler, on_error)
 
-    def _next_for_handler(self, discard: threading.Event) -> Message | BaseException | None:
-        """The consume thread's next message, or the error that ends it, or
-        None when consumption is over."""
+    def _chunk_for_handler(self, discard: threading.Event) -> list[Message] | BaseException | None:
+        """The consume thread's next chunk of messages, or the error that
+        ends it, or None when consumption is over."""
         with self._lock:
             while True:
                 if discard.is_set():
-                    self._buffer.clear()
-                    self._level = 0
+                    self._discard()
                     return None
                 if self._buffer:
-                    return self._pop()
+                    return self._take_chunk()
                 if self._ended() or self._exhausted():
                     return None
                 if self._error is not None:
@@ -808,8 +876,7 @@ class PullConsumer:
         with self._lock:
             self._closed = True
             if discard:
-                self._buffer.clear()
-                self._level = 0
+                self._discard()
             subscriptions = [r.subscription for r in self._readers.values() if r.subscription]
             for reader in self._readers.values():
                 reader.generation += 1  # late messages from these are dropped
@@ -830,31 +897,52 @@ class PullConsumer:
 
 class _Feed:
     """A :class:`PullConsumer` as its consume thread sees it (the
-    :class:`~liftbridge._pull_consume.Feed` protocol)."""
+    :class:`~liftbridge._pull_consume.Feed` protocol). Only the consume
+    thread calls it (``close`` aside)."""
 
     def __init__(self, consumer: PullConsumer) -> None:
         self._consumer = consumer
+        # Taken from the buffer, not handed to the handler yet; only the
+        # consume thread touches it.
+        self._chunk: collections.deque[Message] = collections.deque()
+        self._discards = 0  # the consumer's _discards when the chunk was taken
 
     @property
     def stream(self) -> str:
         return self._consumer.stream
 
     def next(self, discard: threading.Event) -> Message | BaseException | None:
-        return self._consumer._next_for_handler(discard)
+        consumer = self._consumer
+        if self._chunk:
+            if not discard.is_set() and consumer._discards == self._discards:
+                return self._chunk.popleft()
+            self._chunk.clear()  # stop() or close() dropped what was buffered
+        item = consumer._chunk_for_handler(discard)
+        if not isinstance(item, list):
+            return item
+        self._discards = consumer._discards
+        self._chunk.extend(item)
+        return self._chunk.popleft()
 
     def handled(self, message: Message) -> None:
         consumer = self._consumer
-        with consumer._lock:
+        with consumer._mutex:
             consumer._delivered(message)
 
     def unhandled(self, message: Message) -> None:
+        """The message goes back to the buffer's front, the rest of its chunk after it."""
         consumer = self._consumer
-        with consumer._lock:
-            consumer._unpop(message)
+        with consumer._mutex:
+            if consumer._discards == self._discards:
+                consumer._put_back([message, *self._chunk])
+            self._chunk.clear()
 
     def ended(self) -> None:
         consumer = self._consumer
         with consumer._lock:
+            if self._chunk and consumer._discards == self._discards:
+                consumer._put_back(list(self._chunk))  # e.g. a terminal error came first
+            self._chunk.clear()
             consumer._consuming = False
 
     def close(self, *, discard: bool) -> None:
