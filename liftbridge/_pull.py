@@ -8,7 +8,11 @@ duplicate). Its handler puts messages into one buffer shared by the
 partitions, bounded by a message count or a byte count (never both). When the
 buffer is full the subscription threads wait, which holds the gRPC streams
 back (flow control), until the buffer has fallen to the refill threshold
-(default half the bound). Messages leave the buffer through the consumer.
+(default half the bound). Messages leave the buffer through the consumer,
+many under one lock: ``fetch`` takes what it returns at once, iteration and
+``consume`` a chunk of up to 64 (at most the bound minus the threshold),
+putting back what they did not hand out. Per message the partition's thread
+takes one plain lock; a waiting taker is woken once what it waits for is in.
 
 Order: within a partition, offset order; across partitions, the order in
 which messages arrived (partitions are not interleaved by any rule).
@@ -68,6 +72,12 @@ _WAIT_SLICE = 0.5
 _CHUNK = 64
 """Messages iteration and a consume() thread move out of the buffer under one
 lock (fewer when the buffer's bound minus its refill threshold is smaller)."""
+
+_LINGER = 0.0005
+"""Seconds a taker that emptied its chunk while messages stream in waits for a
+whole chunk before asking to be woken by the next message (as
+:mod:`liftbridge._handoff` does): woken per message, it would trade the GIL
+with the partition's thread for every one."""
 
 _NO_STOP = 2**63
 """Above every offset (offsets are int64)."""
@@ -182,6 +192,8 @@ class PullConsumer:
         self._buffer: collections.deque[Message] = collections.deque()
         self._level = 0  # messages or bytes in _buffer, per _by_bytes
         self._chunk_weight = max(1, self._limit - self._threshold)  # see _take_chunk
+        # Messages a lingering taker waits for (see _linger_for_chunk).
+        self._chunk_need = _CHUNK if self._by_bytes else min(_CHUNK, self._chunk_weight)
         self._discards = 0  # times buffered messages were dropped (takers' chunks go too)
         self._full = False  # producers wait until the level falls to the threshold
         self._closed = False
@@ -451,6 +463,18 @@ class PullConsumer:
         self._taken()
         return chunk
 
+    def _linger_for_chunk(self) -> None:
+        """Under the lock, for a taker whose last chunk came without waiting:
+        waits up to :data:`_LINGER` for a whole chunk (or a full buffer), so
+        that while messages stream in it wakes once per chunk."""
+        if (
+            self._level < self._chunk_weight
+            and len(self._buffer) < self._chunk_need
+            and not self._full
+            and not self._ended()
+        ):
+            self._wait_for(self._chunk_need, _LINGER)
+
     def _discard(self) -> None:
         """Drops every buffered message, and the chunks takers hold. Under the lock."""
         self._buffer.clear()
@@ -578,16 +602,20 @@ class PullConsumer:
 
         Messages leave the buffer a chunk at a time (up to 64); those of a
         chunk not yielded yet go back to the buffer's front when the loop
-        ends early (``break``), and are dropped by ``close()``.
+        ends early (``break``); ``close()`` drops them unless
+        ``discard=False``.
         """
         mutex, readers = self._mutex, self._readers
         chunk: list[Message] = []
         at = 0  # chunk[at:] is not yielded yet
         discards = 0  # self._discards when the chunk was taken
+        streaming = False  # a chunk was taken: linger for the next one
         try:
             while True:
                 if at == len(chunk):
                     with self._lock:
+                        if streaming:
+                            self._linger_for_chunk()
                         while not self._buffer:
                             if self._ended() or self._exhausted():
                                 return
@@ -596,6 +624,7 @@ class PullConsumer:
                             self._wait_for(1, _WAIT_SLICE)
                         chunk, at = self._take_chunk(), 0
                         discards = self._discards
+                        streaming = True
                 message = chunk[at]
                 at += 1
                 with mutex:
@@ -655,10 +684,15 @@ class PullConsumer:
             self._consuming = True
         return ConsumeHandle(_Feed(self), handler, on_error)
 
-    def _chunk_for_handler(self, discard: threading.Event) -> list[Message] | BaseException | None:
-        """The consume thread's next chunk of messages, or the error that
-        ends it, or None when consumption is over."""
+    def _chunk_for_handler(
+        self, discard: threading.Event, *, linger: bool
+    ) -> list[Message] | BaseException | None:
+        """The consume thread's next chunk of messages (``linger``: after
+        waiting briefly for a whole one), or the error that ends it, or None
+        when consumption is over."""
         with self._lock:
+            if linger and not discard.is_set():
+                self._linger_for_chunk()
             while True:
                 if discard.is_set():
                     self._discard()
@@ -906,6 +940,7 @@ class _Feed:
         # consume thread touches it.
         self._chunk: collections.deque[Message] = collections.deque()
         self._discards = 0  # the consumer's _discards when the chunk was taken
+        self._streaming = False  # a chunk was taken: linger for the next one
 
     @property
     def stream(self) -> str:
@@ -917,9 +952,10 @@ class _Feed:
             if not discard.is_set() and consumer._discards == self._discards:
                 return self._chunk.popleft()
             self._chunk.clear()  # stop() or close() dropped what was buffered
-        item = consumer._chunk_for_handler(discard)
+        item = consumer._chunk_for_handler(discard, linger=self._streaming)
         if not isinstance(item, list):
             return item
+        self._streaming = True
         self._discards = consumer._discards
         self._chunk.extend(item)
         return self._chunk.popleft()
