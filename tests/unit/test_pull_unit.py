@@ -320,3 +320,13 @@ def test_stop_from_the_handler_drops_its_chunk_and_drain_delivers_it(
     assert seen == expected and consumer.closed
     assert consumer.position() == {0: expected[-1]}
     assert consumer.buffered == 0
+
+
+def test_after_a_chunk_an_iteration_still_takes_single_messages_as_they_come() -> None:
+    source = FakeSource()
+    with _consumer(source) as consumer:
+        iterator = iter(consumer)
+        for offset in range(5):  # each one alone: lingering for a chunk must not hold it
+            source.subscriptions[0].deliver(offset)
+            assert next(iterator).offset == offset
+        assert consumer.position() == {0: 4}
