@@ -139,6 +139,9 @@ def run(argv: list[str] | None = None) -> tuple[int, Path]:
             f"{figures['peak_rss_mb']:.0f} MB (before publishing: "
             f"{figures['peak_rss_mb_before']:.0f} MB; {figures['msgs_per_s']:,.0f} msgs/s)"
         )
+    if suite.targets:
+        print("\nSDK paths against each other (msgs/s, client CPU per message):")
+        print(report.target_table(suite.targets))
     for error in suite.errors:
         print(f"FAILED {error['workload']}: {error['error']}")
 
@@ -157,6 +160,7 @@ def run(argv: list[str] | None = None) -> tuple[int, Path]:
             "machine": description,
             "results": [result.as_json() for result in suite.results],
             "comparisons": comparisons,
+            "targets": suite.targets,
             "rss": suite.rss,
             "rss_nats": suite.rss_nats,
             "errors": suite.errors,

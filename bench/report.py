@@ -111,6 +111,57 @@ def comparisons(results: Sequence[Result]) -> list[dict[str, object]]:
     return rows
 
 
+def target_row(mine: Result, theirs: Result, *, goal: float, against: str) -> dict[str, object]:
+    """One SDK path measured against another SDK path of the same run (the
+    pull row: ``fetch`` against the handler ``subscribe``), with the goal
+    the msgs/s ratio has to reach. CPU per message is kept too: on a shared
+    machine it is steadier than the rate."""
+    rate = mine.metrics["msgs_per_s"].median
+    other = theirs.metrics["msgs_per_s"].median
+    cpu = mine.metrics.get("cpu_us_per_msg")
+    other_cpu = theirs.metrics.get("cpu_us_per_msg")
+    return {
+        "workload": mine.workload,
+        "setting": mine.setting,
+        "value_size": mine.value_size,
+        "against": against,
+        "msgs_per_s": rate,
+        "against_msgs_per_s": other,
+        "ratio": rate / other if other else None,
+        "goal": goal,
+        "cpu_us_per_msg": None if cpu is None else cpu.median,
+        "against_cpu_us_per_msg": None if other_cpu is None else other_cpu.median,
+    }
+
+
+def target_table(targets: Sequence[Mapping[str, object]]) -> str:
+    """The rows of :func:`target_row` as a fixed-width table: msgs/s and CPU
+    per message of both paths, their msgs/s ratio and whether it meets the goal."""
+    header = ("workload", "setting", "size", "against", "msgs/s", "theirs", "ratio", "goal")
+    rows: list[tuple[str, ...]] = [header]
+
+    def figure(rate: object, cpu: object) -> str:
+        text = f"{rate:,.0f}" if isinstance(rate, int | float) else "-"
+        return f"{text} ({cpu:.2f} us)" if isinstance(cpu, int | float) else text
+
+    for target in targets:
+        ratio, goal, size = target["ratio"], target["goal"], target["value_size"]
+        met = isinstance(ratio, float) and isinstance(goal, float) and ratio >= goal
+        rows.append(
+            (
+                str(target["workload"]),
+                str(target["setting"]),
+                _size(size) if isinstance(size, int) else "-",
+                str(target["against"]),
+                figure(target["msgs_per_s"], target["cpu_us_per_msg"]),
+                figure(target["against_msgs_per_s"], target["against_cpu_us_per_msg"]),
+                f"{ratio:.2f}" if isinstance(ratio, float) else "-",
+                f">= {goal:g} {'met' if met else 'NOT met'}",
+            )
+        )
+    return _layout(rows, left=4)
+
+
 def _figure(spread: Spread | None) -> str:
     if spread is None:
         return "-"

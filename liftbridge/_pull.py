@@ -8,7 +8,11 @@ duplicate). Its handler puts messages into one buffer shared by the
 partitions, bounded by a message count or a byte count (never both). When the
 buffer is full the subscription threads wait, which holds the gRPC streams
 back (flow control), until the buffer has fallen to the refill threshold
-(default half the bound). Messages leave the buffer through the consumer.
+(default half the bound). Messages leave the buffer through the consumer,
+many under one lock: ``fetch`` takes what it returns at once, iteration and
+``consume`` a chunk of up to 64 (at most the bound minus the threshold),
+putting back what they did not hand out. Per message the partition's thread
+takes one plain lock; a waiting taker is woken once what it waits for is in.
 
 Order: within a partition, offset order; across partitions, the order in
 which messages arrived (partitions are not interleaved by any rule).
@@ -64,6 +68,19 @@ _log = logging.getLogger(__name__)
 _JOIN_TIMEOUT = 5.0
 _WAIT_SLICE = 0.5
 """Seconds of one bounded wait inside a longer wait that re-checks state."""
+
+_CHUNK = 64
+"""Messages iteration and a consume() thread move out of the buffer under one
+lock (fewer when the buffer's bound minus its refill threshold is smaller)."""
+
+_LINGER = 0.0005
+"""Seconds a taker that emptied its chunk while messages stream in waits for a
+whole chunk before asking to be woken by the next message (as
+:mod:`liftbridge._handoff` does): woken per message, it would trade the GIL
+with the partition's thread for every one."""
+
+_NO_STOP = 2**63
+"""Above every offset (offsets are int64)."""
 
 DEFAULT_MAX_BUFFERED_MESSAGES = 512
 DEFAULT_FETCH_MESSAGES = 100
@@ -174,6 +191,10 @@ class PullConsumer:
         self._need = 0  # the smallest of them; 0 when no taker waits
         self._buffer: collections.deque[Message] = collections.deque()
         self._level = 0  # messages or bytes in _buffer, per _by_bytes
+        self._chunk_weight = max(1, self._limit - self._threshold)  # see _take_chunk
+        # Messages a lingering taker waits for (see _linger_for_chunk).
+        self._chunk_need = _CHUNK if self._by_bytes else min(_CHUNK, self._chunk_weight)
+        self._discards = 0  # times buffered messages were dropped (takers' chunks go too)
         self._full = False  # producers wait until the level falls to the threshold
         self._closed = False
         self._error: BaseException | None = None
@@ -272,31 +293,38 @@ class PullConsumer:
         """The subscription's handler: runs on its thread, only SDK code."""
         lock, buffer, notify = self._mutex, self._buffer, self._lock.notify_all
         stop = self._stops[reader.partition]
-        by_bytes = self._by_bytes
+        # Offsets below ``below`` take the hot path; the stop offset and past
+        # it go through _offer, which ends the partition's reading.
+        below = _NO_STOP if stop is None else stop
+        by_bytes, limit = self._by_bytes, self._limit
 
         def handle(message: Message | None, error: BaseException | None) -> None:
             if message is not None:
-                if not by_bytes and stop is None:
-                    # The hot path, kept short: a count-bounded buffer with room.
-                    offset = message.offset
+                offset = message.offset
+                weight = message_size(message) if by_bytes else 1
+                # The hot path, kept short (one lock, no Condition): a message
+                # that fits, before the stop. Anything else goes through _offer.
+                if offset < below:
                     with lock:
                         if (
                             not self._full
+                            and self._level + weight <= limit
                             and reader.generation == generation
                             and not self._closed
                             and (reader.received is None or offset > reader.received)
                         ):
                             buffer.append(message)
-                            self._level += 1
+                            self._level += weight
                             reader.received = offset
                             reader.arrivals += 1
-                            if self._level >= self._limit:
+                            if self._level >= limit:
                                 self._full = True
                                 notify()
                             elif self._need and len(buffer) >= self._need:
+                                self._need = 0  # woken; they ask again if they wait again
                                 notify()
                             return
-                self._offer(reader, generation, message)
+                self._offer(reader, generation, message, weight)
             elif error is not None:
                 with self._lock:
                     if reader.generation == generation and self._error is None:
@@ -305,8 +333,7 @@ class PullConsumer:
 
         return handle
 
-    def _offer(self, reader: _Reader, generation: int, message: Message) -> None:
-        weight = message_size(message) if self._by_bytes else 1
+    def _offer(self, reader: _Reader, generation: int, message: Message, weight: int) -> None:
         stop = self._stops[reader.partition]
         with self._lock:
             while True:
@@ -338,6 +365,8 @@ class PullConsumer:
             elif self._need and len(buffer) >= self._need:
                 # Takers are woken when what they wait for is there, not per
                 # message: a wake-up per message costs more than the message.
+                # Once woken they are not woken again until they wait again.
+                self._need = 0
                 self._lock.notify_all()
             if stop is not None and message.offset >= stop:
                 self._finish(reader)
@@ -402,10 +431,55 @@ class PullConsumer:
         for message in batch:
             self._delivered(message)
 
-    def _unpop(self, message: Message) -> None:
-        """Puts back a message a handler failed on. Under the lock."""
-        self._buffer.appendleft(message)
-        self._level += message_size(message) if self._by_bytes else 1
+    def _put_back(self, messages: Sequence[Message]) -> None:
+        """Returns messages taken but not handed out to the buffer's front,
+        in their order. Under the lock."""
+        self._buffer.extendleft(reversed(messages))
+        if self._by_bytes:
+            self._level += sum(message_size(m) for m in messages)
+        else:
+            self._level += len(messages)
+
+    def _take_chunk(self) -> list[Message]:
+        """Under the lock: up to :data:`_CHUNK` messages from the front, at
+        most the buffer's bound minus its threshold in weight (at least one),
+        so that a taker holding a chunk keeps less than the buffer refills."""
+        buffer = self._buffer
+        if not self._by_bytes:
+            take = min(len(buffer), _CHUNK, self._chunk_weight)
+            popleft = buffer.popleft
+            chunk = [popleft() for _ in range(take)]
+            self._level -= take
+        else:
+            chunk = []
+            weight = 0
+            while buffer and len(chunk) < _CHUNK:
+                size = message_size(buffer[0])
+                if chunk and weight + size > self._chunk_weight:
+                    break
+                chunk.append(buffer.popleft())
+                weight += size
+            self._level -= weight
+        self._taken()
+        return chunk
+
+    def _linger_for_chunk(self) -> None:
+        """Under the lock, for a taker whose last chunk came without waiting:
+        waits up to :data:`_LINGER` for a whole chunk (or a full buffer), so
+        that while messages stream in it wakes once per chunk."""
+        if (
+            self._level < self._chunk_weight
+            and len(self._buffer) < self._chunk_need
+            and not self._full
+            and not self._ended()
+        ):
+            self._wait_for(self._chunk_need, _LINGER)
+
+    def _discard(self) -> None:
+        """Drops every buffered message, and the chunks takers hold. Under the lock."""
+        self._buffer.clear()
+        self._level = 0
+        self._discards += 1
 
     def _delivered(self, message: Message) -> None:
         reader = self._readers.get(message.partition)
@@ -524,18 +598,50 @@ class PullConsumer:
     def __iter__(self) -> Iterator[Message]:
         """Yields messages as they come; ends when every partition reached
         its stop, or when the consumer is closed. Raises a subscription's
-        terminal error (see the class)."""
-        while True:
-            with self._lock:
-                while not self._buffer:
-                    if self._ended() or self._exhausted():
-                        return
-                    if self._error is not None:
-                        raise self._error
-                    self._wait_for(1, _WAIT_SLICE)
-                message = self._pop()
-                self._delivered(message)
-            yield message
+        terminal error (see the class).
+
+        Messages leave the buffer a chunk at a time (up to 64); those of a
+        chunk not yielded yet go back to the buffer's front when the loop
+        ends early (``break``); ``close()`` drops them unless
+        ``discard=False``.
+        """
+        mutex, readers = self._mutex, self._readers
+        chunk: list[Message] = []
+        at = 0  # chunk[at:] is not yielded yet
+        discards = 0  # self._discards when the chunk was taken
+        streaming = False  # a chunk was taken: linger for the next one
+        try:
+            while True:
+                if at == len(chunk):
+                    with self._lock:
+                        if streaming:
+                            self._linger_for_chunk()
+                        while not self._buffer:
+                            if self._ended() or self._exhausted():
+                                return
+                            if self._error is not None:
+                                raise self._error
+                            self._wait_for(1, _WAIT_SLICE)
+                        chunk, at = self._take_chunk(), 0
+                        discards = self._discards
+                        streaming = True
+                message = chunk[at]
+                at += 1
+                with mutex:
+                    if self._discards != discards:
+                        chunk, at = [], 0  # close() dropped what was buffered
+                        continue
+                    reader = readers.get(message.partition)
+                    if reader is not None and (
+                        reader.delivered is None or message.offset > reader.delivered
+                    ):
+                        reader.delivered = message.offset
+                yield message
+        finally:
+            if at < len(chunk):
+                with mutex:
+                    if self._discards == discards:
+                        self._put_back(chunk[at:])
 
     def _check_usable(self) -> None:
         if self._ended() and not self._buffer:
@@ -578,17 +684,21 @@ class PullConsumer:
             self._consuming = True
         return ConsumeHandle(_Feed(self), handler, on_error)
 
-    def _next_for_handler(self, discard: threading.Event) -> Message | BaseException | None:
-        """The consume thread's next message, or the error that ends it, or
-        None when consumption is over."""
+    def _chunk_for_handler(
+        self, discard: threading.Event, *, linger: bool
+    ) -> list[Message] | BaseException | None:
+        """The consume thread's next chunk of messages (``linger``: after
+        waiting briefly for a whole one), or the error that ends it, or None
+        when consumption is over."""
         with self._lock:
+            if linger and not discard.is_set():
+                self._linger_for_chunk()
             while True:
                 if discard.is_set():
-                    self._buffer.clear()
-                    self._level = 0
+                    self._discard()
                     return None
                 if self._buffer:
-                    return self._pop()
+                    return self._take_chunk()
                 if self._ended() or self._exhausted():
                     return None
                 if self._error is not None:
@@ -800,8 +910,7 @@ class PullConsumer:
         with self._lock:
             self._closed = True
             if discard:
-                self._buffer.clear()
-                self._level = 0
+                self._discard()
             subscriptions = [r.subscription for r in self._readers.values() if r.subscription]
             for reader in self._readers.values():
                 reader.generation += 1  # late messages from these are dropped
@@ -822,31 +931,54 @@ class PullConsumer:
 
 class _Feed:
     """A :class:`PullConsumer` as its consume thread sees it (the
-    :class:`~liftbridge._pull_consume.Feed` protocol)."""
+    :class:`~liftbridge._pull_consume.Feed` protocol). Only the consume
+    thread calls it (``close`` aside)."""
 
     def __init__(self, consumer: PullConsumer) -> None:
         self._consumer = consumer
+        # Taken from the buffer, not handed to the handler yet; only the
+        # consume thread touches it.
+        self._chunk: collections.deque[Message] = collections.deque()
+        self._discards = 0  # the consumer's _discards when the chunk was taken
+        self._streaming = False  # a chunk was taken: linger for the next one
 
     @property
     def stream(self) -> str:
         return self._consumer.stream
 
     def next(self, discard: threading.Event) -> Message | BaseException | None:
-        return self._consumer._next_for_handler(discard)
+        consumer = self._consumer
+        if self._chunk:
+            if not discard.is_set() and consumer._discards == self._discards:
+                return self._chunk.popleft()
+            self._chunk.clear()  # stop() or close() dropped what was buffered
+        item = consumer._chunk_for_handler(discard, linger=self._streaming)
+        if not isinstance(item, list):
+            return item
+        self._streaming = True
+        self._discards = consumer._discards
+        self._chunk.extend(item)
+        return self._chunk.popleft()
 
     def handled(self, message: Message) -> None:
         consumer = self._consumer
-        with consumer._lock:
+        with consumer._mutex:
             consumer._delivered(message)
 
     def unhandled(self, message: Message) -> None:
+        """The message goes back to the buffer's front, the rest of its chunk after it."""
         consumer = self._consumer
-        with consumer._lock:
-            consumer._unpop(message)
+        with consumer._mutex:
+            if consumer._discards == self._discards:
+                consumer._put_back([message, *self._chunk])
+            self._chunk.clear()
 
     def ended(self) -> None:
         consumer = self._consumer
         with consumer._lock:
+            if self._chunk and consumer._discards == self._discards:
+                consumer._put_back(list(self._chunk))  # e.g. a terminal error came first
+            self._chunk.clear()
             consumer._consuming = False
 
     def close(self, *, discard: bool) -> None:

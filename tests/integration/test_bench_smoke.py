@@ -80,6 +80,18 @@ def test_quick_bench_writes_figures_for_every_workload(tmp_path: Path) -> None:
     assert ("nats publish_async", "sdk") in workloads
     settings = {(r["workload"], r["setting"], r["variant"]) for r in document["results"]}
     assert ("subscribe", "iterated", "sdk") in settings  # the same read, without a handler
+    # pull: fetch and the handler subscribe, each next to the bare floor, and
+    # fetch against the handler (the target) for both value sizes
+    for setting in ("fetch(500)", "subscribe handler"):
+        assert {("pull", setting, "sdk"), ("pull", setting, "bare")} <= settings
+    assert [(t["workload"], t["value_size"]) for t in document["targets"]] == [
+        ("pull", 100),
+        ("pull", 1024),
+    ]
+    assert all(
+        t["ratio"] > 0 and t["against"] == "SDK subscribe handler" for t in document["targets"]
+    )
+    assert "SDK paths against each other" in done.stdout
     for result in document["results"]:
         for spread in result["metrics"].values():
             assert spread["low"] <= spread["median"] <= spread["high"]

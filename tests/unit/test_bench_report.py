@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.report import ratio_changes
+import pytest
+
+from bench.report import Result, ratio_changes, target_row, target_table
+from bench.stats import Run, summarise
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -53,3 +56,33 @@ def test_an_unreadable_baseline_is_refused_before_anything_runs(tmp_path: Path) 
     )
     assert done.returncode == 2
     assert f"--baseline {missing}" in done.stderr
+
+
+def _result(setting: str, rate: float, cpu: float) -> Result:
+    metrics = summarise([Run(10, 10 / rate, 1000, 10 * cpu / 1e6)])
+    return Result(
+        workload="pull",
+        setting=setting,
+        value_size=100,
+        variant="sdk",
+        count=10,
+        metrics=metrics,
+        shown=("msgs_per_s", "cpu_us_per_msg"),
+    )
+
+
+def test_a_target_row_compares_two_sdk_paths_and_says_whether_the_goal_is_met() -> None:
+    fetch = _result("fetch(500)", 90_000.0, 10.0)
+    handler = _result("subscribe handler", 100_000.0, 9.0)
+    row = target_row(fetch, handler, goal=0.9, against="SDK subscribe handler")
+    assert row["ratio"] == pytest.approx(0.9)
+    assert row["cpu_us_per_msg"] == pytest.approx(10.0)
+    assert row["against_cpu_us_per_msg"] == pytest.approx(9.0)
+    slower = target_row(
+        _result("fetch(500)", 80_000.0, 12.0), handler, goal=0.9, against="SDK subscribe handler"
+    )
+    lines = target_table([row, slower]).splitlines()
+    assert lines[0].split()[:4] == ["workload", "setting", "size", "against"]
+    assert lines[2].endswith(">= 0.9 met") and "90,000 (10.00 us)" in lines[2]
+    assert "100,000 (9.00 us)" in lines[2] and " 0.90 " in lines[2]
+    assert lines[3].endswith(">= 0.9 NOT met") and " 0.80 " in lines[3]

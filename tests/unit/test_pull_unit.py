@@ -224,3 +224,109 @@ def test_bad_options_are_refused_before_any_call() -> None:
     with pytest.raises(liftbridge.InvalidArgumentError, match="stall_timeout"):
         _consumer(source, stall_timeout=0)
     assert source.subscriptions == []
+
+
+def _filled(source: FakeSource, consumer: PullConsumer, count: int) -> None:
+    for offset in range(count):
+        source.subscriptions[0].deliver(offset)
+    assert consumer.buffered == count
+
+
+def test_breaking_off_an_iteration_leaves_the_rest_of_its_chunk_buffered_in_order() -> None:
+    source = FakeSource()
+    with _consumer(source) as consumer:
+        _filled(source, consumer, 10)
+        taken: list[int] = []
+        for message in consumer:
+            taken.append(message.offset)
+            assert consumer.position() == {0: message.offset}  # as each one is handed out
+            if len(taken) == 3:
+                break
+        assert taken == [0, 1, 2]
+        assert consumer.buffered == 7
+        assert [m.offset for m in consumer.fetch(10, timeout=0)] == list(range(3, 10))
+        assert consumer.position() == {0: 9}
+
+
+def test_an_iteration_takes_no_more_than_the_bound_minus_the_threshold_at_once() -> None:
+    source = FakeSource()
+    with _consumer(source, max_buffered_messages=8, refill_threshold=5) as consumer:
+        _filled(source, consumer, 8)
+        for message in consumer:
+            assert message.offset == 0
+            assert consumer.buffered == 5  # a chunk of 3 left the buffer
+            break
+        assert consumer.buffered == 7  # the 2 not handed out came back
+    source = FakeSource()
+    with _consumer(source, max_buffered_bytes=10, refill_threshold=6) as consumer:
+        _filled(source, consumer, 10)  # one byte each
+        for message in consumer:
+            assert message.offset == 0
+            assert consumer.buffered == 6  # a chunk of 4 bytes left the buffer
+            break
+        assert consumer.buffered == 9
+
+
+@pytest.mark.parametrize(("discard", "rest"), [(True, []), (False, list(range(1, 10)))])
+def test_close_drops_or_keeps_what_an_iteration_has_taken(discard: bool, rest: list[int]) -> None:
+    source = FakeSource()
+    consumer = _consumer(source)
+    _filled(source, consumer, 10)
+    iterator = iter(consumer)
+    assert next(iterator).offset == 0
+    consumer.close(discard=discard)
+    assert [m.offset for m in iterator] == rest
+
+
+def test_a_handler_failing_mid_chunk_leaves_that_message_and_the_rest_buffered() -> None:
+    source = FakeSource()
+    with _consumer(source) as consumer:
+        _filled(source, consumer, 10)
+        seen: list[int] = []
+
+        def handler(message: liftbridge.Message) -> None:
+            if message.offset == 4:
+                raise RuntimeError("boom")
+            seen.append(message.offset)
+
+        handle = consumer.consume(handler)
+        assert handle.wait(5)
+        assert isinstance(handle.error, liftbridge.HandlerError) and handle.error.offset == 4
+        assert seen == [0, 1, 2, 3] and consumer.position() == {0: 3}
+        assert [m.offset for m in consumer.fetch(10, timeout=0)] == list(range(4, 10))
+
+
+@pytest.mark.parametrize(("drain", "expected"), [(False, [0, 1, 2]), (True, list(range(10)))])
+def test_stop_from_the_handler_drops_its_chunk_and_drain_delivers_it(
+    drain: bool, expected: list[int]
+) -> None:
+    source = FakeSource()
+    consumer = _consumer(source)
+    _filled(source, consumer, 10)
+    seen: list[int] = []
+    started = threading.Event()
+    handles: list[liftbridge.ConsumeHandle] = []
+
+    def handler(message: liftbridge.Message) -> None:
+        started.wait(5)
+        seen.append(message.offset)
+        if message.offset == 2:
+            handle = handles[0]
+            handle.drain() if drain else handle.stop()
+
+    handles.append(consumer.consume(handler))
+    started.set()
+    assert handles[0].wait(5) and handles[0].error is None
+    assert seen == expected and consumer.closed
+    assert consumer.position() == {0: expected[-1]}
+    assert consumer.buffered == 0
+
+
+def test_after_a_chunk_an_iteration_still_takes_single_messages_as_they_come() -> None:
+    source = FakeSource()
+    with _consumer(source) as consumer:
+        iterator = iter(consumer)
+        for offset in range(5):  # each one alone: lingering for a chunk must not hold it
+            source.subscriptions[0].deliver(offset)
+            assert next(iterator).offset == offset
+        assert consumer.position() == {0: 4}
