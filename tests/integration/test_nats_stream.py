@@ -549,7 +549,7 @@ def test_reconnects_after_the_connection_drops(
     ) as publisher:
         assert publisher.publish(stream, b"before") is not None
         proxy.cut()
-        during = publisher.publish_async(stream, b"during")  # buffered by nats-py meanwhile
+        during = publisher.publish_async(stream, b"during")  # held, or lost with the connection
         after = None
         for _ in range(20):  # each waits for its ack: bounded by 20 x 2 s
             with contextlib.suppress(AckTimeoutError):
