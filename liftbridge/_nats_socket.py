@@ -293,6 +293,25 @@ class NatsSocket:
             MissingDependencyError: credentials without ``nkeys``.
             UnavailableError: no connection (the reason is in the message).
         """
+        try:
+            self._configure(url, tls, token, credentials)
+            self._timeout = connect_timeout
+            self._attempts = max_reconnect_attempts
+            self._wait = reconnect_wait
+            self._sock = self._open()
+        except BaseException as e:
+            self._wake_r.close()
+            self._wake_w.close()
+            if isinstance(e, OSError | ProtocolError | _Lost | UnavailableError):
+                raise UnavailableError(
+                    f"cannot connect to the NATS server at {self._where}: {_reason(e)}"
+                ) from e
+            raise
+        self._thread.start()
+
+    def _configure(
+        self, url: str, tls: ssl.SSLContext | None, token: str | None, credentials: str | None
+    ) -> None:
         parts = urlsplit(url)
         self._host, self._port = parts.hostname or "127.0.0.1", parts.port or DEFAULT_PORT
         if tls is None and parts.scheme == "tls":
@@ -312,18 +331,6 @@ class NatsSocket:
                     "NATS credentials files need the nkeys package: pip install nkeys"
                 ) from e
             self._credentials = _read_credentials(credentials)
-        self._timeout = connect_timeout
-        self._attempts = max_reconnect_attempts
-        self._wait = reconnect_wait
-        try:
-            self._sock = self._open()
-        except (OSError, ProtocolError, _Lost, UnavailableError) as e:
-            self._wake_r.close()
-            self._wake_w.close()
-            raise UnavailableError(
-                f"cannot connect to the NATS server at {self._where}: {_reason(e)}"
-            ) from e
-        self._thread.start()
 
     @property
     def max_payload(self) -> int:

@@ -4,13 +4,14 @@ liveness pings and reconnect buffer against a fake server on 127.0.0.1."""
 from __future__ import annotations
 
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from liftbridge import UnavailableError, _nats_socket
+from liftbridge import MissingDependencyError, UnavailableError, _nats_socket
 from liftbridge._nats_socket import FrameParser, NatsSocket, ProtocolError
 
 INBOX = b"_INBOX.abc"
@@ -217,3 +218,10 @@ def test_publishes_queued_while_away_past_the_buffer_fail(
         connection.close()
     # Closing fails what was still held.
     assert [item[0] for item in refused] == ["refused", "kept"]  # type: ignore[index]
+
+
+def test_credentials_without_nkeys_name_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "nkeys", None)  # import nkeys raises ImportError
+    connection = NatsSocket("fake", "_INBOX.x", lambda item: None, lambda: None)
+    with pytest.raises(MissingDependencyError, match="nkeys"):
+        connection.connect("nats://127.0.0.1:1", connect_timeout=1.0, credentials="user.creds")
