@@ -513,14 +513,16 @@ class NatsSocket:
                 self._write(sock)
             self._idle = True
             if outbox or flushes or self._closing:
+                # More to write: only look for what was read (acks must not
+                # wait for a busy writer), without sleeping.
                 self._idle = False
-                continue
+                wait = 0.0
+            else:
+                wait = max(0.0, ping_due - monotonic())
             if decrypted is not None and decrypted():
                 readable = [sock]
             else:
-                readable, _, _ = select.select(
-                    [sock, wake_r], [], [], max(0.0, ping_due - monotonic())
-                )
+                readable, _, _ = select.select([sock, wake_r], [], [], wait)
             self._idle = False
             if wake_r in readable:
                 with contextlib.suppress(OSError):
