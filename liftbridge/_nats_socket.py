@@ -567,12 +567,19 @@ class NatsSocket:
         frames: list[bytes] = []
         size = 0
         held, self._held, self._held_bytes = self._held, [], 0
-        for subject, envelope, _ in held:
+        for index, (subject, envelope, _) in enumerate(held):
             prefix = prefixes.get(subject) or self._prefix(subject)
             frames += (prefix, b"%d\r\n" % len(envelope), envelope, b"\r\n")
             size += len(envelope)
             if size >= _WRITE_CHUNK:
-                sock.sendall(b"".join(frames))
+                try:
+                    sock.sendall(b"".join(frames))
+                except BaseException:
+                    # Those not in this write wait for the next connection
+                    # (those in it may have been written: never re-sent).
+                    self._held = held[index + 1 :]
+                    self._held_bytes = sum(len(item[1]) for item in self._held)
+                    raise
                 frames, size = [], 0
         while outbox:
             subject, envelope, _ = outbox.popleft()
