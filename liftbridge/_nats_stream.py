@@ -142,7 +142,8 @@ class NatsStreamPublisher:
         tls: an SSL context for a TLS connection (implies TLS). With TLS, a
             server that does not require it is refused (UnavailableError).
         token: a NATS authentication token.
-        credentials: path to a NATS ``.creds`` file (JWT and NKey seed).
+        credentials: path to a NATS ``.creds`` file (JWT and NKey seed; needs
+            the nkeys package).
         max_reconnect_attempts: reconnection attempts before giving up.
         reconnect_wait: seconds between reconnection attempts.
 
