@@ -328,7 +328,7 @@ class NatsSocket:
                 import nkeys  # noqa: F401
             except ImportError as e:
                 raise MissingDependencyError(
-                    "NATS credentials files need the nkeys package: pip install nkeys"
+                    "NATS credentials files need the nkeys package: pip install 'liftbridge[nats]'"
                 ) from e
             self._credentials = _read_credentials(credentials)
 
