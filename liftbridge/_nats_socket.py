@@ -622,11 +622,13 @@ class NatsSocket:
         for attempt in range(1, self._attempts + 1):
             deadline = monotonic() + self._wait
             while not self._closing:
+                self._idle = True  # a send wakes this loop to hold its envelope
                 self._hold()
                 left = deadline - monotonic()
                 if left <= 0:
                     break
                 readable, _, _ = select.select([self._wake_r], [], [], left)
+                self._idle = False
                 if readable:
                     with contextlib.suppress(OSError):
                         self._wake_r.recv(4096)
