@@ -252,6 +252,7 @@ class NatsSocket:
         self._idle = False  # the I/O thread is (about to be) asleep: senders wake it
         self._prefixes: dict[str, bytes] = {}  # subject -> b"PUB <subject> " (I/O thread)
         self._sock: socket.socket | None = None
+        self._opening: socket.socket | None = None  # a connection being made (close() cuts it)
         self._max_payload = 0
         self._thread = threading.Thread(target=self._run, name="liftbridge-nats-io", daemon=True)
         # Connection settings (set by connect()).
@@ -367,6 +368,10 @@ class NatsSocket:
         any thread (the I/O thread itself is then not joined)."""
         self._closing = True
         self._wake()
+        opening = self._opening
+        if opening is not None:  # a reconnect waiting for its server: cut it short
+            with contextlib.suppress(OSError):
+                opening.shutdown(socket.SHUT_RDWR)
         if self._thread.ident is not None and threading.current_thread() is not self._thread:
             self._thread.join(CLOSE_TIMEOUT)
             if self._thread.is_alive():
@@ -385,7 +390,10 @@ class NatsSocket:
         """One connection: INFO, TLS, CONNECT, SUB, then PING until its PONG."""
         where = self._where
         sock = socket.create_connection((self._host, self._port), timeout=self._timeout)
+        self._opening = sock
         try:
+            if self._closing:  # close() came first and did not see this socket
+                raise _Lost("closing")
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             parser = FrameParser(_INBOX_SID)
             deadline = monotonic() + self._timeout
@@ -396,6 +404,7 @@ class NatsSocket:
             if info.get("tls_required"):
                 context = self._tls or ssl.create_default_context()
                 sock = context.wrap_socket(sock, server_hostname=self._host)
+                self._opening = sock
             connect: dict[str, Any] = {
                 "verbose": False,
                 "pedantic": False,
@@ -434,6 +443,8 @@ class NatsSocket:
         except BaseException:
             sock.close()
             raise
+        finally:
+            self._opening = None
 
     @staticmethod
     def _read_until(

@@ -100,12 +100,15 @@ class FakeServer:
     """Accepts connections on 127.0.0.1, greets each with INFO, answers the
     PING that ends the handshake, then reads and never answers again."""
 
-    def __init__(self, answer: bytes = b"PONG\r\n") -> None:
+    def __init__(self, answer: bytes = b"PONG\r\n", greet: int = 1000) -> None:
         self._answer = answer
+        self._greet = greet  # connections greeted; later ones hear nothing
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.settimeout(0.2)
         self.port = self._listener.getsockname()[1]
         self.received: list[bytearray] = []  # per connection
+        self._lock = threading.Lock()  # guards connections
+        self.connections: list[socket.socket] = []
         self.connected = threading.Semaphore(0)
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._accept, name="test-fake-nats")]
@@ -118,6 +121,8 @@ class FakeServer:
             except TimeoutError:
                 continue
             received = bytearray()
+            with self._lock:
+                self.connections.append(connection)
             self.received.append(received)
             thread = threading.Thread(
                 target=self._serve, args=(connection, received), name="test-fake-nats-conn"
@@ -128,7 +133,8 @@ class FakeServer:
     def _serve(self, connection: socket.socket, received: bytearray) -> None:
         with connection:
             connection.settimeout(0.2)
-            connection.sendall(b'INFO {"max_payload": 4096}\r\n')
+            if len(self.received) <= self._greet:
+                connection.sendall(b'INFO {"max_payload": 4096}\r\n')
             answered = False
             while not self._stop.is_set():
                 try:
@@ -225,3 +231,27 @@ def test_credentials_without_nkeys_name_the_package(monkeypatch: pytest.MonkeyPa
     connection = NatsSocket("fake", "_INBOX.x", lambda item: None, lambda: None)
     with pytest.raises(MissingDependencyError, match="nkeys"):
         connection.connect("nats://127.0.0.1:1", connect_timeout=1.0, credentials="user.creds")
+
+
+def test_close_cuts_a_reconnect_short() -> None:
+    # The first connection is greeted, the next ones never are: the I/O
+    # thread waits in a reconnect for an INFO that would take 60 s.
+    server = FakeServer(greet=1)
+    connection = NatsSocket("fake", "_INBOX.x", lambda item: None, lambda: None)
+    try:
+        connection.connect(
+            f"nats://127.0.0.1:{server.port}", connect_timeout=60.0, reconnect_wait=0.01
+        )
+        assert server.connected.acquire(timeout=5)
+        with server._lock:
+            first = server.connections[0]
+        first.shutdown(socket.SHUT_RDWR)  # drops the greeted connection
+        deadline = time.monotonic() + 5
+        while len(server.received) < 2:
+            assert time.monotonic() < deadline, "no reconnect attempt"
+            time.sleep(0.01)  # polling from a test, not a stoppable loop
+        connection.close()
+        assert not connection._thread.is_alive()  # joined within CLOSE_TIMEOUT
+    finally:
+        connection.close()
+        server.close()
