@@ -4,9 +4,9 @@ Issue 16 wants pipelined publishing through NATS at Go's PublishAsync pace.
 This drives, against one ``LocalServer``, in turns (100-byte values, 1,024
 publishes in flight, done when the last ack is in):
 
-- ``sdk``: ``NatsStreamPublisher.publish_async`` (nats-py on its loop
+- ``sdk``: ``NatsStreamPublisher.publish_async`` (the SDK's NATS socket on its I/O
   thread), as in ``make bench``, with the CPU of each of its threads;
-- ``raw``: one thread on a plain socket, no nats-py: ``PUB`` frames written
+- ``raw``: one thread on a plain socket, no NATS client: ``PUB`` frames written
   256 at a time, acks read and decoded with the SDK's ``unmarshal_ack``, and
   nothing else (no futures, window object, timeouts, TLS or reconnects): the
   bound a transport of the SDK's own could approach;

@@ -2,7 +2,7 @@
 publisher's inbox (needs the ``nats`` extra).
 
 :class:`StreamPublish` and :class:`StreamPipelined` drive the batched path,
-``liftbridge.NatsStreamPublisher`` (nats-py on one loop thread);
+``liftbridge.NatsStreamPublisher`` (the SDK's NATS socket on one I/O thread);
 :class:`NatsPublish` and :class:`NatsPipelined` the older per-subject
 ``liftbridge.NatsPublisher`` (pynats2), kept as a reference.
 """

@@ -1,8 +1,8 @@
 """What a NATS server says before any client connects: its ``INFO`` greeting.
 
 Both NATS publishers read it on a socket of their own first: pynats2 leaks a
-socket or spins when nothing (or not NATS) answers, and nats-py would go on
-in plain text against a server that only allows TLS. The greeting also gives
+socket or spins when nothing (or not NATS) answers, and TLS is refused up
+front against a server that only allows it. The greeting also gives
 the server's ``max_payload``.
 """
 

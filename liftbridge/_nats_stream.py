@@ -7,16 +7,17 @@ envelopes per socket write, which is how the Go client's PublishAsync pace
 is reached from Python; the gRPC publish path pays a round of HTTP/2 framing
 and grpcio's thread hops per message instead.
 
-It runs on nats-py (the ``nats`` extra; the maintained official client), an
-asyncio client, behind a synchronous, thread-safe API. Five kinds of thread:
+It speaks the NATS protocol itself on a plain socket
+(:mod:`liftbridge._nats_socket`; no third-party NATS client), behind a
+synchronous, thread-safe API. Five kinds of thread:
 
 - the caller's: checks the arguments, picks the partition from the
   router's metadata (the client's :class:`~liftbridge._router.Router`),
   builds the envelope, takes a slot of the in-flight window, registers the
   pending ack and its deadline and hands the envelope over;
-- ``liftbridge-nats-loop`` (:mod:`liftbridge._nats_loop`): one event loop
-  owning the NATS connection. It writes whatever envelopes are waiting in
-  one go (nats-py coalesces them into one socket write), and settles each
+- ``liftbridge-nats-io`` (:mod:`liftbridge._nats_socket`): the one thread
+  owning the NATS connection. It writes whatever envelopes are waiting as
+  ``PUB`` frames in one socket write, reconnects, and settles each
   batch of acks it reads: decodes them, matches them to publishes, resolves
   the futures and frees window slots (the table of pending acks and the
   window are :class:`~liftbridge._nats_window.AckWindow`), all without user
@@ -35,9 +36,6 @@ asyncio client, behind a synchronous, thread-safe API. Five kinds of thread:
 The client's :meth:`~liftbridge.Client.close` closes the publisher first
 (its deadlines are on the client's timer); :func:`liftbridge._client.attach`
 is how it gets the client's router and timer.
-
-Only :mod:`liftbridge._nats_loop` imports nats-py, and only when a
-publisher is created.
 """
 
 from __future__ import annotations
@@ -73,8 +71,8 @@ from liftbridge._errors import (
 )
 from liftbridge._messages import Ack, AckPolicy
 from liftbridge._metadata import Metadata, StreamInfo
-from liftbridge._nats_loop import CLOSE_TIMEOUT as _CLOSE_TIMEOUT
-from liftbridge._nats_loop import NatsLoop, check_tls_required, import_nats
+from liftbridge._nats_socket import CLOSE_TIMEOUT as _CLOSE_TIMEOUT
+from liftbridge._nats_socket import NatsSocket, check_tls_required
 from liftbridge._nats_window import AckHandler, AckWindow, Pending
 from liftbridge._partitioner import Partitioner, choose_partition
 from liftbridge._publish_bytes import ack_inbox_field, message_bytes
@@ -97,7 +95,7 @@ _STOP = _Stop()
 
 # Streams whose partition-0 subject is cached at most (then the cache starts over).
 _SUBJECTS_CACHED = 1024
-# What a subject must not hold (nats-py's own check, skipped on publish).
+# What a subject must not hold (it would break the PUB line).
 _WHITESPACE = re.compile(r"\s")
 # Each AckPolicy as the wire enum (Enum.value is a slow property).
 _WIRE_POLICIES = {policy: api_pb2.AckPolicy.ValueType(policy.value) for policy in AckPolicy}
@@ -120,8 +118,9 @@ class NatsStreamPublisher:
     Nothing is ever re-sent: a message whose ack does not come in time may or
     may not have been stored.
 
-    NATS reconnects on its own (nats-py): publishes made while it is away
-    are buffered and sent on reconnection; acks the server sent meanwhile
+    The NATS connection reconnects on its own: publishes made while it is
+    away are buffered (8 MiB at most; past that they fail with
+    :class:`ConnectionLostError`) and sent on reconnection; acks the server sent meanwhile
     are lost and those publishes end with :class:`AckTimeoutError`. When
     NATS gives up, pending publishes fail with :class:`ConnectionLostError`.
     When the partition leader a publish awaits goes down (its gRPC connection
@@ -143,12 +142,13 @@ class NatsStreamPublisher:
         tls: an SSL context for a TLS connection (implies TLS). With TLS, a
             server that does not require it is refused (UnavailableError).
         token: a NATS authentication token.
-        credentials: path to a NATS ``.creds`` file (JWT and NKey seed).
+        credentials: path to a NATS ``.creds`` file (JWT and NKey seed; needs
+            the nkeys package).
         max_reconnect_attempts: reconnection attempts before giving up.
         reconnect_wait: seconds between reconnection attempts.
 
     Raises:
-        MissingDependencyError: nats-py is not installed.
+        MissingDependencyError: ``credentials`` without the nkeys package.
         InvalidArgumentError: a bad argument (ArgumentTypeError for a wrong type).
         UnavailableError: the NATS server cannot be reached or refused us.
         ClientClosedError: ``client`` is closed.
@@ -189,7 +189,6 @@ class NatsStreamPublisher:
         for name, value in (("token", token), ("credentials", credentials)):
             if value is not None and not isinstance(value, str):
                 raise ArgumentTypeError(f"{name} must be a str or None, got {type(value).__name__}")
-        nats = import_nats()
         if tls is not None or url.startswith("tls://"):
             check_tls_required(url, connect_timeout)
         self._runner = CallbackRunner()  # the liftbridge-callbacks thread, started on first use
@@ -227,22 +226,17 @@ class NatsStreamPublisher:
         self._acks_thread = threading.Thread(
             target=self._run_acks, name="liftbridge-nats-acks", daemon=True
         )
-        self._nats = NatsLoop(self._where, self._inbox, self._deliver, self._on_closed)
-        options: dict[str, Any] = {
-            "servers": [url],
-            "name": "liftbridge-python",
-            "allow_reconnect": True,
-            "max_reconnect_attempts": max_reconnect_attempts,
-            "reconnect_time_wait": reconnect_wait,
-        }
-        if tls is not None:
-            options["tls"] = tls
-        if token is not None:
-            options["token"] = token
-        if credentials is not None:
-            options["user_credentials"] = credentials
+        self._nats = NatsSocket(self._where, self._inbox, self._deliver, self._on_closed)
         try:
-            self._nats.connect(nats, options, connect_timeout)
+            self._nats.connect(
+                url,
+                connect_timeout=connect_timeout,
+                tls=tls,
+                token=token,
+                credentials=credentials,
+                max_reconnect_attempts=max_reconnect_attempts,
+                reconnect_wait=reconnect_wait,
+            )
         except BaseException:
             self._close_state()
             raise
@@ -518,8 +512,7 @@ class NatsStreamPublisher:
                 f"stream {stream!r} has no partition {partition} (it has {count})"
             )
         subject = info.subject if partition == 0 else f"{info.subject}.{partition}"
-        # nats-py does not check subjects here (see _nats_loop): refuse one
-        # that would break the protocol line it goes on.
+        # Refuse a subject that would break the PUB line it goes on.
         if not subject or _WHITESPACE.search(subject):
             raise InvalidArgumentError(
                 f"stream {stream!r} has an unusable NATS subject {subject!r}"
@@ -565,7 +558,7 @@ class NatsStreamPublisher:
             f"NATS connection to {self._where} is lost: {self._lost!r}; close the publisher"
         )
 
-    # ------------------------------------------------- liftbridge-nats-loop --
+    # --------------------------------------------------- liftbridge-nats-io --
 
     def _on_closed(self) -> None:
         """The NATS connection closed: by :meth:`close`, or because NATS gave
@@ -579,14 +572,14 @@ class NatsStreamPublisher:
         self._acks_inbox.put(lost)
 
     def _deliver(self, item: object) -> None:
-        """What the loop read or failed to write. Acks are settled right
-        here, on the loop thread (no user code: handlers and done-callbacks
+        """What the I/O thread read or failed to write. Acks are settled right
+        here, on the I/O thread (no user code: handlers and done-callbacks
         go to liftbridge-callbacks), sparing a thread hop per batch; the
         rest goes to the acks thread."""
         if type(item) is list:
             try:
                 self._window.settle_acks(item)
-            except Exception:  # never let the loop die: futures would hang
+            except Exception:  # never let the I/O thread die: futures would hang
                 logger.exception("settling acks on %s failed; continuing", self._inbox)
         else:
             self._acks_inbox.put(item)

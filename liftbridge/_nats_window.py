@@ -3,13 +3,13 @@
 :class:`AckWindow` is the table of publishes awaiting their acks, by
 correlation id, and the window that bounds how many there are. Each pending
 publish is resolved exactly once, by whoever takes it out of the table under
-the window's lock: the ack (on ``liftbridge-nats-loop``), its deadline (on
+the window's lock: the ack (on ``liftbridge-nats-io``), its deadline (on
 the client's ``liftbridge-ack-timer``, where it was registered when admitted),
 a write NATS refused, the connection given up, or close. Futures and ack
 handlers are resolved here and their user code handed to the publisher's
 ``liftbridge-callbacks`` runner.
 
-Thread-safe: callers' threads admit, the loop thread (acks), the acks
+Thread-safe: callers' threads admit, the I/O thread (acks), the acks
 thread (failures) and the ack timer settle, any thread flushes.
 """
 
@@ -185,7 +185,7 @@ class AckWindow:
                 self._flushing -= 1
         return True
 
-    # ------------------------- liftbridge-nats-loop, liftbridge-nats-acks --
+    # --------------------------- liftbridge-nats-io, liftbridge-nats-acks --
 
     def settle_acks(self, payloads: list[bytes]) -> None:
         """Resolves the publishes a batch of raw ack payloads is for (the

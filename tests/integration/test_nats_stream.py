@@ -11,6 +11,7 @@ import contextlib
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_all
@@ -469,6 +470,8 @@ class Proxy:
         self._lock = threading.Lock()  # guards _sockets
         self._sockets: list[socket.socket] = []
         self._stopped = threading.Event()
+        self.refusing = threading.Event()  # set: connections are accepted and closed at once
+        self.accepted = 0  # connections accepted (guarded by _lock)
         self._threads = [threading.Thread(target=self._accept, name="test-proxy", daemon=True)]
         self._threads[0].start()
 
@@ -484,6 +487,11 @@ class Proxy:
                 continue
             except OSError:
                 return
+            with self._lock:
+                self.accepted += 1
+            if self.refusing.is_set():
+                downstream.close()
+                continue
             upstream = socket.create_connection(self._upstream, timeout=5)
             with self._lock:
                 self._sockets += [downstream, upstream]
@@ -541,7 +549,7 @@ def test_reconnects_after_the_connection_drops(
     ) as publisher:
         assert publisher.publish(stream, b"before") is not None
         proxy.cut()
-        during = publisher.publish_async(stream, b"during")  # buffered by nats-py meanwhile
+        during = publisher.publish_async(stream, b"during")  # held, or lost with the connection
         after = None
         for _ in range(20):  # each waits for its ack: bounded by 20 x 2 s
             with contextlib.suppress(AckTimeoutError):
@@ -552,6 +560,31 @@ def test_reconnects_after_the_connection_drops(
         assert during.exception(DEADLINE) is None or isinstance(during.exception(), AckTimeoutError)
     values = [m.value for m in read(stub, stream, after.offset + 1)]
     assert values[0] == b"before" and values[-1] == b"after"
+
+
+def test_publishes_made_while_nats_is_away_are_sent_after_the_reconnect(
+    client: liftbridge.Client, stub: api_pb2_grpc.APIStub, stream: str, proxy: Proxy
+) -> None:
+    # While every reconnect is refused, publishes are held; once NATS is back
+    # the connection subscribes to the ack inbox again, then writes them.
+    with NatsStreamPublisher(
+        client, proxy.url, ack_timeout=DEADLINE * 3, reconnect_wait=0.1
+    ) as publisher:
+        assert publisher.publish(stream, b"before") is not None
+        proxy.refusing.set()
+        tried = proxy.accepted
+        proxy.cut()
+        give_up = time.monotonic() + DEADLINE
+        while proxy.accepted < tried + 2:  # the publisher is reconnecting
+            assert time.monotonic() < give_up, "the publisher never tried to reconnect"
+            time.sleep(0.01)  # polling the proxy from a test, not a stoppable loop
+        during = [publisher.publish_async(stream, b"during-%d" % i) for i in range(50)]
+        assert not any(f.done() for f in during)
+        proxy.refusing.clear()
+        acks = [f.result(DEADLINE * 3) for f in during]
+    assert [a.offset for a in acks if a is not None] == list(range(1, 51))
+    values = [m.value for m in read(stub, stream, 51)]
+    assert values == [b"before"] + [b"during-%d" % i for i in range(50)]
 
 
 def test_when_nats_gives_up_publishes_fail_with_connection_lost(

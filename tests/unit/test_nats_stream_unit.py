@@ -37,8 +37,8 @@ def _greeter(greeting: bytes) -> tuple[int, threading.Thread, socket.socket]:
 
 @pytest.mark.parametrize("scheme", ["tls", "nats"])
 def test_tls_is_refused_when_the_server_only_allows_it(scheme: str) -> None:
-    # A server with allow_non_tls says tls_available, not tls_required: nats-py
-    # would stay in plain text, so asking for TLS (by scheme or context) must fail.
+    # A server with allow_non_tls says tls_available, not tls_required: the
+    # connection would stay in plain text, so asking for TLS (by scheme or context) must fail.
     port, thread, listener = _greeter(b'INFO {"tls_available": true, "max_payload": 1024}\r\n')
     with listener, pytest.raises(UnavailableError, match="does not require it"):
         NatsStreamPublisher(
