@@ -35,7 +35,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from liftbridge.__version__ import __version__
-from liftbridge._errors import MissingDependencyError, UnavailableError
+from liftbridge._errors import LiftbridgeError, MissingDependencyError, UnavailableError
 from liftbridge._nats_info import DEFAULT_PORT, server_info
 
 logger = logging.getLogger(__name__)
@@ -64,8 +64,9 @@ _MAX_CONTROL_LINE = 64 * 1024
 _INBOX_SID = b"1"
 
 
-class ProtocolError(Exception):
-    """What the server sent is not the NATS protocol."""
+class ProtocolError(LiftbridgeError):
+    """What the server sent is not the NATS protocol (the connection is then
+    treated as lost; users see :class:`UnavailableError`)."""
 
 
 class FrameParser:
