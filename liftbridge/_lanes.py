@@ -24,6 +24,11 @@ Life of a lane publish:
    the timer thread cancels it at once and the publish fails with
    :class:`LeaderLostError`.
 
+A publish a broker refuses because it does not know the partition (just
+after ``create_stream``, a broker other than the one that created it can
+lag for a few milliseconds) is sent again, until its timeout, while fresh
+metadata lists the partition: refused, it was not stored.
+
 A publish whose partition leader is already known down when it is made is
 held back, not sent: it could only wait out its ack timeout. The calling
 thread refreshes metadata until a live broker leads the partition, then
@@ -55,6 +60,7 @@ from liftbridge._errors import (
     DeadlineExceededError,
     LeaderLostError,
     LiftbridgeError,
+    NoSuchPartitionError,
     from_rpc_error,
 )
 from liftbridge._messages import Ack
@@ -232,13 +238,36 @@ class Lanes:
         lane.deadline = deadline = due
         # A weak reference: a lane must be free to end with its thread.
         self._timer.schedule(deadline, functools.partial(_expire, weakref.ref(lane), deadline))
+        while True:
+            try:
+                return lane.publish(request)
+            except LeaderLostError:
+                raise  # the lane's own broker is fine
+            except ConnectionLostError as e:
+                self._router.broker_failed(e, Deadline(_REFRESH))  # the caller waits on it
+                raise
+            except NoSuchPartitionError:
+                # Refused, so not stored: sent again if the cluster's metadata
+                # lists the partition (the broker has not caught up yet).
+                if not self._listed(request, due):
+                    raise
+            time.sleep(min(_RECHECK, max(0.0, due - time.monotonic())))
+            lane.deadline = due  # the timer's entry for ``due`` still stands
+
+    def _listed(self, request: api_pb2.PublishRequest, due: float) -> bool:
+        """Whether fresh metadata lists the partition a broker just said it
+        does not have, with time left before ``due`` to send it again. Just
+        after ``create_stream`` a broker other than the one that created the
+        stream can refuse a publish for a few milliseconds."""
+        remaining = due - time.monotonic()
+        if remaining <= _RECHECK:
+            return False
         try:
-            return lane.publish(request)
-        except LeaderLostError:
-            raise  # the lane's own broker is fine
-        except ConnectionLostError as e:
-            self._router.broker_failed(e, Deadline(_REFRESH))  # the caller waits on it
-            raise
+            metadata = self._router.refresh(Deadline(min(_REFRESH, remaining)), shared=False)
+        except LiftbridgeError as e:
+            _log.debug("no metadata to check a refused publish against: %s", e)
+            return False
+        return metadata.partition(request.stream, request.partition) is not None
 
     def _live_leader(self, request: api_pb2.PublishRequest, down: str, due: float) -> str:
         """The partition's leader once fresh metadata names one not known to be

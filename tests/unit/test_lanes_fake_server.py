@@ -195,3 +195,49 @@ def test_ack_policy_none_uses_the_shared_stream(broker: ScriptedBroker) -> None:
         assert _until(lambda: broker.values == [b"x"])
         assert client.publish("s", b"y") is not None
         assert broker.streams == 2
+
+
+class LaggingBroker(ScriptedBroker):
+    """Lists stream "s" in its metadata but refuses the first publish of
+    ``lagging`` as an unknown partition, as a broker does for a moment after
+    another created the stream; ``gone`` is refused every time."""
+
+    def FetchMetadata(
+        self, request: api_pb2.FetchMetadataRequest, context: grpc.ServicerContext
+    ) -> api_pb2.FetchMetadataResponse:
+        partition = api_pb2.PartitionMetadata(id=0, leader="fake", replicas=["fake"], isr=["fake"])
+        return api_pb2.FetchMetadataResponse(
+            brokers=[api_pb2.Broker(id="fake", host="127.0.0.1", port=self.port)],
+            streamMetadata=[
+                api_pb2.StreamMetadata(name="s", subject="s", partitions={0: partition})
+            ],
+        )
+
+    def PublishAsync(
+        self, request_iterator: Iterator[api_pb2.PublishRequest], context: grpc.ServicerContext
+    ) -> Iterator[api_pb2.PublishResponse]:
+        lagged = False
+
+        def requests() -> Iterator[api_pb2.PublishRequest]:
+            nonlocal lagged
+            for request in request_iterator:
+                if (request.value == b"lagging" and not lagged) or request.stream == "gone":
+                    lagged = True
+                    request = api_pb2.PublishRequest(
+                        stream=request.stream, value=b"refuse", correlationId=request.correlationId
+                    )
+                yield request
+
+        return super().PublishAsync(requests(), context)
+
+
+def test_a_refusal_for_a_listed_partition_is_sent_again() -> None:
+    servicer = LaggingBroker()  # type: ignore[abstract]  # only three RPCs needed
+    with serving(servicer) as broker, liftbridge.Client(f"127.0.0.1:{broker.port}") as client:
+        ack = client.publish("s", b"lagging")
+        assert ack is not None and ack.offset == 1  # offset 0 went to the refused copy
+        assert broker.values == [b"refuse", b"lagging"]
+        # A stream the metadata does not list is refused once, not sent again.
+        with pytest.raises(liftbridge.NoSuchPartitionError):
+            client.publish("gone", b"v", timeout=5)
+        assert broker.values[2:] == [b"refuse"]
