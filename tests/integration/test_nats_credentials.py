@@ -5,24 +5,19 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import secrets
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import nkeys  # the dev and nats extras install it
 import pytest
 
 from liftbridge import UnavailableError
 from liftbridge._nats_socket import NatsSocket
-
-nkeys: Any = pytest.importorskip("nkeys", reason="`.creds` files need the nkeys package")
-
-DEADLINE = 10.0
+from tests.integration.nats_server import DEADLINE, nats_server
 
 
 def _b64(data: bytes) -> str:
@@ -73,9 +68,6 @@ def _user(account: Any, folder: Path, name: str) -> Path:
 def operator_mode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path, Path]]:
     """A nats-server trusting one operator and one account; yields its port,
     a good ``.creds`` file and one signed by an account it does not know."""
-    binary = os.environ.get("NATS_SERVER_BIN")
-    if not binary:
-        pytest.skip("no nats-server: run `make server` or set NATS_SERVER_BIN")
     folder = tmp_path_factory.mktemp("creds-nats")
     operator = _key(nkeys.PREFIX_BYTE_OPERATOR)
     account, stranger = _key(nkeys.PREFIX_BYTE_ACCOUNT), _key(nkeys.PREFIX_BYTE_ACCOUNT)
@@ -84,39 +76,17 @@ def operator_mode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[in
     account_jwt = _jwt(
         operator, account, "app", {"type": "account", "limits": {**limits, "wildcards": True}}
     )
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    (folder / "nats.conf").write_text(
-        f"host: 127.0.0.1\nport: {port}\n"
-        f"operator: {_jwt(operator, operator, 'op', {'type': 'operator'})}\n"
-        "resolver: MEMORY\n"
-        f"resolver_preload: {{ {account.public_key.decode()}: {account_jwt} }}\n",
-        encoding="utf-8",
-    )
-    log = folder / "nats-server.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [binary, "-c", str(folder / "nats.conf")], stdout=sink, stderr=subprocess.STDOUT
+
+    def config(port: int) -> str:
+        return (
+            f"host: 127.0.0.1\nport: {port}\n"
+            f"operator: {_jwt(operator, operator, 'op', {'type': 'operator'})}\n"
+            "resolver: MEMORY\n"
+            f"resolver_preload: {{ {account.public_key.decode()}: {account_jwt} }}\n"
         )
-    try:
-        deadline = time.monotonic() + DEADLINE
-        while True:
-            assert process.poll() is None, log.read_text()[-2000:]
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, "nats-server did not listen"
-                time.sleep(0.05)  # a fixture waiting for a port, not a stoppable loop
+
+    with nats_server(folder, config) as port:
         yield port, _user(account, folder, "good"), _user(stranger, folder, "stranger")
-    finally:
-        process.terminate()
-        try:
-            process.wait(DEADLINE)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(DEADLINE)
 
 
 def test_a_creds_file_signs_the_nonce_and_messages_flow(

@@ -8,11 +8,7 @@ made here.
 
 from __future__ import annotations
 
-import os
-import socket
 import ssl
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,28 +18,7 @@ import trustme
 import liftbridge
 from liftbridge import NatsStreamPublisher, UnavailableError
 from liftbridge.testing import LocalServer
-
-DEADLINE = 10.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"nats-server exited: {log.read_text()[-2000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)  # a fixture waiting for a port, not a stoppable loop
-    raise RuntimeError(f"nats-server not listening on {port} after {DEADLINE:g}s")
+from tests.integration.nats_server import DEADLINE, nats_server
 
 
 @pytest.fixture(scope="module")
@@ -59,38 +34,23 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def secure_nats(folder: Path, ca: trustme.CA) -> Iterator[int]:
     """A nats-server requiring TLS, with two users; yields its port."""
-    binary = os.environ.get("NATS_SERVER_BIN")
-    if not binary:
-        pytest.skip("no nats-server: run `make server` or set NATS_SERVER_BIN")
     certificate = ca.issue_cert("127.0.0.1")
     certificate.cert_chain_pems[0].write_to_path(str(folder / "cert.pem"))
     certificate.private_key_pem.write_to_path(str(folder / "key.pem"))
-    port = _free_port()
-    (folder / "nats.conf").write_text(
-        f"host: 127.0.0.1\n"
-        f"port: {port}\n"
-        f'tls {{ cert_file: "{folder / "cert.pem"}", key_file: "{folder / "key.pem"}" }}\n'
-        "authorization { users = [\n"
-        "  { user: liftbridge, password: server-secret }\n"
-        "  { user: python, password: client-secret }\n"
-        "] }\n",
-        encoding="utf-8",
-    )
-    log = folder / "nats-server.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [binary, "-c", str(folder / "nats.conf")], stdout=sink, stderr=subprocess.STDOUT
+
+    def config(port: int) -> str:
+        return (
+            f"host: 127.0.0.1\n"
+            f"port: {port}\n"
+            f'tls {{ cert_file: "{folder / "cert.pem"}", key_file: "{folder / "key.pem"}" }}\n'
+            "authorization { users = [\n"
+            "  { user: liftbridge, password: server-secret }\n"
+            "  { user: python, password: client-secret }\n"
+            "] }\n"
         )
-    try:
-        _wait_for_port(port, process, log)
+
+    with nats_server(folder, config) as port:
         yield port
-    finally:
-        process.terminate()
-        try:
-            process.wait(DEADLINE)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(DEADLINE)
 
 
 @pytest.fixture(scope="module")
