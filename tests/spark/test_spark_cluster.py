@@ -44,16 +44,18 @@ def _wait_for_executors(spark: SparkSession, count: int, timeout: float = 60.0) 
 def test_read_and_write_run_on_the_cluster_executors(
     standalone: StandaloneCluster,
     server: LocalServer,
-    client: liftbridge.Client,
     unique_name: str,
 ) -> None:
-    # The session first: PySpark starts its JVM with fork(), and a fork while
-    # gRPC calls are running in this process (the client publishing) once
-    # crashed the child inside gRPC's fork handling (JAVA_GATEWAY_EXITED).
+    # The session first, then the client (not the `client` fixture, which
+    # would connect before the test body runs): PySpark starts its JVM with
+    # fork(), and a fork while this process has a gRPC channel open crashed
+    # the child in gRPC's fork handling ("epoll_wait error: Bad file
+    # descriptor", JAVA_GATEWAY_EXITED).
     spark = spark_session(
         standalone.master,
         **{"spark.executor.memory": "512m", "spark.cores.max": "2"},
     )
+    client = liftbridge.Client(server.address)
     try:
         source, sink = f"{unique_name}-in", f"{unique_name}-out"
         client.create_stream(source, partitions=3)
@@ -73,9 +75,10 @@ def test_read_and_write_run_on_the_cluster_executors(
         df.select("key", "value", "headers").write.format("liftbridge").option(
             "servers", server.address
         ).option("stream", sink).mode("append").save()
+        written = sdk_rows(client, sink, headers=True)
     finally:
         spark.stop()
-    written = sdk_rows(client, sink, headers=True)
+        client.close()
     assert sorted((r[0], r[1], r[7]["n"]) for r in written) == sorted(
         (b"k%d" % (i % 7), b"value-%d" % i, b"%d" % i) for i in range(90)
     )
