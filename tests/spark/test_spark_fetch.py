@@ -26,7 +26,7 @@ from liftbridge.spark._options import ClientConfig, Mode, read_options
 from liftbridge.testing import LocalServer
 from liftbridge_api import api_pb2
 from tests.spark.helpers import Row, fill, sdk_rows
-from tests.unit.fake_broker import FakeBroker, serving
+from tests.unit.fake_broker import FakeBroker, one_partition_stream, serving
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(120)]
 
@@ -113,17 +113,7 @@ class _Partitioned(FakeBroker):
         self, request: api_pb2.FetchMetadataRequest, context: grpc.ServicerContext
     ) -> api_pb2.FetchMetadataResponse:
         response = super().FetchMetadata(request, context)
-        response.streamMetadata.append(
-            api_pb2.StreamMetadata(
-                name="s",
-                subject="s",
-                partitions={
-                    0: api_pb2.PartitionMetadata(
-                        id=0, leader="fake", replicas=["fake"], isr=["fake"]
-                    )
-                },
-            )
-        )
+        response.streamMetadata.append(one_partition_stream())
         return response
 
 

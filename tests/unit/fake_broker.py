@@ -27,6 +27,12 @@ class FakeBroker(api_pb2_grpc.APIServicer):
         )
 
 
+def one_partition_stream(name: str = "s") -> api_pb2.StreamMetadata:
+    """Metadata of a stream with one partition, led by the fake broker alone."""
+    partition = api_pb2.PartitionMetadata(id=0, leader="fake", replicas=["fake"], isr=["fake"])
+    return api_pb2.StreamMetadata(name=name, subject=name, partitions={0: partition})
+
+
 B = TypeVar("B", bound=FakeBroker)
 
 

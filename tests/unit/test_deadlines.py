@@ -13,7 +13,7 @@ import pytest
 
 import liftbridge
 from liftbridge_api import api_pb2
-from tests.unit.fake_broker import FakeBroker, serving
+from tests.unit.fake_broker import FakeBroker, one_partition_stream, serving
 
 
 class HangingBroker(FakeBroker):
@@ -34,17 +34,7 @@ class HangingBroker(FakeBroker):
         if self.hang.is_set():
             self._stall(context)
         response = super().FetchMetadata(request, context)
-        response.streamMetadata.append(
-            api_pb2.StreamMetadata(
-                name="s",
-                subject="s",
-                partitions={
-                    0: api_pb2.PartitionMetadata(
-                        id=0, leader="fake", replicas=["fake"], isr=["fake"]
-                    )
-                },
-            )
-        )
+        response.streamMetadata.append(one_partition_stream())
         return response
 
     def FetchPartitionMetadata(

@@ -23,7 +23,7 @@ import pytest
 import liftbridge
 from liftbridge import _client
 from liftbridge_api import api_pb2
-from tests.unit.fake_broker import FakeBroker, serving
+from tests.unit.fake_broker import FakeBroker, one_partition_stream, serving
 
 
 class ScriptedBroker(FakeBroker):
@@ -205,13 +205,9 @@ class LaggingBroker(ScriptedBroker):
     def FetchMetadata(
         self, request: api_pb2.FetchMetadataRequest, context: grpc.ServicerContext
     ) -> api_pb2.FetchMetadataResponse:
-        partition = api_pb2.PartitionMetadata(id=0, leader="fake", replicas=["fake"], isr=["fake"])
-        return api_pb2.FetchMetadataResponse(
-            brokers=[api_pb2.Broker(id="fake", host="127.0.0.1", port=self.port)],
-            streamMetadata=[
-                api_pb2.StreamMetadata(name="s", subject="s", partitions={0: partition})
-            ],
-        )
+        response = super().FetchMetadata(request, context)
+        response.streamMetadata.append(one_partition_stream())
+        return response
 
     def PublishAsync(
         self, request_iterator: Iterator[api_pb2.PublishRequest], context: grpc.ServicerContext
