@@ -235,9 +235,9 @@ class Lanes:
         if leader is not None and self._router.broker_down(leader):
             leader = self._live_leader(request, leader, due)
         lane.leader = leader
-        lane.deadline = deadline = due
+        lane.deadline = due
         # A weak reference: a lane must be free to end with its thread.
-        self._timer.schedule(deadline, functools.partial(_expire, weakref.ref(lane), deadline))
+        self._timer.schedule(due, functools.partial(_expire, weakref.ref(lane), due))
         while True:
             try:
                 return lane.publish(request)
