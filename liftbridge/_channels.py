@@ -11,13 +11,14 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 import grpc.experimental
 
 from liftbridge._errors import ArgumentTypeError, ClientClosedError, InvalidArgumentError
-from liftbridge_api import api_pb2_grpc
+from liftbridge._http2 import Http2Call
+from liftbridge_api import api_pb2, api_pb2_grpc
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -119,6 +120,32 @@ class Channels:
             ClientClosedError: after :meth:`close`.
         """
         return self._entry(address)[1]
+
+    def open_stream(
+        self, address: str, method: str, request: Any, *, connect_timeout: float
+    ) -> StreamCall[Any]:
+        """Starts a streaming RPC on a broker. PublishAsync on a plaintext
+        client gets a connection of its own (:mod:`liftbridge._http2`, which
+        writes and reads many messages per system call); everything else
+        goes through the broker's gRPC channel.
+
+        Raises:
+            ClientClosedError: after :meth:`close`.
+            grpc.RpcError: the broker could not be reached (own connections only).
+        """
+        if method == "PublishAsync" and self._credentials is None:
+            with self._lock:
+                if self._closed:
+                    raise ClientClosedError("the client is closed")
+            return Http2Call(
+                address,
+                "/proto.API/PublishAsync",
+                request,
+                api_pb2.PublishResponse.FromString,
+                connect_timeout=connect_timeout,
+            )
+        call: StreamCall[Any] = getattr(self.stub(address), method)(request)
+        return call
 
     def open_private(self, address: str, options: list[tuple[str, int]]) -> grpc.Channel:
         """A new channel to a broker, with ``options`` added to (or replacing)

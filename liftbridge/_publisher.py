@@ -153,7 +153,14 @@ class _Outbox:
         return self
 
     def __next__(self) -> api_pb2.PublishRequest:
-        return self._publisher._next_request(self._generation)
+        request = self._publisher._next_request(self._generation, block=True)
+        assert request is not None
+        return request
+
+    def next_ready(self) -> api_pb2.PublishRequest | None:
+        """The next request if one is queued, else None at once: lets a
+        sender gather every ready request into one write."""
+        return self._publisher._next_request(self._generation, block=False)
 
 
 class Publisher:
@@ -320,15 +327,25 @@ class Publisher:
         finally:
             self._slot_waiters -= 1
 
-    def _next_request(self, generation: int) -> api_pb2.PublishRequest:
-        """Called by gRPC's sender thread: blocks for the next request of this
-        stream generation; StopIteration ends an outdated or closed stream."""
+    def _next_request(self, generation: int, *, block: bool) -> api_pb2.PublishRequest | None:
+        """Called by the stream's sender thread: the next request of this
+        stream generation, waiting for one if ``block`` (else None when none
+        is queued); StopIteration ends an outdated or closed stream."""
+        pending: _Pending | None
         with self._send_lock:
             while True:
                 # Unlocked reads, re-checked under _lock before anything is sent.
                 if self._generation != generation or self._closed:
                     raise StopIteration
-                pending = self._carry.popleft() if self._carry else self._outbox.get()
+                if self._carry:
+                    pending = self._carry.popleft()
+                elif block:
+                    pending = self._outbox.get()
+                else:
+                    try:
+                        pending = self._outbox.get_nowait()
+                    except queue.Empty:
+                        return None
                 if pending is None:  # a wake-up call
                     continue
                 with self._handover_lock:

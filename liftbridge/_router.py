@@ -531,7 +531,9 @@ class Router:
         """
         self._check_open()
         address = self.address(target, deadline)
-        call: StreamCall[Any] = getattr(self.stub(address), method)(request)
+        call = self._channels.open_stream(
+            address, method, request, connect_timeout=max(0.05, deadline.remaining())
+        )
         return address, call
 
     def broker_failed(self, error: BaseException, deadline: Deadline | None = None) -> None:
