@@ -10,6 +10,7 @@ publisher's threads; and the deadline queue stays bounded.
 
 from __future__ import annotations
 
+import concurrent.futures
 import queue
 import threading
 import time
@@ -335,8 +336,11 @@ def test_window_blocks_then_fails_and_frees() -> None:
     b = p.submit(request(2), None, 5.0)
     with pytest.raises(liftbridge.PublishWindowFullError):
         p.submit(request(3), None, 0.2)
-    # a slot frees when one resolves (timeout); a waiting producer gets it
-    c = p.submit(request(4), None, 10.0)  # waits until a or b times out at 5s? no: use short
+    # A slot frees when a or b times out (5 s); the waiting producer gets it.
+    c = p.submit(request(4), None, 10.0)
+    # The slot is freed just before the timed-out publish's future is failed,
+    # on the timer thread: wait for that (bounded) rather than race it.
+    concurrent.futures.wait([a, b], timeout=5, return_when=concurrent.futures.FIRST_COMPLETED)
     assert a.done() or b.done()
     p.close(_soon())
     assert isinstance(c.exception(timeout=5), liftbridge.ClientClosedError)
