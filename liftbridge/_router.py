@@ -54,6 +54,10 @@ METADATA_SETTLE = 1.0
 """Seconds to keep looking for a stream or partition missing from fresh metadata:
 brokers learn of a new stream at slightly different times."""
 
+_MIN_REFRESH_ATTEMPT = 0.25
+"""Seconds a metadata refresh gives a broker at least (within its deadline)
+before it moves on to the next."""
+
 
 class Deadline:
     """A point in ``time.monotonic()`` by which a whole call must finish."""
@@ -267,7 +271,8 @@ class Router:
         takes its result instead of asking again (unless ``shared`` is False:
         then the metadata returned was asked for after the call began). Each
         broker is asked in turn (on a failure, the next one; brokers known
-        down last) until one answers or the deadline passes.
+        down last) until one answers or the deadline passes; every broker
+        but the last is given at most half of the time left.
 
         Raises:
             DeadlineExceededError, UnavailableError: no broker answered in time.
@@ -285,12 +290,17 @@ class Router:
             order.sort(key=self._watch.is_down)  # brokers known down last (a stable sort)
             last: LiftbridgeError | None = None
             for i, address in enumerate(order):
+                cap = self._rpc_timeout
+                if i < len(order) - 1:
+                    # Leave the brokers after this one half of what remains:
+                    # a hung broker must not take the whole deadline.
+                    cap = min(cap, max(deadline.remaining() / 2, _MIN_REFRESH_ATTEMPT))
                 try:
                     response = self.invoke(
                         address,
                         "FetchMetadata",
                         api_pb2.FetchMetadataRequest(),
-                        deadline.attempt(self._rpc_timeout),
+                        deadline.attempt(cap),
                     )
                 except (UnavailableError, DeadlineExceededError) as e:
                     last = e

@@ -29,6 +29,7 @@ class Broker(FakeBroker):
         self.cluster = cluster
         self.refusals: list[grpc.StatusCode] = []
         self.served: list[str] = []
+        self.metadata_hang = 0.0  # seconds this broker's FetchMetadata takes on top
         self._lock = threading.Lock()
 
     def _refuse(self, method: str, context: grpc.ServicerContext) -> None:
@@ -44,7 +45,7 @@ class Broker(FakeBroker):
     ) -> api_pb2.FetchMetadataResponse:
         with self._lock:
             self.served.append("FetchMetadata")
-        time.sleep(self.cluster.metadata_delay)
+        time.sleep(self.cluster.metadata_delay + self.metadata_hang)
         return self.cluster.metadata()
 
     def CreateStream(
@@ -199,6 +200,18 @@ def test_a_refresh_asks_brokers_known_down_last(
         assert cluster.brokers["a"].served.count("FetchMetadata") == asked_a
         assert cluster.brokers["b"].served.count("FetchMetadata") == asked_b + 1
     finally:
+        router.close()
+
+
+def test_a_hung_broker_leaves_the_refresh_time_for_the_next(cluster: Cluster) -> None:
+    router = _router(cluster)  # its rotation starts at "a"
+    cluster.brokers["a"].metadata_hang = 4.0  # longer than the refresh's whole deadline
+    try:
+        asked_b = cluster.brokers["b"].served.count("FetchMetadata")
+        router.refresh(Deadline(2.0), shared=False)  # "a" gets 1 s of it, "b" the rest
+        assert cluster.brokers["b"].served.count("FetchMetadata") == asked_b + 1
+    finally:
+        cluster.brokers["a"].metadata_hang = 0.0
         router.close()
 
 
