@@ -74,6 +74,19 @@ _PEER_WINDOW = 65_535
 _BATCH_BYTES = 1 << 16
 """At most this many request bytes are gathered into one write."""
 _READ_SIZE = 1 << 18
+_HTTP_STATUS = {
+    "400": grpc.StatusCode.INTERNAL,
+    "401": grpc.StatusCode.UNAUTHENTICATED,
+    "403": grpc.StatusCode.PERMISSION_DENIED,
+    "404": grpc.StatusCode.UNIMPLEMENTED,
+    "429": grpc.StatusCode.UNAVAILABLE,
+    "502": grpc.StatusCode.UNAVAILABLE,
+    "503": grpc.StatusCode.UNAVAILABLE,
+    "504": grpc.StatusCode.UNAVAILABLE,
+}
+"""The gRPC code of a response whose HTTP status is not 200 and that has no
+grpc-status (gRPC's doc/http-grpc-status-mapping.md); any other: UNKNOWN.
+An intermediary may answer so: a 404 is no broker outage to retry."""
 
 
 def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
@@ -309,6 +322,10 @@ class Http2Call(Generic[T]):
                 if kind == _DATA:
                     self._data(view[start:pos], flags, size)
                 else:
+                    if self._body:
+                        # Responses come out before a frame that may end
+                        # the call (RST_STREAM, GOAWAY) is obeyed.
+                        self._messages()
                     self._control(kind, flags, stream, bytes(view[start:pos]))
         finally:
             view.release()
@@ -405,9 +422,12 @@ class Http2Call(Generic[T]):
             self._headers_seen = True
             status = headers.get(":status")
             if status != "200":
-                raise StreamError(
-                    grpc.StatusCode.UNAVAILABLE, f"the server answered HTTP status {status}"
-                )
+                if "grpc-status" not in headers:
+                    raise StreamError(
+                        _HTTP_STATUS.get(status or "", grpc.StatusCode.UNKNOWN),
+                        f"the server answered HTTP status {status}",
+                    )
+                end_stream = True  # a gRPC status ends the call, whatever came with it
         if not end_stream:
             return
         self._messages()
