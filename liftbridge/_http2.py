@@ -130,6 +130,17 @@ class StreamError(grpc.RpcError, grpc.Call):
         return False
 
 
+def _readable(sock: socket.socket) -> bool:
+    """True if a recv on ``sock`` would not wait. poll where there is one:
+    select refuses descriptors past FD_SETSIZE (1024), which a process with
+    many files open hands out."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([sock], [], [], 0)[0])
+
+
 def _status(value: bytes | str | None) -> grpc.StatusCode:
     try:
         number = int(value or b"")
@@ -262,7 +273,7 @@ class Http2Call(Generic[T]):
         is seen without iterating."""
         if not self._finished and self._read_lock.acquire(blocking=False):
             try:
-                if not self._closed and select.select([self._sock], [], [], 0)[0]:
+                if not self._closed and _readable(self._sock):
                     self._read()
             except (OSError, ValueError):  # closed meanwhile: _finished says so
                 pass

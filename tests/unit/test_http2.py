@@ -10,7 +10,9 @@ Responses are parsed with ``bytes`` so a test can send any message body.
 from __future__ import annotations
 
 import itertools
+import os
 import queue
+import resource
 import socket
 import threading
 import time
@@ -758,6 +760,28 @@ def test_done_sees_the_server_end_without_iterating(connection: Connection) -> N
         time.sleep(0.01)
     assert next(call) == b"unread"
     assert status_of(ended_with(call)) == (grpc.StatusCode.UNAVAILABLE, "bye")
+
+
+def test_done_reads_a_socket_past_the_select_limit(connection: Connection) -> None:
+    """A process with many files open (a broker client inside a busy
+    service) gets descriptors past select()'s FD_SETSIZE (1024)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        pytest.skip(f"needs 1200 open files, RLIMIT_NOFILE is {soft}")
+    fillers = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        call, peer, _ = connection.open()
+    finally:
+        for each in fillers:
+            os.close(each)
+    assert call._sock.fileno() >= 1024
+    peer.accept()
+    peer.write(peer.trailers(0))
+    deadline = time.monotonic() + WAIT
+    while not call.done():
+        assert time.monotonic() < deadline, "done() never saw the end"
+        time.sleep(0.01)
+    assert isinstance(ended_with(call), StopIteration)
 
 
 def test_done_sees_a_closed_connection(connection: Connection) -> None:
