@@ -254,6 +254,8 @@ class Http2Call(Generic[T]):
         ready = self._ready
         while not ready:
             if self._end is not None:
+                if ready:  # done() read the last responses and the end meanwhile
+                    break
                 raise self._end
             with self._read_lock:
                 self._read()

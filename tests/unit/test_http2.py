@@ -9,6 +9,7 @@ Responses are parsed with ``bytes`` so a test can send any message body.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 import queue
@@ -782,6 +783,39 @@ def test_done_reads_a_socket_past_the_select_limit(connection: Connection) -> No
         assert time.monotonic() < deadline, "done() never saw the end"
         time.sleep(0.01)
     assert isinstance(ended_with(call), StopIteration)
+
+
+def test_an_end_done_reads_meanwhile_keeps_the_responses_before_it(
+    connection: Connection,
+) -> None:
+    """The iterating thread finds no response ready; before it looks for an
+    end, done() on another thread reads the last responses and the end.
+    Those responses must still come out first."""
+    call, peer, _ = connection.open()
+    peer.accept()
+    peer.write(frame(DATA, 0, STREAM, grpc_message(b"last ack")) + peer.trailers(0))
+
+    class Interleaved(collections.deque[bytes]):
+        checked = False
+
+        def __len__(self) -> int:
+            size = super().__len__()
+            if not self.checked:  # the iterator's first "anything ready?"
+                self.checked = True
+                other = threading.Thread(target=_wait_done, args=(call,), name="test-h2-done")
+                other.start()
+                other.join(WAIT)
+            return size
+
+    call._ready = Interleaved()
+    assert next(call) == b"last ack"
+    assert isinstance(ended_with(call), StopIteration)
+
+
+def _wait_done(call: Http2Call[bytes]) -> None:
+    deadline = time.monotonic() + WAIT
+    while not call.done() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def test_done_sees_a_closed_connection(connection: Connection) -> None:
