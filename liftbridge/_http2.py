@@ -62,7 +62,6 @@ _SETTINGS_ENABLE_PUSH = 0x2
 _SETTINGS_INITIAL_WINDOW_SIZE = 0x4
 _SETTINGS_MAX_FRAME_SIZE = 0x5
 _STREAM = 1  # the connection's one stream
-_CANCEL = 0x8  # RST_STREAM error code
 
 _RECEIVE_WINDOW = 1 << 24
 """Our stream's and connection's receive window: 16 MiB of responses may be
@@ -74,6 +73,15 @@ _PEER_WINDOW = 65_535
 _BATCH_BYTES = 1 << 16
 """At most this many request bytes are gathered into one write."""
 _READ_SIZE = 1 << 18
+_RESET_STATUS = {
+    0x7: grpc.StatusCode.UNAVAILABLE,  # REFUSED_STREAM: not processed, may go elsewhere
+    0x8: grpc.StatusCode.CANCELLED,  # CANCEL
+    0xB: grpc.StatusCode.RESOURCE_EXHAUSTED,  # ENHANCE_YOUR_CALM
+    0xC: grpc.StatusCode.PERMISSION_DENIED,  # INADEQUATE_SECURITY
+}
+"""The gRPC code of an RST_STREAM's HTTP/2 error code (gRPC's
+doc/PROTOCOL-HTTP2.md, "Errors", as grpcio reported them); any other,
+NO_ERROR included: INTERNAL."""
 _HTTP_STATUS = {
     "400": grpc.StatusCode.INTERNAL,
     "401": grpc.StatusCode.UNAUTHENTICATED,
@@ -413,7 +421,7 @@ class Http2Call(Generic[T]):
                 self._flow.notify_all()
         elif kind == _RST_STREAM and stream == _STREAM:
             code = int.from_bytes(payload[:4], "big")
-            status = grpc.StatusCode.CANCELLED if code == _CANCEL else grpc.StatusCode.UNAVAILABLE
+            status = _RESET_STATUS.get(code, grpc.StatusCode.INTERNAL)
             raise StreamError(status, f"the server reset the stream (HTTP/2 error {code})")
         elif kind == _GOAWAY:
             last = int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF

@@ -373,8 +373,22 @@ def test_trailers_without_grpc_status_are_unknown(connection: Connection) -> Non
 
 @pytest.mark.parametrize(
     ("error_code", "status"),
-    [(0x8, grpc.StatusCode.CANCELLED), (0x7, grpc.StatusCode.UNAVAILABLE)],
-    ids=["CANCEL", "REFUSED_STREAM"],
+    [
+        (0x0, grpc.StatusCode.INTERNAL),
+        (0x2, grpc.StatusCode.INTERNAL),
+        (0x7, grpc.StatusCode.UNAVAILABLE),
+        (0x8, grpc.StatusCode.CANCELLED),
+        (0xB, grpc.StatusCode.RESOURCE_EXHAUSTED),
+        (0xC, grpc.StatusCode.PERMISSION_DENIED),
+    ],
+    ids=[
+        "NO_ERROR",
+        "INTERNAL_ERROR",
+        "REFUSED_STREAM",
+        "CANCEL",
+        "ENHANCE_YOUR_CALM",
+        "INADEQUATE_SECURITY",
+    ],
 )
 def test_rst_stream(connection: Connection, error_code: int, status: grpc.StatusCode) -> None:
     call, peer, _ = connection.open()
