@@ -73,6 +73,10 @@ _PEER_WINDOW = 65_535
 _BATCH_BYTES = 1 << 16
 """At most this many request bytes are gathered into one write."""
 _READ_SIZE = 1 << 18
+_MAX_FRAME_IN = 16_384
+"""The largest frame the peer may send us (RFC 9113 4.2: we never raise
+SETTINGS_MAX_FRAME_SIZE). A bigger one is no HTTP/2: waiting for up to
+16 MiB of it would hang the call on a peer that speaks something else."""
 _RESET_STATUS = {
     0x7: grpc.StatusCode.UNAVAILABLE,  # REFUSED_STREAM: not processed, may go elsewhere
     0x8: grpc.StatusCode.CANCELLED,  # CANCEL
@@ -334,6 +338,12 @@ class Http2Call(Generic[T]):
         try:
             while len(inbox) - pos >= 9 and not self._finished:
                 size = int.from_bytes(view[pos : pos + 3], "big")
+                if size > _MAX_FRAME_IN:
+                    raise StreamError(
+                        grpc.StatusCode.INTERNAL,
+                        f"a {size}-byte frame, past our {_MAX_FRAME_IN}-byte limit: "
+                        "the peer does not speak HTTP/2",
+                    )
                 if len(inbox) - pos - 9 < size:
                     break
                 kind, flags = inbox[pos + 3], inbox[pos + 4]
@@ -434,8 +444,10 @@ class Http2Call(Generic[T]):
 
     def _headers(self, block: bytes, end_stream: bool) -> None:
         headers = {
-            (name.decode() if isinstance(name, bytes) else name): (
-                value.decode() if isinstance(value, bytes) else value
+            # Not UTF-8 (a grpc-message should be percent-encoded, not all
+            # are): the status still counts.
+            (name.decode(errors="replace") if isinstance(name, bytes) else name): (
+                value.decode(errors="replace") if isinstance(value, bytes) else value
             )
             for name, value in self._decoder.decode(block, raw=True)
         }

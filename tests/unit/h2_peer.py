@@ -173,7 +173,7 @@ class Peer:
     def write(self, data: bytes) -> None:
         self.sock.sendall(data)
 
-    def block(self, headers: list[tuple[str, str]]) -> bytes:
+    def block(self, headers: list[tuple[str, str]] | list[tuple[bytes, bytes]]) -> bytes:
         """An HPACK header block (the peer's encoder is stateful: write the
         blocks in the order they were made)."""
         encoded: bytes = self._encoder.encode(headers)

@@ -249,8 +249,8 @@ def test_a_response_split_over_frames_and_many_in_one_frame(connection: Connecti
     big = grpc_message(b"B" * 50_000)
     many = b"".join(grpc_message(b"m%d" % i) for i in range(100))
     peer.accept()
-    # Cut inside the prefix, then inside the body, then at the next message.
-    cuts = [0, 3, 7, 20_000, len(big)]
+    # Cut inside the prefix, then inside the body (frames of at most 16 KiB).
+    cuts = [0, 3, 7, 16_000, 32_000, 48_000, len(big)]
     for start, end in itertools.pairwise(cuts):
         peer.write(frame(DATA, 0, STREAM, big[start:end]))
     peer.write(frame(DATA, 0, STREAM, many))
@@ -475,6 +475,27 @@ def test_a_compressed_message_is_internal(connection: Connection) -> None:
     assert "compressed" in details
 
 
+def test_a_peer_that_is_not_http2_fails_at_once(connection: Connection) -> None:
+    """A frame header past our 16 KiB frame size limit (here the NATS
+    greeting read as one) ends the call instead of waiting for megabytes
+    that never come."""
+    call, peer, _ = connection.open()
+    peer.write(b'INFO {"server_id":"N","version":"2.10.0","max_payload":1048576}\r\n')
+    code, details = status_of(Reader(call).finish())
+    assert code == grpc.StatusCode.INTERNAL
+    assert "frame" in details
+
+
+def test_a_grpc_message_that_is_not_utf8_keeps_the_status(connection: Connection) -> None:
+    call, peer, _ = connection.open()
+    peer.accept()
+    block = peer.block([(b"grpc-status", b"9"), (b"grpc-message", b"caf\xe9")])
+    peer.write(frame(HEADERS, END_HEADERS | END_STREAM, STREAM, block))
+    code, details = status_of(ended_with(call))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert details.startswith("caf")
+
+
 def test_an_unparsable_response_is_internal(connection: Connection) -> None:
     requests: Requests = queue.SimpleQueue()
     call: Http2Call[api_pb2.PublishResponse] = Http2Call(
@@ -666,23 +687,20 @@ def test_our_windows_are_reopened_after_reading_a_quarter_of_them(
     call, peer, _ = connection.open()
     peer.accept()
     reader = Reader(call)
-    body = b"r" * (64 * 1024 - 5)
-    one = frame(DATA, 0, STREAM, grpc_message(body))
+    body = b"r" * (16_384 - 5)  # one message per frame of the largest size
+    one, size = frame(DATA, 0, STREAM, grpc_message(body)), 16_384
     quarter = (1 << 24) // 4
-    below = quarter // len(grpc_message(body)) - 1  # frames not reaching a quarter
+    below = quarter // size - 1  # frames not reaching a quarter
     peer.write(one * below)
     peer.write(frame(PING, 0, 0, b"barrier1"))
     peer.read_until(PING, ACK)  # the client has read all of it
     assert not [f for f in peer.frames if f.kind == WINDOW_UPDATE and f.stream == STREAM]
     # Past the quarter, then on: 40 MiB in all, more than the 16 MiB window,
     # sent only within the windows the client opened.
-    sent = below
-    stream_window = conn_window = 1 << 24
-    stream_window -= below * len(grpc_message(body))
-    conn_window -= below * len(grpc_message(body))
+    stream_window = conn_window = (1 << 24) - below * size
     updates: list[Frame] = []
-    while sent < 640:
-        while min(stream_window, conn_window) < len(grpc_message(body)):
+    for _ in range(below, 2560):
+        while min(stream_window, conn_window) < size:
             got = peer.read_until(WINDOW_UPDATE)
             updates.append(got)
             increment = int.from_bytes(got.payload, "big")
@@ -691,12 +709,11 @@ def test_our_windows_are_reopened_after_reading_a_quarter_of_them(
             else:
                 stream_window += increment
         peer.write(one)
-        stream_window -= len(grpc_message(body))
-        conn_window -= len(grpc_message(body))
-        sent += 1
+        stream_window -= size
+        conn_window -= size
     peer.write(peer.trailers(0))
     assert isinstance(reader.finish(), StopIteration)
-    assert len(reader.responses) == 640
+    assert len(reader.responses) == 2560
     assert reader.responses[-1] == body
     first_updates = updates[:2]
     assert sorted(f.stream for f in first_updates) == [0, STREAM]
