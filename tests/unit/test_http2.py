@@ -752,6 +752,29 @@ def test_cancel_wakes_a_blocked_reader_and_ends_the_sender(connection: Connectio
     assert not any(f.kind == DATA for f in peer.frames)
 
 
+def test_cancel_ends_a_sender_stuck_writing_to_a_server_that_does_not_read(
+    connection: Connection,
+) -> None:
+    call, peer, requests = connection.open()
+    # Windows wide open; then the server stops reading: TCP's buffers fill.
+    peer.write(settings((INITIAL_WINDOW_SIZE, 1 << 30)) + peer.response_headers())
+    peer.write(window_update(0, 1 << 30))
+    reader = Reader(call)
+    peer.read_until(SETTINGS, ACK)
+    for i in range(32):
+        requests.put(api_pb2.PublishRequest(value=bytes([i]) * (1 << 20)))
+    deadline = time.monotonic() + WAIT
+    while requests.qsize() > 32 - 4:  # several MiB written or being written
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    sender = _sender_thread()
+    call.cancel()
+    assert status_of(reader.finish())[0] == grpc.StatusCode.CANCELLED
+    sender.join(WAIT)
+    assert not sender.is_alive()
+    assert requests.qsize() > 0  # it stopped sending: what was left stays unsent
+
+
 def test_cancel_while_the_sender_waits_for_a_request(connection: Connection) -> None:
     call, peer, requests = connection.open()
     peer.accept()
