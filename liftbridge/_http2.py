@@ -465,7 +465,14 @@ class Http2Call(Generic[T]):
             return
         self._messages()
         code = _status(headers.get("grpc-status"))
-        if code == grpc.StatusCode.OK:
+        if code == grpc.StatusCode.OK and self._body:
+            self._finish(
+                StreamError(
+                    grpc.StatusCode.INTERNAL,
+                    f"the stream ended inside a response ({len(self._body)} bytes of it came)",
+                )
+            )
+        elif code == grpc.StatusCode.OK:
             self._finish(None)
         else:
             self._finish(StreamError(code, unquote(headers.get("grpc-message", ""))))

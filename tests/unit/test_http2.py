@@ -354,6 +354,19 @@ def test_ok_trailers_end_the_iteration_after_the_responses(connection: Connectio
     assert call.done()
 
 
+def test_ok_trailers_after_a_cut_message_are_internal(connection: Connection) -> None:
+    """An ack cut short is not a clean end: the publishes waiting for it
+    must hear that the stream broke."""
+    call, peer, _ = connection.open()
+    peer.accept()
+    cut = grpc_message(b"an ack that never ends")[:12]
+    peer.write(frame(DATA, 0, STREAM, grpc_message(b"whole") + cut) + peer.trailers(0))
+    assert next(call) == b"whole"
+    code, details = status_of(ended_with(call))
+    assert code == grpc.StatusCode.INTERNAL
+    assert "inside a response (12 bytes" in details
+
+
 def test_data_with_end_stream_and_no_trailers_is_internal(connection: Connection) -> None:
     call, peer, _ = connection.open()
     peer.accept()
