@@ -89,6 +89,7 @@ class Peer:
         frames: every frame read from the client so far, in order.
         data: the stream's request bytes (DATA payloads, padding removed).
         half_closed: the client sent END_STREAM.
+        request_headers: the stream's request headers, once :meth:`opening` read them.
     """
 
     def __init__(self, sock: socket.socket) -> None:
@@ -100,6 +101,7 @@ class Peer:
         self.frames: list[Frame] = []
         self.data = bytearray()
         self.half_closed = False
+        self.request_headers: dict[str, str] = {}
 
     # ----------------------------------------------------------- reading --
 
@@ -153,10 +155,11 @@ class Peer:
         while not got.flags & END_HEADERS:
             got = self.read_until(CONTINUATION)
             block += got.payload
-        return {
+        self.request_headers = {
             name.decode(): value.decode()
             for name, value in self._decoder.decode(bytes(block), raw=True)
         }
+        return self.request_headers
 
     def client_settings(self) -> dict[int, int]:
         """The values of the client's first SETTINGS frame."""

@@ -158,40 +158,30 @@ def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
 def test_the_client_opens_a_grpc_stream_and_sends_length_prefixed_requests(
     connection: Connection,
 ) -> None:
-    requests: Requests = queue.SimpleQueue()
-    call: Http2Call[bytes] = Http2Call(
-        connection.address, METHOD, iter(requests.get, None), bytes, connect_timeout=WAIT
-    )
-    peer = Peer(connection.listener.accept()[0])
-    try:
-        headers = peer.opening()
-        assert headers[":method"] == "POST"
-        assert headers[":scheme"] == "http"
-        assert headers[":path"] == METHOD
-        assert headers[":authority"] == connection.address
-        assert headers["content-type"] == "application/grpc"
-        assert headers["te"] == "trailers"
-        # Our receive windows are opened wide, and push is refused.
-        assert peer.client_settings() == {0x2: 0, INITIAL_WINDOW_SIZE: 1 << 24}
-        opening_update = next(f for f in peer.frames if f.kind == WINDOW_UPDATE)
-        assert opening_update.stream == 0
-        assert int.from_bytes(opening_update.payload, "big") == (1 << 24) - 65_535
+    _, peer, requests = connection.open()
+    headers = peer.request_headers
+    assert headers[":method"] == "POST"
+    assert headers[":scheme"] == "http"
+    assert headers[":path"] == METHOD
+    assert headers[":authority"] == connection.address
+    assert headers["content-type"] == "application/grpc"
+    assert headers["te"] == "trailers"
+    # Our receive windows are opened wide, and push is refused.
+    assert peer.client_settings() == {0x2: 0, INITIAL_WINDOW_SIZE: 1 << 24}
+    opening_update = next(f for f in peer.frames if f.kind == WINDOW_UPDATE)
+    assert opening_update.stream == 0
+    assert int.from_bytes(opening_update.payload, "big") == (1 << 24) - 65_535
 
-        sent = [request(b"one"), request(b""), request(b"three" * 8000)]
-        for each in sent:
-            requests.put(each)
-        requests.put(None)
-        while not peer.half_closed:
-            peer.read_frame()
-        got = [api_pb2.PublishRequest.FromString(m) for m in split_messages(bytes(peer.data))]
-        assert got == sent
-        # The client's default frame size limit (RFC 9113: 16 KiB) holds.
-        assert max(len(f.payload) for f in peer.frames if f.kind == DATA) <= 16_384
-        call.cancel()
-    finally:
-        requests.put(None)
-        call.cancel()
-        peer.close()
+    sent = [request(b"one"), request(b""), request(b"three" * 8000)]
+    for each in sent:
+        requests.put(each)
+    requests.put(None)
+    while not peer.half_closed:
+        peer.read_frame()
+    got = [api_pb2.PublishRequest.FromString(m) for m in split_messages(bytes(peer.data))]
+    assert got == sent
+    # The client's default frame size limit (RFC 9113: 16 KiB) holds.
+    assert max(len(f.payload) for f in peer.frames if f.kind == DATA) <= 16_384
 
 
 class ReadyIterator:
