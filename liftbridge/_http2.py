@@ -62,7 +62,6 @@ _SETTINGS_ENABLE_PUSH = 0x2
 _SETTINGS_INITIAL_WINDOW_SIZE = 0x4
 _SETTINGS_MAX_FRAME_SIZE = 0x5
 _STREAM = 1  # the connection's one stream
-_CANCEL = 0x8  # RST_STREAM error code
 
 _RECEIVE_WINDOW = 1 << 24
 """Our stream's and connection's receive window: 16 MiB of responses may be
@@ -74,6 +73,32 @@ _PEER_WINDOW = 65_535
 _BATCH_BYTES = 1 << 16
 """At most this many request bytes are gathered into one write."""
 _READ_SIZE = 1 << 18
+_MAX_FRAME_IN = 16_384
+"""The largest frame the peer may send us (RFC 9113 4.2: we never raise
+SETTINGS_MAX_FRAME_SIZE). A bigger one is no HTTP/2: waiting for up to
+16 MiB of it would hang the call on a peer that speaks something else."""
+_RESET_STATUS = {
+    0x7: grpc.StatusCode.UNAVAILABLE,  # REFUSED_STREAM: not processed, may go elsewhere
+    0x8: grpc.StatusCode.CANCELLED,  # CANCEL
+    0xB: grpc.StatusCode.RESOURCE_EXHAUSTED,  # ENHANCE_YOUR_CALM
+    0xC: grpc.StatusCode.PERMISSION_DENIED,  # INADEQUATE_SECURITY
+}
+"""The gRPC code of an RST_STREAM's HTTP/2 error code (gRPC's
+doc/PROTOCOL-HTTP2.md, "Errors", as grpcio reported them); any other,
+NO_ERROR included: INTERNAL."""
+_HTTP_STATUS = {
+    "400": grpc.StatusCode.INTERNAL,
+    "401": grpc.StatusCode.UNAUTHENTICATED,
+    "403": grpc.StatusCode.PERMISSION_DENIED,
+    "404": grpc.StatusCode.UNIMPLEMENTED,
+    "429": grpc.StatusCode.UNAVAILABLE,
+    "502": grpc.StatusCode.UNAVAILABLE,
+    "503": grpc.StatusCode.UNAVAILABLE,
+    "504": grpc.StatusCode.UNAVAILABLE,
+}
+"""The gRPC code of a response whose HTTP status is not 200 and that has no
+grpc-status (gRPC's doc/http-grpc-status-mapping.md); any other: UNKNOWN.
+An intermediary may answer so: a 404 is no broker outage to retry."""
 
 
 def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
@@ -115,6 +140,17 @@ class StreamError(grpc.RpcError, grpc.Call):
 
     def add_callback(self, callback: Callable[[], None]) -> bool:
         return False
+
+
+def _readable(sock: socket.socket) -> bool:
+    """True if a recv on ``sock`` would not wait. poll where there is one:
+    select refuses descriptors past FD_SETSIZE (1024), which a process with
+    many files open hands out."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([sock], [], [], 0)[0])
 
 
 def _status(value: bytes | str | None) -> grpc.StatusCode:
@@ -230,6 +266,8 @@ class Http2Call(Generic[T]):
         ready = self._ready
         while not ready:
             if self._end is not None:
+                if ready:  # done() read the last responses and the end meanwhile
+                    break
                 raise self._end
             with self._read_lock:
                 self._read()
@@ -249,7 +287,7 @@ class Http2Call(Generic[T]):
         is seen without iterating."""
         if not self._finished and self._read_lock.acquire(blocking=False):
             try:
-                if not self._closed and select.select([self._sock], [], [], 0)[0]:
+                if not self._closed and _readable(self._sock):
                     self._read()
             except (OSError, ValueError):  # closed meanwhile: _finished says so
                 pass
@@ -300,6 +338,12 @@ class Http2Call(Generic[T]):
         try:
             while len(inbox) - pos >= 9 and not self._finished:
                 size = int.from_bytes(view[pos : pos + 3], "big")
+                if size > _MAX_FRAME_IN:
+                    raise StreamError(
+                        grpc.StatusCode.INTERNAL,
+                        f"a {size}-byte frame, past our {_MAX_FRAME_IN}-byte limit: "
+                        "the peer does not speak HTTP/2",
+                    )
                 if len(inbox) - pos - 9 < size:
                     break
                 kind, flags = inbox[pos + 3], inbox[pos + 4]
@@ -309,6 +353,10 @@ class Http2Call(Generic[T]):
                 if kind == _DATA:
                     self._data(view[start:pos], flags, size)
                 else:
+                    if self._body:
+                        # Responses come out before a frame that may end
+                        # the call (RST_STREAM, GOAWAY) is obeyed.
+                        self._messages()
                     self._control(kind, flags, stream, bytes(view[start:pos]))
         finally:
             view.release()
@@ -383,7 +431,7 @@ class Http2Call(Generic[T]):
                 self._flow.notify_all()
         elif kind == _RST_STREAM and stream == _STREAM:
             code = int.from_bytes(payload[:4], "big")
-            status = grpc.StatusCode.CANCELLED if code == _CANCEL else grpc.StatusCode.UNAVAILABLE
+            status = _RESET_STATUS.get(code, grpc.StatusCode.INTERNAL)
             raise StreamError(status, f"the server reset the stream (HTTP/2 error {code})")
         elif kind == _GOAWAY:
             last = int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF
@@ -396,8 +444,10 @@ class Http2Call(Generic[T]):
 
     def _headers(self, block: bytes, end_stream: bool) -> None:
         headers = {
-            (name.decode() if isinstance(name, bytes) else name): (
-                value.decode() if isinstance(value, bytes) else value
+            # Not UTF-8 (a grpc-message should be percent-encoded, not all
+            # are): the status still counts.
+            (name.decode(errors="replace") if isinstance(name, bytes) else name): (
+                value.decode(errors="replace") if isinstance(value, bytes) else value
             )
             for name, value in self._decoder.decode(block, raw=True)
         }
@@ -405,14 +455,24 @@ class Http2Call(Generic[T]):
             self._headers_seen = True
             status = headers.get(":status")
             if status != "200":
-                raise StreamError(
-                    grpc.StatusCode.UNAVAILABLE, f"the server answered HTTP status {status}"
-                )
+                if "grpc-status" not in headers:
+                    raise StreamError(
+                        _HTTP_STATUS.get(status or "", grpc.StatusCode.UNKNOWN),
+                        f"the server answered HTTP status {status}",
+                    )
+                end_stream = True  # a gRPC status ends the call, whatever came with it
         if not end_stream:
             return
         self._messages()
         code = _status(headers.get("grpc-status"))
-        if code == grpc.StatusCode.OK:
+        if code == grpc.StatusCode.OK and self._body:
+            self._finish(
+                StreamError(
+                    grpc.StatusCode.INTERNAL,
+                    f"the stream ended inside a response ({len(self._body)} bytes of it came)",
+                )
+            )
+        elif code == grpc.StatusCode.OK:
             self._finish(None)
         else:
             self._finish(StreamError(code, unquote(headers.get("grpc-message", ""))))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import trustme
 
 import liftbridge
 from liftbridge.testing import LocalServer
+from tests.conftest import GRPC_SENDER
 from tests.integration import tls_servers
 
 
@@ -60,6 +62,28 @@ def test_tls_round_trip(tls_server: LocalServer, pki: dict[str, Path], unique_na
         assert ack is not None and ack.offset == 0
         with client.subscribe(unique_name, start=0, stop=0) as sub:
             assert [m.value for m in sub] == [b"secret"]
+
+
+def test_a_tls_clients_publish_streams_stay_on_grpcio(
+    tls_server: LocalServer, pki: dict[str, Path], unique_name: str
+) -> None:
+    """The SDK's own HTTP/2 connection is plaintext only (see
+    test_publish_http2.py): with TLS, the shared PublishAsync stream and the
+    lanes are grpcio's, sender threads included."""
+    tls = liftbridge.TLSConfig(ca=pki["ca"])
+    with liftbridge.Client(tls_server.address, tls=tls) as client:
+        client.create_stream(unique_name)
+        values = [b"%d" % i for i in range(100)] + [b"t" * 300_000]
+        futures = [client.publish_async(unique_name, value) for value in values]
+        acks = [f.result(timeout=30) for f in futures]
+        assert [a.offset for a in acks if a is not None] == list(range(len(values)))
+        ack = client.publish(unique_name, b"on a lane")
+        assert ack is not None and ack.offset == len(values)
+        names = [t.name for t in threading.enumerate()]
+        assert "liftbridge-h2-send" not in names
+        assert sum(name.endswith(GRPC_SENDER) for name in names) >= 2  # stream and lane
+        with client.subscribe(unique_name, start=len(values) - 1, stop=len(values)) as sub:
+            assert [m.value for m in sub] == [values[-1], b"on a lane"]
 
 
 def test_tls_ca_as_bytes(tls_server: LocalServer, pki: dict[str, Path]) -> None:
