@@ -107,6 +107,18 @@ def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
     )
 
 
+def host_port(address: str) -> tuple[str, int]:
+    """``"host:port"`` or ``"[v6 address]:port"`` as a (host, port) pair.
+
+    Raises:
+        ValueError: no port number.
+    """
+    host, _, port = address.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
 class StreamError(grpc.RpcError, grpc.Call):
     """How an HTTP/2 stream ended when it did not end well: a gRPC status
     code and its details, read by :func:`liftbridge._errors.from_rpc_error`
@@ -187,13 +199,15 @@ class Http2Call(Generic[T]):
     ) -> None:
         self._parse = parse
         self._requests = requests
-        host, _, port = address.rpartition(":")
         try:
-            self._sock = socket.create_connection((host, int(port)), timeout=connect_timeout)
+            self._sock = socket.create_connection(host_port(address), timeout=connect_timeout)
         except (OSError, ValueError) as e:
             raise StreamError(grpc.StatusCode.UNAVAILABLE, f"cannot reach {address}: {e}") from e
         self._sock.settimeout(None)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # A broker that vanished without closing (power loss, a cut link) is
+        # found by the kernel's keepalive probes too, not only by ack timeouts.
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
 
         # _write_lock: one sendall at a time, so frames never interleave.
         self._write_lock = threading.Lock()

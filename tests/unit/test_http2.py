@@ -563,6 +563,24 @@ def test_connecting_to_a_closed_port_is_unavailable() -> None:
     assert not [t for t in threading.enumerate() if t.name == "liftbridge-h2-send"]
 
 
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        ("127.0.0.1:9292", ("127.0.0.1", 9292)),
+        ("broker-1.example:9293", ("broker-1.example", 9293)),
+        ("[::1]:9292", ("::1", 9292)),  # parsed only: the tests talk to 127.0.0.1 alone
+        ("[fe80::1%eth0]:7", ("fe80::1%eth0", 7)),
+    ],
+)
+def test_addresses_split_into_host_and_port(address: str, expected: tuple[str, int]) -> None:
+    assert _http2.host_port(address) == expected
+
+
+def test_the_connection_asks_for_keepalive_probes(connection: Connection) -> None:
+    call, _, _ = connection.open()
+    assert call._sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+
+
 # ------------------------------------------------------ control frames --
 
 
