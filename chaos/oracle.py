@@ -70,7 +70,9 @@ class Ledger:
         with self._lock:
             self._outcomes.append(outcome)
         try:
-            future = client.publish_async(stream, value, timeout=timeout, **options)  # type: ignore[arg-type]
+            future: Future[liftbridge.Ack | None] = client.publish_async(  # type: ignore[call-overload]
+                stream, value, timeout=timeout, **options
+            )
         except Exception as e:  # recorded, classified in _settle
             self._settle(outcome, e)
             failed: Future[liftbridge.Ack | None] = Future()

@@ -61,6 +61,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import CancelledError, Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
+from typing import Literal, overload
 
 import grpc
 
@@ -112,7 +113,7 @@ class _Pending:
 
     correlation_id: str
     request: api_pb2.PublishRequest
-    future: Future[Ack | None]
+    future: Future[Ack | None] | None  # None: the outcome goes to the handler alone
     handler: AckHandler | None
     expects_ack: bool
     deadline: float = 0.0  # time.monotonic(); set when the publish gets its window slot
@@ -192,7 +193,7 @@ class Publisher:
         self._id_prefix = f"{os.getpid():x}-{id(self):x}-"
 
         # _lock guards _pending (every unresolved publish: its size is the
-        # window in use), _slot_waiters, _generation, _closed,
+        # window in use), _slot_waiters, _flushers, _generation, _closed,
         # _threads_started and _call. _slot_free (on _lock) is notified when a
         # publish resolves while a producer waits for a window slot and the
         # window is down to _resume_at, and on close.
@@ -200,6 +201,10 @@ class Publisher:
         self._slot_free = threading.Condition(self._lock)
         self._pending: dict[str, _Pending] = {}
         self._slot_waiters = 0
+        # Threads in flush() waiting for publishes without a Future; _claimed
+        # (on _lock) is notified when a publish is claimed while there are any.
+        self._flushers = 0
+        self._claimed = threading.Condition(self._lock)
         self._generation = 0
         self._closed = False
         self._threads_started = False
@@ -252,22 +257,45 @@ class Publisher:
         """A correlation id unique within this process."""
         return f"{self._id_prefix}{next(self._ids)}"
 
+    @overload
     def submit(
         self,
         request: api_pb2.PublishRequest,
         handler: AckHandler | None,
         timeout: float | None,
-    ) -> Future[Ack | None]:
+        *,
+        future: Literal[True] = True,
+    ) -> Future[Ack | None]: ...
+
+    @overload
+    def submit(
+        self,
+        request: api_pb2.PublishRequest,
+        handler: AckHandler | None,
+        timeout: float | None,
+        *,
+        future: bool,
+    ) -> Future[Ack | None] | None: ...
+
+    def submit(
+        self,
+        request: api_pb2.PublishRequest,
+        handler: AckHandler | None,
+        timeout: float | None,
+        *,
+        future: bool = True,
+    ) -> Future[Ack | None] | None:
         """Queues a publish; see the module docstring for its life.
 
         Args:
             request: the request, with its correlation id set.
             handler: called with the outcome, or None.
             timeout: ack timeout in seconds; None for the client's ``ack_wait``.
+            future: False for no Future (the handler alone hears the outcome).
 
         Returns:
             A Future resolving to the Ack (None for AckPolicy.NONE) or failing
-            with the publish's error.
+            with the publish's error; None when ``future`` is False.
 
         Raises:
             ClientClosedError: the publisher is closed.
@@ -275,9 +303,9 @@ class Publisher:
             InvalidArgumentError: a publish with the same correlation id is in flight.
         """
         wait = self._ack_wait if timeout is None else timeout
-        future: Future[Ack | None] = self._callbacks.future()
+        outcome: Future[Ack | None] | None = self._callbacks.future() if future else None
         correlation_id = request.correlationId
-        pending = _Pending(correlation_id, request, future, handler, request.ackPolicy != _NONE)
+        pending = _Pending(correlation_id, request, outcome, handler, request.ackPolicy != _NONE)
         pending.leader = self._router.leader_address(request.stream, request.partition)
         with self._lock:
             if self._closed:
@@ -297,9 +325,9 @@ class Publisher:
             self._outbox.put(pending)
             if wait == self._ack_wait:
                 self._in_order.append(pending)  # in deadline order: under _lock
-                return future
+                return outcome
         self._timer.schedule(pending.deadline, functools.partial(self._expire, pending))
-        return future
+        return outcome
 
     def _wait_for_slot(self, wait: float) -> None:
         """Called with _lock held while the window is full: waits until it is
@@ -377,6 +405,8 @@ class Publisher:
             self._pending.pop(pending.correlation_id, None)
             if self._slot_waiters and len(self._pending) <= self._resume_at:
                 self._slot_free.notify()
+            if self._flushers:
+                self._claimed.notify_all()
             return True
 
     def _finish(self, pending: _Pending, ack: Ack | None, error: LiftbridgeError | None) -> None:
@@ -385,13 +415,15 @@ class Publisher:
             self._complete(pending, ack, error)
 
     def _complete(self, pending: _Pending, ack: Ack | None, error: LiftbridgeError | None) -> None:
-        try:
-            if error is not None:
-                pending.future.set_exception(error)
-            else:
-                pending.future.set_result(ack)
-        except InvalidStateError:  # the user cancelled the future
-            pass
+        future = pending.future
+        if future is not None:
+            try:
+                if error is not None:
+                    future.set_exception(error)
+                else:
+                    future.set_result(ack)
+            except InvalidStateError:  # the user cancelled the future
+                pass
         if pending.handler is not None and pending.expects_ack:
             self._callbacks.submit(pending.handler, ack, error)
 
@@ -667,13 +699,26 @@ class Publisher:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
-            left = [p.future for p in self._pending.values()]
-        for future in left:
+            left = list(self._pending.values())
+        for pending in left:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if pending.future is None:
+                if not self._wait_claimed(pending, remaining):
+                    return False
+                continue
             try:
-                future.exception(timeout=remaining)
+                pending.future.exception(timeout=remaining)
             except FutureTimeoutError:
                 return False
             except CancelledError:
                 pass
         return True
+
+    def _wait_claimed(self, pending: _Pending, timeout: float | None) -> bool:
+        """Waits until a publish without a Future is resolved; False at the timeout."""
+        with self._lock:
+            self._flushers += 1
+            try:
+                return self._claimed.wait_for(lambda: pending.done, timeout)
+            finally:
+                self._flushers -= 1

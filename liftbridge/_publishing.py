@@ -49,6 +49,25 @@ def _check_ack_policy(ack_policy: object) -> AckPolicy:
     return ack_policy
 
 
+def check_future(future: object, ack_handler: object, ack_policy: object) -> None:
+    """``publish_async``'s ``future`` argument.
+
+    Raises:
+        ArgumentTypeError: ``future`` is not a bool.
+        InvalidArgumentError: ``future`` is False with no ack handler to hear
+            the outcome (unless AckPolicy.NONE).
+    """
+    if future is True:
+        return
+    if future is not False:
+        raise ArgumentTypeError(f"future must be a bool, got {type(future).__name__}")
+    if ack_handler is None and ack_policy is not AckPolicy.NONE:
+        raise InvalidArgumentError(
+            "future=False needs an ack_handler (unless ack_policy is AckPolicy.NONE): "
+            "the publish's outcome would reach no one"
+        )
+
+
 class Publishing:
     """The publish operations of one client, over its router and publish paths.
 
@@ -156,14 +175,18 @@ class Publishing:
         request: api_pb2.PublishRequest,
         ack_handler: AckHandler | None,
         timeout: float | None,
-    ) -> Future[Ack | None]:
-        """Sends a checked request without waiting for its ack."""
+        future: bool,
+    ) -> Future[Ack | None] | None:
+        """Sends a checked request (and ``future``, see :func:`check_future`)
+        without waiting for its ack; returns its Future, or None when
+        ``future`` is False."""
         if request.ackInbox:
             wait = self._ack_wait if timeout is None else timeout
-            return _inbox_publish.publish_async(
+            outcome = _inbox_publish.publish_async(
                 self._invoke_publish, request, wait, ack_handler, self._callbacks
             )
-        return self._publisher.submit(request, ack_handler, timeout)
+            return outcome if future else None
+        return self._publisher.submit(request, ack_handler, timeout, future=future)
 
     def publish(self, request: api_pb2.PublishRequest, timeout: float | None) -> Ack | None:
         """Sends a checked request and waits for its outcome.

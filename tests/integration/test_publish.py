@@ -315,6 +315,52 @@ def test_flush_waits_for_everything(client: liftbridge.Client, stream: str) -> N
     assert all(f.done() for f in futures)
 
 
+def test_publish_async_without_a_future_reports_to_the_handler(
+    client: liftbridge.Client, stream: str
+) -> None:
+    seen: list[tuple[liftbridge.Ack | None, BaseException | None, str]] = []
+    lock = threading.Lock()
+    all_seen = threading.Event()
+
+    def on_ack(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
+        with lock:
+            seen.append((ack, error, threading.current_thread().name))
+            if len(seen) == 300:
+                all_seen.set()
+
+    returned = [client.publish_async(stream, b"h%d" % i, on_ack, future=False) for i in range(300)]
+    assert returned == [None] * 300
+    # flush waits for publishes that have no Future too (their outcomes are
+    # decided; the handlers run after, on liftbridge-callbacks).
+    assert client.flush(timeout=10)
+    assert all_seen.wait(10)
+    with lock:
+        assert len(seen) == 300
+        assert all(error is None and ack is not None for ack, error, _ in seen)
+        assert sorted(ack.offset for ack, _, _ in seen if ack is not None) == list(range(300))
+        assert {name for _, _, name in seen} == {"liftbridge-callbacks"}
+    # Fire and forget: AckPolicy.NONE needs no handler.
+    assert (
+        client.publish_async(stream, b"none", ack_policy=liftbridge.AckPolicy.NONE, future=False)
+        is None
+    )
+    assert client.flush(timeout=10)
+    with client.subscribe(stream, start=liftbridge.StartPosition.EARLIEST) as sub:
+        values = [m.value for _, m in zip(range(301), sub, strict=False)]
+    assert values[:300] == [b"h%d" % i for i in range(300)]
+    assert values[300] == b"none"
+
+
+def test_publish_async_future_argument_is_checked_before_sending(
+    client: liftbridge.Client, stream: str
+) -> None:
+    with pytest.raises(liftbridge.ArgumentTypeError, match="future must be a bool"):
+        client.publish_async(stream, b"x", lambda a, e: None, future="no")  # type: ignore[call-overload]
+    with pytest.raises(liftbridge.InvalidArgumentError, match="future=False needs an ack_handler"):
+        client.publish_async(stream, b"x", future=False)
+    assert client.fetch_partition_metadata(stream, 0).high_watermark == -1  # nothing was sent
+
+
 def test_publish_to_subject(client: liftbridge.Client, unique_name: str) -> None:
     client.create_stream(unique_name, partitions=2)
     ack = client.publish_to_subject(f"{unique_name}.1", b"direct", key=b"k", headers={"h": b"v"})

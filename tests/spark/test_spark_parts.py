@@ -113,7 +113,8 @@ class _Recording:
 
     def publish_async(self, stream: str, value: bytes, **kwargs: Any) -> Future[Any]:
         self.ids.append(kwargs["correlation_id"])
-        return self._client.publish_async(stream, value, **kwargs)
+        future: Future[Any] = self._client.publish_async(stream, value, **kwargs)
+        return future
 
     def fetch_metadata(self) -> liftbridge.Metadata:
         return self._client.fetch_metadata()

@@ -328,6 +328,19 @@ def test_timeouts_sent_and_unsent() -> None:
     p2.close(_soon())
 
 
+def test_a_publish_without_a_future_times_out_to_its_handler_and_flush_waits() -> None:
+    server = FakeServer()
+    server.ack = False
+    p = make(server, ack_wait=0.5)
+    outcomes: queue.SimpleQueue[tuple[object, BaseException | None]] = queue.SimpleQueue()
+    assert p.submit(request(1), lambda a, e: outcomes.put((a, e)), None, future=False) is None
+    assert not p.flush(0.05)  # still waiting for its ack
+    assert p.flush(5)  # resolved by the ack timeout
+    ack, error = outcomes.get(timeout=5)
+    assert ack is None and isinstance(error, liftbridge.AckTimeoutError)
+    p.close(_soon())
+
+
 def test_window_blocks_then_fails_and_frees() -> None:
     server = FakeServer()
     server.ack = False
