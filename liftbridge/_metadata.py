@@ -13,13 +13,14 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TypeVar
+from typing import TypeVar, overload
 
 from liftbridge._display import Table, join, show_datetime, timestamp_ns_to_datetime
 from liftbridge_api import api_pb2
 
 K = TypeVar("K")
 V = TypeVar("V")
+T = TypeVar("T")
 
 INTERNAL_PREFIX = "__"
 """Stream names the server reserves for itself start with this."""
@@ -38,6 +39,20 @@ class FrozenMap(Mapping[K, V]):
 
     def __getitem__(self, key: K) -> V:
         return self._data[key]
+
+    # The Mapping mixins' get and __contains__ call __getitem__ and catch
+    # KeyError; publishes look up metadata several times each.
+    @overload
+    def get(self, key: K, /) -> V | None: ...
+
+    @overload
+    def get(self, key: K, /, default: V | T) -> V | T: ...
+
+    def get(self, key: K, /, default: V | T | None = None) -> V | T | None:
+        return self._data.get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
 
     def __iter__(self) -> Iterator[K]:
         return iter(self._data)

@@ -49,6 +49,13 @@ def _check_ack_policy(ack_policy: object) -> AckPolicy:
     return ack_policy
 
 
+_FIELD_OVERHEAD = 64
+"""Bytes a PublishRequest without headers adds to its parts at most: the
+field tags and length prefixes, the partition, ack policy and expected offset."""
+_CHECKED_STREAMS = 4096
+"""At most this many stream names are remembered as checked."""
+
+
 def check_future(future: object, ack_handler: object, ack_policy: object) -> None:
     """``publish_async``'s ``future`` argument.
 
@@ -96,6 +103,12 @@ class Publishing:
         self._callbacks = callbacks
         self._ack_wait = ack_wait
         self._max_message_size = max_message_size
+        # Parts (value, key, stream and correlation id at 4 UTF-8 bytes a
+        # character) adding up to at most this make a request within the limit
+        # whatever their encoding; larger ones are measured.
+        self._unchecked_size = max_message_size - check.ENVELOPE_ALLOWANCE - _FIELD_OVERHEAD
+        # Stream names publishes have used that passed check.stream_name.
+        self._checked_streams: set[str] = set()
 
     def _stream_metadata(self, stream: str) -> Metadata:
         """Metadata that knows the stream (refreshed if the cache does not).
@@ -129,7 +142,11 @@ class Publishing:
         """
         if timeout is not None:
             check.seconds(timeout, arg="timeout")
-        check.stream_name(stream)
+        if type(stream) is not str or stream not in self._checked_streams:
+            check.stream_name(stream)
+            if len(self._checked_streams) >= _CHECKED_STREAMS:
+                self._checked_streams.clear()
+            self._checked_streams.add(stream)
         value = check.data(value)
         key = check.optional_bytes(key, arg="key")
         header_map = check.headers(headers)
@@ -167,7 +184,14 @@ class Publishing:
             request.headers.update(header_map)
         if ack_inbox is not None:
             request.ackInbox = check.subject(ack_inbox, arg="ack_inbox")
-        check.message_size(request, limit=self._max_message_size)
+        # Serializing to count takes a while; the sizes of the parts bound it.
+        if (
+            header_map
+            or ack_inbox is not None
+            or len(value) + len(key or b"") + 4 * (len(stream) + len(correlation_id))
+            > self._unchecked_size
+        ):
+            check.message_size(request, limit=self._max_message_size)
         return request
 
     def publish_async(
