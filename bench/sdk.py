@@ -94,6 +94,43 @@ class SdkPipelined(_SdkPublisher):
         return self._client.fetch_partition_metadata(self._stream).newest_offset + 1
 
 
+class SdkHandled(SdkPipelined):
+    """Workload 2 with an ack handler and no Future per publish
+    (``publish_async(..., handler, future=False)``), the Go client's way."""
+
+    def run(self, count: int) -> Run:
+        """Publishes ``count`` messages; done when the handler has heard every
+        outcome; checks none failed and the partition grew by as many."""
+        publish_async, stream, value, policy = (
+            self._client.publish_async,
+            self._stream,
+            self._value,
+            self._ack_policy,
+        )
+        heard = threading.Semaphore(0)
+        failures: list[BaseException] = []
+
+        def on_ack(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
+            if error is not None:
+                failures.append(error)
+            heard.release()
+
+        before = self._stored()
+        watch = Stopwatch()
+        for _ in range(count):
+            publish_async(stream, value, on_ack, ack_policy=policy, future=False)
+        for _ in range(count):
+            if not heard.acquire(timeout=_WAIT):
+                raise SdkError(f"ack handler calls still missing after {_WAIT:g}s")
+        seconds, cpu = watch.stop()
+        if failures:
+            raise SdkError(f"{len(failures)} publishes failed, the first: {failures[0]!r}")
+        stored = self._stored() - before
+        if stored != count:
+            raise SdkError(f"{count} publishes stored {stored} messages")
+        return Run(count, seconds, count * len(value), cpu)
+
+
 class SdkSubscribe:
     """Workload 3: ``Client.subscribe`` from the earliest offset to
     ``last_offset``, with a handler that reads each message's offset."""

@@ -376,12 +376,28 @@ class Suite:
                             _PIPELINED_SHOWN,
                         ),
                     ]
+                    # With an ack handler and no Future, on a stream of its own,
+                    # in the same turns: a row next to the same Go figures.
+                    handled_setting = f"{setting} handler, future=False"
+                    handled_stream = self._stream(client, workload, "h", size, replication_factor)
+                    entries.append(
+                        _Entry(
+                            workload,
+                            handled_setting,
+                            size,
+                            SDK,
+                            sdk.SdkHandled(client, handled_stream, value, policy),
+                            _PIPELINED_SHOWN,
+                        )
+                    )
                     if go is not None:
                         driver = gocli.GoDriver(go, "publish_async", names[2], size, window=window)
                         entries.append(
                             _Entry(workload, setting, size, GO, driver, _PIPELINED_SHOWN)
                         )
                     self._measure(entries, count, self.plan.pipelined_reps, self.plan.warmup(count))
+                    if go is not None:
+                        self.results.append(replace(self.results[-1], setting=handled_setting))
 
     def _subscribe(
         self, client: liftbridge.Client, stub: api_pb2_grpc.APIStub, go: str | None = None
