@@ -15,6 +15,10 @@ Two ways in, for speed:
   looks at the queue's left end. Items resolved early stay until the timer
   (or a sweep, once the queue grows) drops them, which is why they carry a
   ``done`` flag.
+- :meth:`AckTimer.watch` gives an owner that keeps its own items in deadline
+  order (the NATS stream publisher's table of pending acks, in admission
+  order) a look at every turn: its ``poll(now)`` expires what is due and says
+  when the next item is; appending costs the owner nothing more.
 - :meth:`AckTimer.schedule` takes any deadline and a callback (a heap).
 
 Expiry callbacks run on the timer thread. They are the SDK's own (they fail
@@ -98,15 +102,25 @@ class OrderedDeadlines(Generic[T]):
             return due, (items[0].deadline if items else None)
 
 
+class Watched:
+    """An owner's items in deadline order, looked at by the timer: see
+    :meth:`AckTimer.watch`."""
+
+    def __init__(self, poll: Callable[[float], float | None], wait: float) -> None:
+        self.poll = poll
+        self.wait = wait
+
+
 class AckTimer:
     """The ``liftbridge-ack-timer`` thread, started on first use. Thread-safe."""
 
     def __init__(self) -> None:
-        # _lock guards _queues, _heap, _thread and _closed; _wakeup (on it) is
-        # notified when the heap gets a new earliest deadline, and on close.
+        # _lock guards _queues, _watched, _heap, _thread and _closed; _wakeup
+        # (on it) is notified when the heap gets a new earliest deadline, and on close.
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
         self._queues: list[OrderedDeadlines[Due]] = []
+        self._watched: list[Watched] = []
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
@@ -134,6 +148,28 @@ class AckTimer:
         with self._lock:
             if queue in self._queues:
                 self._queues.remove(queue)  # type: ignore[arg-type]
+
+    def watch(self, poll: Callable[[float], float | None], *, wait: float) -> Watched:
+        """Has the timer call ``poll(now)`` on every turn, and again by the
+        time it returns (``time.monotonic()``; None: nothing pending).
+
+        ``poll`` runs on the timer thread: it expires the owner's items due by
+        ``now`` (quickly, no user code) and returns the next one's deadline.
+        Items added while nothing is pending must be due ``wait`` seconds
+        later at the earliest (the timer looks at least that often).
+        The thread starts here.
+        """
+        watched = Watched(poll, wait)
+        with self._lock:
+            self._watched.append(watched)
+            self._start()
+        return watched
+
+    def unwatch(self, watched: Watched) -> None:
+        """Stops calling a poll from :meth:`watch` (its owner closed). Idempotent."""
+        with self._lock:
+            if watched in self._watched:
+                self._watched.remove(watched)
 
     def schedule(self, deadline: float, expire: Callable[[], None]) -> None:
         """Calls ``expire()`` on the timer thread once ``time.monotonic()``
@@ -172,12 +208,22 @@ class AckTimer:
             if self._closed:
                 return False
             queues = list(self._queues)
+            watched = list(self._watched)
         due_items: list[tuple[OrderedDeadlines[Due], list[Due]]] = []
-        next_due = now + min((q.wait for q in queues), default=60.0)
+        waits = [q.wait for q in queues] + [w.wait for w in watched]
+        next_due = now + min(waits, default=60.0)
         for queue in queues:
             due, upcoming = queue._take_due(now)
             if due:
                 due_items.append((queue, due))
+            if upcoming is not None:
+                next_due = min(next_due, upcoming)
+        for owner in watched:
+            try:
+                upcoming = owner.poll(now)
+            except Exception:  # the other owners' deadlines still count
+                _log.exception("the ack timer failed on an expiry; it goes on")
+                continue
             if upcoming is not None:
                 next_due = min(next_due, upcoming)
         calls: list[Callable[[], None]] = []

@@ -387,7 +387,7 @@ class NatsStreamPublisher:
         if wants_ack:
             entry = Pending(correlation_id, future, ack_handler, timeout, subject)
             entry.leader = leader or self._router.leader_address(stream, partition)
-            self._window.admit(entry, timeout)
+            self._window.admit(entry)
         else:
             self._window.check_open()
         self._nats.send(subject, envelope, entry)

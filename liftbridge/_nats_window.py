@@ -4,10 +4,15 @@
 correlation id, and the window that bounds how many there are. Each pending
 publish is resolved exactly once, by whoever takes it out of the table under
 the window's lock: the ack (on ``liftbridge-nats-io``), its deadline (on
-the client's ``liftbridge-ack-timer``, where it was registered when admitted),
-a write NATS refused, the connection given up, or close. Futures and ack
-handlers are resolved here and their user code handed to the publisher's
-``liftbridge-callbacks`` runner.
+the client's ``liftbridge-ack-timer``), a write NATS refused, the connection
+given up, or close. Futures and ack handlers are resolved here and their
+user code handed to the publisher's ``liftbridge-callbacks`` runner, the
+handlers of one batch of outcomes as one job.
+
+The table keeps admission order, which for publishes with the default ack
+timeout is deadline order: the timer looks at its oldest entries
+(:meth:`AckTimer.watch`) instead of each publish being queued for it a
+second time. Publishes with a timeout of their own go on the timer's heap.
 
 Thread-safe: callers' threads admit, the I/O thread (acks), the acks
 thread (failures) and the ack timer settle, any thread flushes.
@@ -20,7 +25,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from time import monotonic
 
 from liftbridge._callbacks import CallbackRunner
@@ -42,17 +47,20 @@ AckHandler = Callable[[Ack | None, BaseException | None], None]
 @dataclass(slots=True, eq=False)
 class Pending:
     """A publish waiting for its ack. Whoever takes it out of the window's
-    table (under the window's lock) resolves it, and marks it ``done`` there."""
+    table (under the window's lock) resolves it."""
 
     correlation_id: str
-    future: Future[Ack | None]
+    future: Future[Ack | None] | None  # None: the caller asked for none
     handler: AckHandler | None
     timeout: float
     subject: str
     deadline: float = 0.0  # time.monotonic(), set when admitted
     seq: int = 0  # the order publishes were admitted in, for flush()
     leader: str | None = None  # the partition leader's address when published, if known
-    done: bool = field(default=False)  # resolved: the ack timer drops it
+
+
+# An outcome to deliver: the publish, its ack or its error.
+_Outcome = tuple[Pending, Ack | None, BaseException | None]
 
 
 class AckWindow:
@@ -60,8 +68,8 @@ class AckWindow:
 
     Args:
         max_inflight: publishes awaiting acks at most.
-        ack_timeout: the default timeout: such publishes go on the timer's
-            in-order queue, others on its heap.
+        ack_timeout: the default timeout: such publishes expire in admission
+            order, others on the timer's heap.
         timer: the client's ack timer.
         runner: where ack handlers and done-callbacks run.
         inbox: the ack inbox, for log messages.
@@ -89,10 +97,10 @@ class AckWindow:
         self._inflight = 0
         self._admitted = 0  # publishes admitted so far: the last one's seq
         self._flushing = 0  # threads waiting in flush()
-        self._pending: dict[str, Pending] = {}  # in admission order
-        # Publishes with the default ack_timeout are appended under _lock, so
-        # in deadline order.
-        self._in_order = timer.ordered(self._expire, wait=ack_timeout)
+        # In admission order: for publishes with the default ack_timeout
+        # (admitted under _lock) that is deadline order.
+        self._pending: dict[str, Pending] = {}
+        self._watched = timer.watch(self._expire_due, wait=ack_timeout)
 
     # ------------------------------------------------------ any thread --
 
@@ -117,18 +125,20 @@ class AckWindow:
             raise refusal()
 
     def release_timer(self) -> None:
-        """Stops the timer looking at this window's in-order queue (closing)."""
-        self._timer.release(self._in_order)
+        """Stops the timer looking at this window's deadlines (closing)."""
+        self._timer.unwatch(self._watched)
 
-    def admit(self, entry: Pending, timeout: float) -> None:
-        """Takes a window slot and registers the publish and its deadline.
-        Waits (up to ``timeout``) while the window is full, except on the
-        callbacks thread, where waiting would hold up every other handler.
+    def admit(self, entry: Pending) -> None:
+        """Takes a window slot and registers the publish and its deadline,
+        ``entry.timeout`` from now. Waits (up to that timeout) while the window
+        is full, except on the callbacks thread, where waiting would hold up
+        every other handler.
 
         Raises:
             PublishWindowFullError: no slot in time (or none at once there).
             LiftbridgeError: the refusal (closed, connection lost).
         """
+        timeout = entry.timeout
         with self._lock:  # the lock of _settled
             if self._refusal is not None:
                 raise self._refusal()
@@ -139,10 +149,7 @@ class AckWindow:
             entry.seq = self._admitted
             entry.deadline = monotonic() + timeout
             self._pending[entry.correlation_id] = entry
-            in_order = timeout == self._ack_timeout
-            if in_order:
-                self._in_order.append(entry)
-        if not in_order:
+        if timeout != self._ack_timeout:
             self._timer.schedule(entry.deadline, functools.partial(self._expire, entry))
 
     def _wait_for_slot(self, timeout: float) -> None:
@@ -205,28 +212,35 @@ class AckWindow:
                 if entry is None:
                     late.append(ack.correlation_id)
                 else:
-                    entry.done = True
                     matched.append((entry, ack))
         for correlation_id in late:
             logger.debug("Dropping an ack for %r: timed out already", correlation_id)
-        submit = self._runner.submit
-        for entry, ack in matched:  # _resolve, inlined: once per publish
+        calls: list[tuple[AckHandler, Ack | None, BaseException | None]] = []
+        for entry, ack in matched:  # _deliver, inlined: once per publish
             error = ack.error
+            future = entry.future
             if error is None:
-                entry.future.set_result(ack)
+                if future is not None:
+                    future.set_result(ack)
                 if entry.handler is not None:
-                    submit(entry.handler, ack, None)
+                    calls.append((entry.handler, ack, None))
             else:
-                self._resolve(entry, None, error)
+                if future is not None:
+                    future.set_exception(error)
+                if entry.handler is not None:
+                    calls.append((entry.handler, None, error))
+        if calls:
+            self._runner.submit(_call_handlers, calls)
         self._release(len(matched))
 
     def settle(self, entry: Pending, error: BaseException) -> None:
         """Fails one publish with ``error``, if it is still pending."""
         with self._lock:
-            mine = self._pending.pop(entry.correlation_id, None) is entry
-            entry.done = entry.done or mine
+            mine = self._pending.get(entry.correlation_id) is entry
+            if mine:
+                del self._pending[entry.correlation_id]
         if mine:
-            self._resolve(entry, None, error)
+            self._deliver([(entry, None, error)])
             self._release(1)
 
     def fail_all(self, error: Callable[[Pending], BaseException]) -> None:
@@ -234,10 +248,7 @@ class AckWindow:
         with self._lock:
             entries = list(self._pending.values())
             self._pending.clear()
-            for entry in entries:
-                entry.done = True
-        for entry in entries:
-            self._resolve(entry, None, error(entry))
+        self._deliver([(entry, None, error(entry)) for entry in entries])
         self._release(len(entries))
 
     # ------------------------------------------- liftbridge-ack-timer --
@@ -249,54 +260,77 @@ class AckWindow:
             entries = [e for e in self._pending.values() if e.leader == address]
             for entry in entries:
                 del self._pending[entry.correlation_id]
-                entry.done = True
         if entries:
             logger.warning(
                 "partition leader %s is down; failing %d NATS publish(es) awaiting its acks",
                 address,
                 len(entries),
             )
-        for entry in entries:
-            self._resolve(
-                entry,
-                None,
-                LeaderLostError(
-                    f"the leader of {entry.subject!r} ({address}) went down before the ack "
-                    f"(correlation id {entry.correlation_id!r}) came; the message may or may "
-                    "not have been stored",
-                    address,
-                ),
-            )
+        self._deliver(
+            [
+                (
+                    entry,
+                    None,
+                    LeaderLostError(
+                        f"the leader of {entry.subject!r} ({address}) went down before the "
+                        f"ack (correlation id {entry.correlation_id!r}) came; the message may "
+                        "or may not have been stored",
+                        address,
+                    ),
+                )
+                for entry in entries
+            ]
+        )
         self._release(len(entries))
 
-    def _expire(self, entry: Pending) -> None:
-        """Fails a publish whose deadline passed, if it is still pending.
-        Runs on the client's ``liftbridge-ack-timer``: quick, no user code."""
+    def _expire_due(self, now: float) -> float | None:
+        """Fails the publishes with the default timeout whose deadline passed;
+        returns the next one's deadline (None: none pending). The timer's
+        poll (:meth:`AckTimer.watch`): quick, no user code."""
+        default = self._ack_timeout
+        due: list[Pending] = []
+        upcoming = None
         with self._lock:
-            if entry.done or self._pending.get(entry.correlation_id) is not entry:
+            for entry in self._pending.values():
+                if entry.timeout != default:
+                    continue  # on the timer's heap
+                if entry.deadline > now:
+                    upcoming = entry.deadline
+                    break
+                due.append(entry)
+            for entry in due:
+                del self._pending[entry.correlation_id]
+        if due:
+            self._deliver([(entry, None, _timeout_error(entry)) for entry in due])
+            self._release(len(due))
+        return upcoming
+
+    def _expire(self, entry: Pending) -> None:
+        """Fails a publish with a timeout of its own whose deadline passed,
+        if it is still pending (on the timer's heap)."""
+        with self._lock:
+            if self._pending.get(entry.correlation_id) is not entry:
                 return
             del self._pending[entry.correlation_id]
-            entry.done = True
-        self._resolve(
-            entry,
-            None,
-            AckTimeoutError(
-                f"no ack within {entry.timeout:g}s for the message published on "
-                f"{entry.subject!r} (correlation id {entry.correlation_id!r}); "
-                "it may or may not have been stored"
-            ),
-        )
+        self._deliver([(entry, None, _timeout_error(entry))])
         self._release(1)
 
     # ------------------------------------------------------- internals --
 
-    def _resolve(self, entry: Pending, ack: Ack | None, error: BaseException | None) -> None:
-        if error is None:
-            entry.future.set_result(ack)
-        else:
-            entry.future.set_exception(error)
-        if entry.handler is not None:
-            self._runner.submit(entry.handler, ack, error)
+    def _deliver(self, outcomes: list[_Outcome]) -> None:
+        """Resolves futures; hands the handlers to the callbacks thread as one job."""
+        calls: list[tuple[AckHandler, Ack | None, BaseException | None]] = []
+        for entry, ack, error in outcomes:
+            future = entry.future
+            if future is not None:
+                if error is None:
+                    future.set_result(ack)
+                else:
+                    future.set_exception(error)
+            if entry.handler is not None:
+                calls.append((entry.handler, ack, error))
+        if calls:
+            self._runner.submit(_call_handlers, calls)
 
     def _release(self, count: int) -> None:
         if not count:
@@ -305,3 +339,21 @@ class AckWindow:
             self._inflight -= count
             if self._inflight <= self._resume_at or self._flushing:
                 self._settled.notify_all()
+
+
+def _timeout_error(entry: Pending) -> AckTimeoutError:
+    return AckTimeoutError(
+        f"no ack within {entry.timeout:g}s for the message published on "
+        f"{entry.subject!r} (correlation id {entry.correlation_id!r}); "
+        "it may or may not have been stored"
+    )
+
+
+def _call_handlers(calls: list[tuple[AckHandler, Ack | None, BaseException | None]]) -> None:
+    """Runs a batch of ack handlers, in order, on ``liftbridge-callbacks``;
+    one that raises is logged and the next one runs."""
+    for handler, ack, error in calls:
+        try:
+            handler(ack, error)
+        except Exception:
+            logger.exception("ack handler %r raised; ignored", handler)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
 
 import pytest
 
@@ -42,8 +44,15 @@ def _window(parts: tuple[AckTimer, CallbackRunner], max_inflight: int = 8) -> Ac
     )
 
 
-def _pending(runner: CallbackRunner, correlation_id: str, handler: object = None) -> Pending:
-    return Pending(correlation_id, runner.future(), handler, TIMEOUT, "orders")  # type: ignore[arg-type]
+def _pending(
+    runner: CallbackRunner, correlation_id: str, handler: object = None, timeout: float = TIMEOUT
+) -> Pending:
+    return Pending(correlation_id, runner.future(), handler, timeout, "orders")  # type: ignore[arg-type]
+
+
+def _f(entry: Pending) -> Future[Ack | None]:
+    assert entry.future is not None
+    return entry.future
 
 
 def _ack(correlation_id: str, offset: int) -> bytes:
@@ -61,12 +70,12 @@ def test_acks_resolve_their_publishes_once(parts: tuple[AckTimer, CallbackRunner
         handled.set()
 
     first, second = _pending(parts[1], "a", handler), _pending(parts[1], "b")
-    window.admit(first, TIMEOUT)
-    window.admit(second, TIMEOUT)
+    window.admit(first)
+    window.admit(second)
     window.settle_acks([_ack("b", 7), b"not an envelope", _ack("a", 6), _ack("a", 99)])
-    ack = first.future.result(0)
+    ack = _f(first).result(0)
     assert ack is not None and ack.offset == 6  # the late duplicate was dropped
-    second_ack = second.future.result(0)
+    second_ack = _f(second).result(0)
     assert second_ack is not None and second_ack.offset == 7
     assert handled.wait(TIMEOUT) and [o[0].offset for o in outcomes if o[0]] == [6]
     assert window.flush(time.monotonic())  # nothing left pending
@@ -77,34 +86,34 @@ def test_deadlines_expire_on_the_timer_in_order_and_by_heap(
 ) -> None:
     timer, runner = parts
     window = AckWindow(max_inflight=8, ack_timeout=0.05, timer=timer, runner=runner, inbox="in")
-    default, custom = _pending(runner, "a"), _pending(runner, "b")
-    window.admit(default, 0.05)  # the in-order queue
-    window.admit(custom, 0.1)  # the heap
+    default, custom = _pending(runner, "a", timeout=0.05), _pending(runner, "b", timeout=0.1)
+    window.admit(default)  # expired in admission order
+    window.admit(custom)  # the heap
     for entry in (default, custom):
         with pytest.raises(AckTimeoutError, match="no ack within"):
-            entry.future.result(TIMEOUT)
-        assert entry.done
+            _f(entry).result(TIMEOUT)
+    assert window.flush(time.monotonic())  # both out of the table, their slots freed
     window.settle_acks([_ack("a", 1)])  # too late: dropped, not resolved twice
     window.release_timer()
 
 
 def test_a_full_window_waits_then_refuses(parts: tuple[AckTimer, CallbackRunner]) -> None:
     window = _window(parts, max_inflight=1)
-    window.admit(_pending(parts[1], "a"), TIMEOUT)
+    window.admit(_pending(parts[1], "a"))
     with pytest.raises(PublishWindowFullError, match=r"after 0\.05s"):
-        window.admit(_pending(parts[1], "b"), 0.05)
+        window.admit(_pending(parts[1], "b", timeout=0.05))
 
 
 def test_refusals_wake_waiters_and_the_first_one_stays(
     parts: tuple[AckTimer, CallbackRunner],
 ) -> None:
     window = _window(parts, max_inflight=1)
-    window.admit(_pending(parts[1], "a"), TIMEOUT)
+    window.admit(_pending(parts[1], "a"))
     errors: list[BaseException] = []
 
     def admit() -> None:
         try:
-            window.admit(_pending(parts[1], "b"), 30)
+            window.admit(_pending(parts[1], "b", timeout=30))
         except BaseException as e:
             errors.append(e)
 
@@ -122,15 +131,15 @@ def test_refusals_wake_waiters_and_the_first_one_stays(
 def test_fail_all_and_a_refused_write(parts: tuple[AckTimer, CallbackRunner]) -> None:
     window = _window(parts)
     refused, left = _pending(parts[1], "a"), _pending(parts[1], "b")
-    window.admit(refused, TIMEOUT)
-    window.admit(left, TIMEOUT)
+    window.admit(refused)
+    window.admit(left)
     window.settle(refused, ConnectionLostError("not taken"))
     window.settle(refused, ConnectionLostError("twice"))  # already resolved: ignored
     window.fail_all(lambda entry: ClientClosedError(f"closed before {entry.correlation_id}"))
     with pytest.raises(ConnectionLostError, match="not taken"):
-        refused.future.result(0)
+        _f(refused).result(0)
     with pytest.raises(ClientClosedError, match="closed before b"):
-        left.future.result(0)
+        _f(left).result(0)
     assert window.flush(None)
 
 
@@ -142,16 +151,22 @@ def test_a_leader_found_down_fails_only_its_publishes(
     doomed, healthy, acked = (_pending(runner, c) for c in ("d", "h", "a"))
     doomed.leader, healthy.leader, acked.leader = "10.0.0.1:1", "10.0.0.2:1", "10.0.0.1:1"
     for entry in (doomed, healthy, acked):
-        window.admit(entry, TIMEOUT)
+        window.admit(entry)
     window.settle_acks([_ack("a", 0)])
     window.fail_led_by("10.0.0.1:1")
-    error = doomed.future.exception(timeout=5)
+    error = _f(doomed).exception(timeout=5)
     assert isinstance(error, LeaderLostError) and error.address == "10.0.0.1:1"
-    assert acked.future.result(timeout=5) is not None
-    assert not healthy.future.done()
+    assert _f(acked).result(timeout=5) is not None
+    assert not _f(healthy).done()
     window.settle_acks([_ack("h", 1)])
-    assert healthy.future.result(timeout=5) is not None
+    assert _f(healthy).result(timeout=5) is not None
     assert window.flush(time.monotonic() + 5)
+
+
+@dataclass(eq=False)
+class _Due:
+    deadline: float
+    done: bool = False
 
 
 def test_the_in_order_queue_sweeps_resolved_items_and_keeps_pending_ones() -> None:
@@ -159,21 +174,43 @@ def test_the_in_order_queue_sweeps_resolved_items_and_keeps_pending_ones() -> No
     sweep keeps them all, and the next one waits until the queue has doubled
     (sweeping at every append would walk all of them each time)."""
     timer = AckTimer()
-    expired: list[Pending] = []
+    expired: list[_Due] = []
     queue = timer.ordered(expired.append, wait=60.0, compact_at=8)
     try:
-        items = [Pending(str(i), None, None, 60.0, "s") for i in range(100)]  # type: ignore[arg-type]
+        items = [_Due(time.monotonic() + 60.0) for _ in range(100)]
         for item in items:
-            item.deadline = time.monotonic() + 60.0
             queue.append(item)
         assert len(queue) == 100  # nothing resolved: nothing swept away
         for item in items[1:]:  # the oldest stays pending, so only a sweep drops the rest
             item.done = True
-        late = [Pending(f"late{i}", None, None, 60.0, "s") for i in range(200)]  # type: ignore[arg-type]
+        late = [_Due(time.monotonic() + 60.0) for _ in range(200)]
         for item in late:
-            item.deadline = time.monotonic() + 60.0
             queue.append(item)
         assert len(queue) < 100 + len(late)  # the resolved ones were swept
         assert not expired
+    finally:
+        timer.close(time.monotonic() + 5)
+
+
+def test_a_watched_poll_that_raises_is_logged_and_polled_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    timer = AckTimer()
+    polled = threading.Event()
+    calls: list[float] = []
+
+    def poll(now: float) -> float | None:
+        calls.append(now)
+        if len(calls) == 1:
+            raise RuntimeError("a broken poll")
+        polled.set()
+        return None
+
+    watched = timer.watch(poll, wait=0.01)
+    try:
+        assert polled.wait(TIMEOUT)
+        assert "the ack timer failed on an expiry" in caplog.text
+        timer.unwatch(watched)
+        timer.unwatch(watched)  # idempotent
     finally:
         timer.close(time.monotonic() + 5)
