@@ -6,6 +6,7 @@ publishes in flight, done when the last ack is in):
 
 - ``sdk``: ``NatsStreamPublisher.publish_async`` (the SDK's NATS socket on its I/O
   thread), as in ``make bench``, with the CPU of each of its threads;
+- ``hnd``: the same with an ack handler and ``future=False`` (no Future per publish);
 - ``raw``: one thread on a plain socket, no NATS client: ``PUB`` frames written
   256 at a time, acks read and decoded with the SDK's ``unmarshal_ack``, and
   nothing else (no futures, window object, timeouts, TLS or reconnects): the
@@ -143,20 +144,27 @@ def main() -> None:
     print(f"Go driver: {go_binary}")
     with LocalServer(log_level="warn") as server, liftbridge.Client(server.addresses) as client:
         streams = {}
-        for kind in ("sdk", "raw", "go"):
+        for kind in ("sdk", "hnd", "raw", "go"):
             streams[kind] = f"nats-probe-{kind}-{os.getpid()}"
             client.create_stream(streams[kind])
         sdk = liftbridge.NatsStreamPublisher(client, server.nats_url, ack_timeout=_WAIT)
         raw = RawPublisher(server.nats_url)
         go = gocli.GoDriver(server.address, "publish_async", streams["go"], len(_VALUE))
         pipelined = over_nats.StreamPipelined(sdk, client, streams["sdk"], _VALUE)
+        handled = over_nats.StreamHandled(sdk, client, streams["hnd"], _VALUE)
 
-        def run_sdk(n: int) -> str:
+        def run_driver(driver: over_nats.StreamPipelined, n: int) -> str:
             threads = _thread_cpu()
-            result = pipelined.run(n)
+            result = driver.run(n)
             detail = _per_thread(threads, _thread_cpu(), n)
             cpu = result.cpu_seconds / n * 1e6
             return f"{n / result.seconds:9,.0f} msgs/s {cpu:5.1f} µs ({detail})"
+
+        def run_sdk(n: int) -> str:
+            return run_driver(pipelined, n)
+
+        def run_handled(n: int) -> str:
+            return run_driver(handled, n)
 
         def run_raw(n: int) -> str:
             wall, cpu = raw.run(streams["raw"], n)
@@ -166,7 +174,12 @@ def main() -> None:
             result = go.run(n)
             return f"{n / result.seconds:9,.0f} msgs/s {result.cpu_seconds / n * 1e6:5.1f} µs"
 
-        drivers: dict[str, Callable[[int], str]] = {"sdk": run_sdk, "raw": run_raw, "go": run_go}
+        drivers: dict[str, Callable[[int], str]] = {
+            "sdk": run_sdk,
+            "hnd": run_handled,
+            "raw": run_raw,
+            "go": run_go,
+        }
         try:
             for run in drivers.values():
                 run(count // 5)  # warm-up

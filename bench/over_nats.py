@@ -1,8 +1,9 @@
 """Workload 5: envelopes published straight to NATS, acks coming back on the
 publisher's inbox (needs the ``nats`` extra).
 
-:class:`StreamPublish` and :class:`StreamPipelined` drive the batched path,
-``liftbridge.NatsStreamPublisher`` (the SDK's NATS socket on one I/O thread);
+:class:`StreamPublish`, :class:`StreamPipelined` and :class:`StreamHandled`
+drive the batched path, ``liftbridge.NatsStreamPublisher`` (the SDK's NATS
+socket on one I/O thread);
 :class:`NatsPublish` and :class:`NatsPipelined` the older per-subject
 ``liftbridge.NatsPublisher`` (pynats2), kept as a reference.
 """
@@ -150,3 +151,32 @@ class StreamPipelined:
 
     def close(self) -> None:
         pass
+
+
+class StreamHandled(StreamPipelined):
+    """``NatsStreamPublisher.publish_async(..., handler, future=False)`` back to
+    back: no Future, each outcome to an ack handler on ``liftbridge-callbacks``
+    that keeps the failures, as the Go driver's PublishAsync handler does;
+    done when the last ack is in."""
+
+    def run(self, count: int) -> Run:
+        failures: list[BaseException] = []
+
+        def handler(_: liftbridge.Ack | None, error: BaseException | None) -> None:
+            if error is not None:
+                failures.append(error)
+
+        publish_async, stream, value = self._publisher.publish_async, self._stream, self._value
+        before = self._stored()
+        watch = Stopwatch()
+        for _ in range(count):
+            publish_async(stream, value, handler, future=False)
+        if not self._publisher.flush(_WAIT):
+            raise NatsBenchError(f"acks over NATS still missing after {_WAIT:g}s")
+        seconds, cpu = watch.stop()
+        if failures:
+            raise NatsBenchError(f"{len(failures)} publish(es) failed, first: {failures[0]!r}")
+        stored = self._stored() - before
+        if stored != count:
+            raise NatsBenchError(f"{count} publishes over NATS stored {stored} messages")
+        return Run(count, seconds, count * len(value), cpu)

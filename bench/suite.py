@@ -13,6 +13,7 @@ second, goes further: the drivers take turns every 100 messages.
 from __future__ import annotations
 
 import functools
+import gc
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -181,6 +182,11 @@ class Suite:
     # ------------------------------------------------------------- helpers --
 
     def _guard(self, workload: str, body: Callable[[], None]) -> None:
+        # What earlier workloads left for the garbage collector (closed
+        # clients' cycles, drivers' figures) is collected now, so that no
+        # workload's collections walk or free another's objects: each starts
+        # from the same collector state as when run alone (--only).
+        gc.collect()
         started = time.monotonic()
         try:
             body()
@@ -559,6 +565,7 @@ class Suite:
                     over_nats.StreamPipelined(fast, client, names[0], value),
                     go and names[1],
                     go,
+                    handled=over_nats.StreamHandled(fast, client, names[0], value),
                 )
             with liftbridge.NatsPublisher(nats_url, ack_timeout=60.0) as pynats2:
                 self._nats_rows(
@@ -581,10 +588,13 @@ class Suite:
         go: str | None,
         *,
         go_publish: bool = True,
+        handled: Driver | None = None,
     ) -> None:
         """One publisher's rows: one at a time, then pipelined, each taking
         turns with the Go driver on ``go_stream`` (``go_publish``: for the
-        one-at-a-time rows too)."""
+        one-at-a-time rows too). ``handled``: pipelined with an ack handler
+        and no Future, a row of its own in the same turns, next to the same
+        Go figures."""
         window = self.plan.nats_window
         entries = [_Entry(workload, "LEADER", size, SDK, publish, _PUBLISH_SHOWN)]
         if go is not None and go_stream and go_publish:
@@ -599,13 +609,19 @@ class Suite:
             slices=self.plan.publish_slices,
         )
         setting = f"LEADER window={window}"
+        handled_setting = f"{setting} handler, future=False"
         workload = workload.replace("nats publish", "nats publish_async")
         entries = [_Entry(workload, setting, size, SDK, pipelined, _PIPELINED_SHOWN)]
+        if handled is not None:
+            entries.append(_Entry(workload, handled_setting, size, SDK, handled, _PIPELINED_SHOWN))
+        with_go = go is not None and bool(go_stream)
         if go is not None and go_stream:
             driver = gocli.GoDriver(go, "publish_async", go_stream, size, window=window)
             entries.append(_Entry(workload, setting, size, GO, driver, _PIPELINED_SHOWN))
         count = self.plan.nats_pipelined_count
         self._measure(entries, count, self.plan.pipelined_reps, self.plan.warmup(count))
+        if handled is not None and with_go:  # the same Go figures, next to the handler row
+            self.results.append(replace(self.results[-1], setting=handled_setting))
 
     def _rss(self, address: str, nats_url: str) -> None:
         plan = self.plan

@@ -12,7 +12,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_all
 from typing import Any
@@ -275,6 +275,62 @@ def test_default_ack_timeouts_expire_in_order_on_the_clients_timer(
         assert acked.result(DEADLINE) is not None
 
 
+def test_without_a_future_outcomes_reach_the_handler_alone(
+    server: LocalServer,
+    client: liftbridge.Client,
+    stub: api_pb2_grpc.APIStub,
+    unique_name: str,
+    stream: str,
+) -> None:
+    # future=False: acks, a refusal by the server, a default and an own
+    # timeout and a close all reach the handler once each, on liftbridge-callbacks.
+    checked = unique_name + "-occ"
+    client.create_stream(checked, optimistic_concurrency_control=True)
+    name = orphan(server, client, unique_name + "-orphan")
+    outcomes: dict[bytes, tuple[Ack | None, BaseException | None, str]] = {}
+    lock = threading.Lock()
+    all_in = threading.Event()
+
+    def handler_for(value: bytes) -> Callable[[Ack | None, BaseException | None], None]:
+        def handler(ack: Ack | None, error: BaseException | None) -> None:
+            with lock:
+                assert value not in outcomes  # once each
+                outcomes[value] = (ack, error, threading.current_thread().name)
+                if len(outcomes) == 24:
+                    all_in.set()
+
+        return handler
+
+    with NatsStreamPublisher(client, server.nats_url, ack_timeout=0.5) as publisher:
+        for i in range(20):
+            value = b"stored %d" % i
+            assert publisher.publish_async(stream, value, handler_for(value), future=False) is None
+        wrong = b"wrong offset"
+        publisher.publish_async(checked, wrong, handler_for(wrong), expected_offset=9, future=False)
+        lost, lost_own = b"lost", b"lost, own timeout"
+        publisher.publish_async(name, lost, handler_for(lost), future=False)
+        publisher.publish_async(name, lost_own, handler_for(lost_own), timeout=0.2, future=False)
+        assert publisher.flush(DEADLINE)
+        late = b"closed before its ack"
+        slow = NatsStreamPublisher(client, server.nats_url, ack_timeout=30.0)
+        slow.publish_async(name, late, handler_for(late), future=False)
+        slow.close()
+    assert all_in.wait(DEADLINE)  # handlers run on liftbridge-callbacks, maybe after flush()
+    assert len(outcomes) == 24
+    stored = [outcomes[b"stored %d" % i] for i in range(20)]
+    assert [ack.offset for ack, _, _ in stored if ack is not None] == list(range(20))
+    assert all(error is None and thread == "liftbridge-callbacks" for _, error, thread in stored)
+    for value, error_type in (
+        (wrong, IncorrectOffsetError),
+        (lost, AckTimeoutError),
+        (lost_own, AckTimeoutError),
+        (late, ClientClosedError),
+    ):
+        ack, error, _ = outcomes[value]
+        assert ack is None and isinstance(error, error_type), (value, error)
+    assert [m.value for m in read(stub, stream, 20)] == [b"stored %d" % i for i in range(20)]
+
+
 def test_closing_the_client_closes_its_nats_publishers(
     server: LocalServer, unique_name: str
 ) -> None:
@@ -429,7 +485,13 @@ def test_bad_input_is_refused_before_sending(
     with pytest.raises(InvalidArgumentError, match="expected_offset needs an ack"):
         publisher.publish_async(stream, b"v", ack_policy=AckPolicy.NONE, expected_offset=0)
     with pytest.raises(ArgumentTypeError, match="ack_handler"):
-        publisher.publish_async(stream, b"v", "not callable")  # type: ignore[arg-type]
+        publisher.publish_async(stream, b"v", "not callable")  # type: ignore[call-overload]
+    with pytest.raises(InvalidArgumentError, match="future=False needs an ack_handler"):
+        publisher.publish_async(stream, b"v", future=False)
+    with pytest.raises(ArgumentTypeError, match="future must be a bool"):
+        publisher.publish_async(stream, b"v", lambda ack, error: None, future=1)  # type: ignore[call-overload]
+    # Nothing to hand over without an ack: no handler needed.
+    assert publisher.publish_async(stream, b"v", ack_policy=AckPolicy.NONE, future=False) is None
     with pytest.raises(MessageTooLargeError, match="max_payload"):
         publisher.publish_async(stream, bytes(publisher.max_payload))
     assert publisher.publish(stream, b"still fine") is not None
