@@ -107,10 +107,11 @@ class NatsStreamPublisher:
     """Publishes to Liftbridge streams over NATS, many envelopes per socket write.
 
     The same contract as :meth:`Client.publish_async`: a Future and a
-    Go-style ``ack_handler(ack, error)``, a bounded in-flight window, ack
-    timeouts, typed errors, key and partition routing (a key alone picks
-    :class:`PartitionByKey`'s partition, as the Go client does), headers,
-    expected offsets. Partition N of a stream whose subject is S listens on
+    Go-style ``ack_handler(ack, error)`` (or, with ``future=False``, the
+    handler alone: a pipelining producer's cheapest way), a bounded
+    in-flight window, ack timeouts, typed errors, key and partition routing
+    (a key alone picks :class:`PartitionByKey`'s partition, as the Go client
+    does), headers, expected offsets. Partition N of a stream whose subject is S listens on
     NATS subject S (N = 0) or ``S.N``; the subjects and partition counts come
     from ``client``'s metadata (fetched once more when a stream is unknown).
     Ack timeouts run on the client's ``liftbridge-ack-timer``, so the client's
@@ -336,7 +337,7 @@ class NatsStreamPublisher:
                 None for the publisher's ``ack_timeout``.
             future: False to get no Future: the outcome then goes to
                 ``ack_handler`` alone (required unless AckPolicy.NONE), which
-                spares the Future's dozen objects per publish (about a third
+                spares the Future's dozen objects per publish (about half
                 of the client's CPU per pipelined message, most of it the
                 garbage collector's passes over the Futures in flight).
 
