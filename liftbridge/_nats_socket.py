@@ -4,8 +4,9 @@
 ``CONNECT``, ``PUB``, ``SUB``, ``MSG``/``HMSG``, ``PING``/``PONG``, ``+OK``,
 ``-ERR``) for the one thing :class:`~liftbridge.NatsStreamPublisher` needs:
 writing publish envelopes to partition subjects and reading the acks that
-come back on one inbox. One thread does all the I/O: it writes every
-envelope publishers queued as ``PUB`` frames in one ``sendall``, reads with
+come back on one inbox. One thread does all the I/O: it writes the ``PUB``
+frames publishers queued (each built on its publisher's thread), many per
+``sendall``, reads with
 large ``recv`` calls and cuts the inbox's payloads straight out of the
 buffer (:class:`FrameParser`), answers ``PING``, pings an idle server to
 find a dead connection, and reconnects. A general client (nats-py) spends
@@ -50,7 +51,8 @@ MAX_PINGS_OUT = 2
 """Pings left unanswered when the next is due: the connection is then dead."""
 
 RECONNECT_BUFFER = 8 * 1024 * 1024
-"""Bytes of envelopes held while reconnecting; past them a send fails."""
+"""Bytes of frames (envelopes and their PUB lines) held while reconnecting;
+past them a send fails."""
 
 _WRITE_CHUNK = 1024 * 1024
 """Bytes of frames gathered for one ``sendall`` at most."""
@@ -62,6 +64,12 @@ _MAX_CONTROL_LINE = 64 * 1024
 """The longest protocol line accepted (INFO included)."""
 
 _INBOX_SID = b"1"
+
+
+def pub_prefix(subject: str) -> bytes:
+    """``PUB <subject> ``: how every frame to ``subject`` starts (the
+    payload's size, CRLF, the payload and CRLF follow)."""
+    return b"PUB " + subject.encode() + b" "
 
 
 class ProtocolError(LiftbridgeError):
@@ -236,10 +244,11 @@ class NatsSocket:
         self._on_closed = on_closed
         self._closing = False  # close() began
         self._closed = threading.Event()  # the I/O thread ended
-        # Envelopes handed over: appended by publishers, emptied by the I/O
-        # thread (deque appends and pops are atomic under the GIL).
+        # PUB frames handed over, with their subject and entry: appended by
+        # publishers, emptied by the I/O thread (deque appends and pops are
+        # atomic under the GIL).
         self._outbox: collections.deque[tuple[str, bytes, object]] = collections.deque()
-        # Envelopes taken while disconnected, and their bytes (I/O thread only).
+        # Frames taken while disconnected, and their bytes (I/O thread only).
         self._held: list[tuple[str, bytes, object]] = []
         self._held_bytes = 0
         # Flush waiters not pinged yet (appended by callers), then those
@@ -251,7 +260,6 @@ class NatsSocket:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._idle = False  # the I/O thread is (about to be) asleep: senders wake it
-        self._prefixes: dict[str, bytes] = {}  # subject -> b"PUB <subject> " (I/O thread)
         self._sock: socket.socket | None = None
         self._opening: socket.socket | None = None  # a connection being made (close() cuts it)
         self._max_payload = 0
@@ -343,7 +351,14 @@ class NatsSocket:
         """Queues an envelope for the I/O thread (woken if asleep). One NATS
         does not take is delivered back as ``(entry, error)``, unless
         ``entry`` is None (then it is logged)."""
-        self._outbox.append((subject, envelope, entry))
+        frame = b"%s%d\r\n%s\r\n" % (pub_prefix(subject), len(envelope), envelope)
+        self.send_frame(subject, frame, entry)
+
+    def send_frame(self, subject: str, frame: bytes, entry: object) -> None:
+        """Queues a whole ``PUB`` frame to ``subject`` (:func:`pub_prefix`,
+        the envelope's size, CRLF, the envelope, CRLF), built by the caller,
+        as :meth:`send` does."""
+        self._outbox.append((subject, frame, entry))
         if self._idle:
             self._idle = False
             self._wake()
@@ -573,16 +588,15 @@ class NatsSocket:
                 ping_due = monotonic() + PING_INTERVAL
 
     def _write(self, sock: socket.socket) -> None:
-        """Writes held envelopes, then queued ones, as PUB frames (many per
-        ``sendall``), then a PING for each flush waiting."""
-        outbox, prefixes = self._outbox, self._prefixes
+        """Writes held frames, then queued ones (many per ``sendall``), then
+        a PING for each flush waiting."""
+        outbox = self._outbox
         frames: list[bytes] = []
         size = 0
         held, self._held, self._held_bytes = self._held, [], 0
-        for index, (subject, envelope, _) in enumerate(held):
-            prefix = prefixes.get(subject) or self._prefix(subject)
-            frames += (prefix, b"%d\r\n" % len(envelope), envelope, b"\r\n")
-            size += len(envelope)
+        for index, (_, frame, _) in enumerate(held):
+            frames.append(frame)
+            size += len(frame)
             if size >= _WRITE_CHUNK:
                 try:
                     sock.sendall(b"".join(frames))
@@ -594,10 +608,9 @@ class NatsSocket:
                     raise
                 frames, size = [], 0
         while outbox:
-            subject, envelope, _ = outbox.popleft()
-            prefix = prefixes.get(subject) or self._prefix(subject)
-            frames += (prefix, b"%d\r\n" % len(envelope), envelope, b"\r\n")
-            size += len(envelope)
+            frame = outbox.popleft()[1]
+            frames.append(frame)
+            size += len(frame)
             if size >= _WRITE_CHUNK:
                 sock.sendall(b"".join(frames))
                 frames, size = [], 0
@@ -607,13 +620,6 @@ class NatsSocket:
             frames.append(b"PING\r\n")
         if frames:
             sock.sendall(b"".join(frames))
-
-    def _prefix(self, subject: str) -> bytes:
-        prefix = b"PUB " + subject.encode() + b" "
-        if len(self._prefixes) >= 4096:
-            self._prefixes.clear()
-        self._prefixes[subject] = prefix
-        return prefix
 
     def _drop_connection(self) -> None:
         """Closes the socket; flush waiters give up."""
@@ -666,7 +672,7 @@ class NatsSocket:
         return False
 
     def _hold(self) -> None:
-        """Moves queued envelopes to the reconnect buffer; fails those past it."""
+        """Moves queued frames to the reconnect buffer; fails those past it."""
         outbox = self._outbox
         while outbox:
             item = outbox.popleft()

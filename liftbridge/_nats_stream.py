@@ -13,8 +13,8 @@ synchronous, thread-safe API. Five kinds of thread:
 
 - the caller's: checks the arguments, picks the partition from the
   router's metadata (the client's :class:`~liftbridge._router.Router`),
-  builds the envelope, takes a slot of the in-flight window, registers the
-  pending ack and its deadline and hands the envelope over;
+  builds the envelope and its ``PUB`` frame, takes a slot of the in-flight
+  window, registers the pending ack and hands the frame over;
 - ``liftbridge-nats-io`` (:mod:`liftbridge._nats_socket`): the one thread
   owning the NATS connection. It writes whatever envelopes are waiting as
   ``PUB`` frames in one socket write, reconnects, and settles each
@@ -72,7 +72,7 @@ from liftbridge._errors import (
 from liftbridge._messages import Ack, AckPolicy
 from liftbridge._metadata import Metadata, StreamInfo
 from liftbridge._nats_socket import CLOSE_TIMEOUT as _CLOSE_TIMEOUT
-from liftbridge._nats_socket import NatsSocket, check_tls_required
+from liftbridge._nats_socket import NatsSocket, check_tls_required, pub_prefix
 from liftbridge._nats_window import AckHandler, AckWindow, Pending
 from liftbridge._partitioner import Partitioner, choose_partition
 from liftbridge._publish_bytes import ack_inbox_field, message_bytes
@@ -101,6 +101,7 @@ _WHITESPACE = re.compile(r"\s")
 _WIRE_POLICIES = {policy: api_pb2.AckPolicy.ValueType(policy.value) for policy in AckPolicy}
 # The envelope header of a publish without a CRC.
 _PLAIN_MESSAGE_HEADER = encode_envelope(EnvelopeType.MESSAGE, b"")
+_PLAIN_HEADER_SIZE = len(_PLAIN_MESSAGE_HEADER)
 
 
 class NatsStreamPublisher:
@@ -199,9 +200,10 @@ class NatsStreamPublisher:
         self._timer = core.ack_timer
         self._crc = crc
         # Stream name -> (the router's metadata, the subject of partition 0,
-        # its leader's address: Router.leader_address from that metadata).
-        # Written by publishing threads; a lost race only costs a lookup.
-        self._first_subjects: dict[str, tuple[Metadata, str, str | None]] = {}
+        # its leader's address: Router.leader_address from that metadata, the
+        # subject's PUB prefix). Written by publishing threads; a lost race
+        # only costs a lookup.
+        self._first_subjects: dict[str, tuple[Metadata, str, str | None, bytes]] = {}
         self._where = url.split("@")[-1]  # never the credentials
         self._inbox = f"_INBOX.{uuid.uuid4().hex}"
         self._inbox_field = ack_inbox_field(self._inbox)  # in every envelope wanting an ack
@@ -367,12 +369,13 @@ class NatsStreamPublisher:
             cached = self._first_subjects.get(stream) if type(stream) is str else None
             if cached is None or cached[0] is not self._router.metadata:
                 cached = self._first_subject(stream, value)
-            _, subject, leader = cached
+            _, subject, leader, prefix = cached
             partition = 0
         else:
             _validate.stream_name(stream)
             subject, partition = self._subject(stream, key, value, partition, partitioner)
             leader = None
+            prefix = pub_prefix(subject)
         wants_ack = ack_policy is not AckPolicy.NONE
         if expected_offset is not None and not wants_ack:
             raise InvalidArgumentError(
@@ -422,14 +425,17 @@ class NatsStreamPublisher:
                 offset=offset,
             )
         if self._crc:
-            envelope = encode_envelope(EnvelopeType.MESSAGE, payload, crc=True)
+            header, payload = b"", encode_envelope(EnvelopeType.MESSAGE, payload, crc=True)
+            size = len(payload)
         else:
-            envelope = _PLAIN_MESSAGE_HEADER + payload
-        if len(envelope) > self._max_payload:
+            header, size = _PLAIN_MESSAGE_HEADER, _PLAIN_HEADER_SIZE + len(payload)
+        if size > self._max_payload:
             raise MessageTooLargeError(
-                f"the envelope is {len(envelope)} bytes, over the NATS server's max_payload "
+                f"the envelope is {size} bytes, over the NATS server's max_payload "
                 f"of {self._max_payload} bytes (nothing was sent)"
             )
+        # The PUB frame (the envelope is its header and payload), written as is by the I/O thread.
+        frame = b"%s%d\r\n%s%s\r\n" % (prefix, size, header, payload)
         # Running, so it cannot be cancelled; its done-callbacks run on liftbridge-callbacks.
         outcome: Future[Ack | None] | None = self._runner.future() if future else None
         entry: Pending | None = None
@@ -439,7 +445,7 @@ class NatsStreamPublisher:
             self._window.admit(entry)
         else:
             self._window.check_open()
-        self._nats.send(subject, envelope, entry)
+        self._nats.send_frame(subject, frame, entry)
         if not wants_ack and outcome is not None:
             outcome.set_result(None)
         return outcome
@@ -568,13 +574,13 @@ class NatsStreamPublisher:
             )
         return subject, partition
 
-    def _first_subject(self, stream: str, value: bytes) -> tuple[Metadata, str, str | None]:
-        """The metadata, subject and leader address of partition 0 of
-        ``stream``, cached together (the leader is watched from now on)."""
+    def _first_subject(self, stream: str, value: bytes) -> tuple[Metadata, str, str | None, bytes]:
+        """The metadata, subject, leader address and PUB prefix of partition 0
+        of ``stream``, cached together (the leader is watched from now on)."""
         _validate.stream_name(stream)
         metadata = self._router.metadata
         subject, _ = self._subject(stream, None, value, None, None)
-        cached = (metadata, subject, self._router.leader_address(stream, 0))
+        cached = (metadata, subject, self._router.leader_address(stream, 0), pub_prefix(subject))
         if len(self._first_subjects) >= _SUBJECTS_CACHED:
             self._first_subjects.clear()
         self._first_subjects[stream] = cached

@@ -201,7 +201,8 @@ def test_an_error_while_connecting_is_unavailable_and_names_it() -> None:
 def test_publishes_queued_while_away_past_the_buffer_fail(
     fake: FakeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_nats_socket, "RECONNECT_BUFFER", 10)
+    # Room for one frame of an 8-byte envelope (PUB s 8, CRLF, envelope, CRLF: 19 bytes), not two.
+    monkeypatch.setattr(_nats_socket, "RECONNECT_BUFFER", 30)
     refused: list[object] = []
     connection = NatsSocket("fake", "_INBOX.x", refused.append, lambda: None)
     connection.connect(f"nats://127.0.0.1:{fake.port}", connect_timeout=2.0, reconnect_wait=5)
