@@ -76,6 +76,7 @@ from liftbridge._nats_socket import NatsSocket, check_tls_required, pub_prefix
 from liftbridge._nats_window import AckHandler, AckWindow, Pending
 from liftbridge._partitioner import Partitioner, choose_partition
 from liftbridge._publish_bytes import ack_inbox_field, message_bytes
+from liftbridge._publishing import check_future
 from liftbridge_api import api_pb2
 
 logger = logging.getLogger(__name__)
@@ -387,14 +388,7 @@ class NatsStreamPublisher:
                 f"ack_policy must be an AckPolicy ({', '.join(p.name for p in AckPolicy)}), "
                 f"got {type(ack_policy).__name__}"
             )
-        if future is not True:
-            if future is not False:
-                raise ArgumentTypeError(f"future must be a bool, got {type(future).__name__}")
-            if ack_handler is None and wants_ack:
-                raise InvalidArgumentError(
-                    "future=False needs an ack_handler (unless ack_policy is AckPolicy.NONE): "
-                    "the publish's outcome would reach no one"
-                )
+        check_future(future, ack_handler, ack_policy)
         if expected_offset is not None:
             _validate.positive_int(expected_offset, arg="expected_offset", minimum=0)
         correlation_id = f"{self._id_prefix}{next(self._ids)}"
