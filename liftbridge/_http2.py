@@ -37,6 +37,7 @@ from urllib.parse import unquote
 
 import grpc
 import hpack
+from google.protobuf.message import Message
 
 _log = logging.getLogger(__name__)
 
@@ -535,6 +536,30 @@ class Http2Call(Generic[T]):
             with self._flow:
                 self._sending = False
             self._close_when_idle()
+
+    def write_now(self, request: Message) -> bool:
+        """Sends one request from the calling thread, without a hand-over to
+        ``liftbridge-h2-send``, when the server's flow-control windows take
+        it whole at once; False (nothing sent) when they do not or the call
+        has ended: then send it through the request iterator (a thread that
+        also reads the call must not wait for window: the update it waits
+        for comes in on what it would read). Only for a caller that is the
+        call's one writer apart from that iterator, one request at a time.
+        """
+        chunk = request.SerializeToString()
+        payload = len(chunk).to_bytes(5, "big") + chunk
+        size = len(payload)
+        with self._flow:
+            if (
+                self._finished
+                or size > self._max_frame
+                or size > self._send_window
+                or size > self._conn_window
+            ):
+                return False
+            self._send_window -= size
+            self._conn_window -= size
+        return self._send(_frame(_DATA, 0, _STREAM, payload))
 
     def _send_data(self, payload: bytes, *, end_stream: bool) -> bool:
         """Writes ``payload`` as DATA frames within the peer's windows; False

@@ -63,6 +63,7 @@ from liftbridge._errors import (
     NoSuchPartitionError,
     from_rpc_error,
 )
+from liftbridge._http2 import Http2Call
 from liftbridge._messages import Ack
 from liftbridge._publisher import response_outcome
 from liftbridge._router import ANY, Deadline, Router
@@ -97,6 +98,10 @@ class _Lane:
             target=ANY,
             deadline=Deadline(router.rpc_timeout),
         )
+        # On the SDK's own HTTP/2 connection this thread writes a request
+        # itself when the server's window takes it whole; otherwise (and on a
+        # grpcio stream, with TLS) the call's sender takes it from _outbox.
+        self._writer = self._call if isinstance(self._call, Http2Call) else None
         # _lock orders the timer's "overdue: cancel" against the owner's "done".
         self._lock = threading.Lock()
         self.deadline = 0.0  # time.monotonic() the current publish is due by; 0.0 when idle
@@ -121,7 +126,8 @@ class _Lane:
             ConnectionLostError: the stream broke after the request was queued.
             LiftbridgeError: the server refused the message.
         """
-        self._outbox.put(request)
+        if self._writer is None or not self._writer.write_now(request):
+            self._outbox.put(request)
         try:
             while True:
                 response = next(self._call)

@@ -670,6 +670,30 @@ def test_the_client_stays_within_the_connection_window(connection: Connection) -
     assert isinstance(reader.finish(), StopIteration)
 
 
+def test_write_now_sends_on_the_calling_thread_what_the_windows_take_whole(
+    connection: Connection,
+) -> None:
+    call, peer, requests = connection.open()  # the request iterator never yields
+    peer.write(settings((INITIAL_WINDOW_SIZE, 300)) + peer.response_headers())
+    reader = Reader(call)
+    peer.read_until(SETTINGS, ACK)
+    small = request(b"a" * 200)
+    assert call.write_now(small)
+    peer.read_until(DATA)
+    assert split_messages(bytes(peer.data)) == [small.SerializeToString()]
+    # 300 - ~210 bytes of window left: a second one of that size is refused
+    # whole (a thread that reads the call must not wait for window).
+    assert not call.write_now(request(b"b" * 200))
+    peer.write(frame(PING, 0, 0, b"barrier!"))
+    seen = len(peer.frames)
+    peer.read_until(PING, ACK)
+    assert not any(f.kind == DATA for f in peer.frames[seen:])
+    peer.write(peer.trailers(0))
+    assert isinstance(reader.finish(), StopIteration)
+    assert not call.write_now(small)  # the call has ended
+    requests.put(None)
+
+
 def test_a_window_shrunk_below_what_was_sent_waits_to_be_positive(
     connection: Connection,
 ) -> None:
