@@ -30,6 +30,7 @@ import contextlib
 import logging
 import select
 import socket
+import struct
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
@@ -74,6 +75,8 @@ _PEER_WINDOW = 65_535
 _BATCH_BYTES = 1 << 16
 """At most this many request bytes are gathered into one write."""
 _READ_SIZE = 1 << 18
+_FIRST_FRAME_MAX = 16_384
+"""The largest frame a peer must accept before its SETTINGS say otherwise."""
 _MAX_FRAME_IN = 16_384
 """The largest frame the peer may send us (RFC 9113 4.2: we never raise
 SETTINGS_MAX_FRAME_SIZE). A bigger one is no HTTP/2: waiting for up to
@@ -100,6 +103,16 @@ _HTTP_STATUS = {
 """The gRPC code of a response whose HTTP status is not 200 and that has no
 grpc-status (gRPC's doc/http-grpc-status-mapping.md); any other: UNKNOWN.
 An intermediary may answer so: a 404 is no broker outage to retry."""
+
+
+_FRAME_HEAD = struct.Struct(">IBI")
+"""A frame's 9-byte header: length (24 bits) and type in one word, flags, stream."""
+_MESSAGE_PREFIX = struct.Struct(">BI")
+"""A gRPC message's 5-byte prefix: the compressed flag and the length."""
+
+
+def _compressed() -> StreamError:
+    return StreamError(grpc.StatusCode.INTERNAL, "a compressed response, never asked for")
 
 
 def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
@@ -184,6 +197,10 @@ class Http2Call(Generic[T]):
     StopIteration on an OK status, or raises :class:`StreamError`.
     ``cancel`` ends it from any thread. Only one thread iterates it.
 
+    ``requests`` is an iterator of request messages, sent by a thread of the
+    call's own, or the one request of a unary-request call (Subscribe): that
+    one goes out with the headers, and no thread is started.
+
     Raises:
         StreamError: (from the constructor) UNAVAILABLE when the broker
             cannot be reached within ``connect_timeout``.
@@ -193,13 +210,21 @@ class Http2Call(Generic[T]):
         self,
         address: str,
         method: str,
-        requests: Iterator[Any],
+        requests: Iterator[Any] | Message,
         parse: Callable[[bytes], T],
         *,
         connect_timeout: float,
     ) -> None:
         self._parse = parse
-        self._requests = requests
+        unary = b""
+        if isinstance(requests, Message):
+            chunk = requests.SerializeToString()
+            if len(chunk) + 5 <= _FIRST_FRAME_MAX:
+                unary = len(chunk).to_bytes(5, "big") + chunk
+                requests = iter(())
+            else:  # more than the server's frame size may allow: the sender thread splits it
+                requests = iter((requests,))
+        self._requests: Iterator[Any] = requests
         try:
             self._sock = socket.create_connection(host_port(address), timeout=connect_timeout)
         except (OSError, ValueError) as e:
@@ -221,15 +246,15 @@ class Http2Call(Generic[T]):
         self._max_frame = 16_384
         self._error: StreamError | None = None  # why the call ended, if not OK
         self._finished = False  # ended (any way): nothing more is sent or read
-        self._sending = True  # liftbridge-h2-send is running
+        self._sending = not unary  # liftbridge-h2-send is running
         self._reading = False  # a thread is inside recv
         self._closed = False  # the socket is closed
 
         # The reading thread's state below is guarded by _read_lock: held by
         # the iterating thread while it reads, or by done() peeking.
         self._read_lock = threading.Lock()
-        self._inbox = bytearray()  # frames not parsed yet
-        self._body = bytearray()  # the stream's DATA not parsed into messages yet
+        self._rest = b""  # the start of a frame not wholly read yet
+        self._body = bytearray()  # the start of a message that spans DATA frames
         self._ready: collections.deque[T] = collections.deque()
         self._header_block = bytearray()  # a header block awaiting CONTINUATION
         self._header_end_stream = False
@@ -262,15 +287,17 @@ class Http2Call(Generic[T]):
             + _frame(_WINDOW_UPDATE, 0, 0, (_RECEIVE_WINDOW - _PEER_WINDOW).to_bytes(4, "big"))
             + _frame(_HEADERS, _END_HEADERS, _STREAM, block)
         )
+        if unary:  # the request and the end of the sending half
+            opening += _frame(_DATA, _END_STREAM, _STREAM, unary)
+            self._send_window -= len(unary)
+            self._conn_window -= len(unary)
         try:
             self._sock.sendall(opening)
         except OSError as e:
             self._sock.close()
             raise StreamError(grpc.StatusCode.UNAVAILABLE, f"{address}: {e}") from e
-        self._sender = threading.Thread(
-            target=self._send_loop, name="liftbridge-h2-send", daemon=True
-        )
-        self._sender.start()
+        if not unary:
+            threading.Thread(target=self._send_loop, name="liftbridge-h2-send", daemon=True).start()
 
     # ------------------------------------------------------------- StreamCall --
 
@@ -333,9 +360,8 @@ class Http2Call(Generic[T]):
             self._end = self._error or StopIteration()
             self._close_when_idle()
             return
-        self._inbox += data
         try:
-            self._frames()
+            self._frames(self._rest + data if self._rest else data)
         except StreamError as e:
             self._finish(e)
         except Exception as e:  # a malformed frame or message: end the call, loudly
@@ -346,38 +372,57 @@ class Http2Call(Generic[T]):
             self._end = self._error or StopIteration()
             self._close_when_idle()
 
-    def _frames(self) -> None:
-        inbox = self._inbox
-        view = memoryview(inbox)
-        pos = 0
+    def _frames(self, data: bytes) -> None:
+        """Handles every whole frame in ``data`` (what was left over, then
+        what arrived). Responses are sliced out of ``data`` as ``bytes``:
+        protobuf parses those several times faster than memoryviews. They
+        are parsed as their frame is read, so the ones that came before a
+        frame ending the call (RST_STREAM, GOAWAY) come out."""
+        pos, end = 0, len(data)
+        body, parse, ready = self._body, self._parse, self._ready
+        head, prefix = _FRAME_HEAD.unpack_from, _MESSAGE_PREFIX.unpack_from
         try:
-            while len(inbox) - pos >= 9 and not self._finished:
-                size = int.from_bytes(view[pos : pos + 3], "big")
+            while end - pos >= 9 and not self._finished:
+                word, flags, stream = head(data, pos)
+                size = word >> 8
                 if size > _MAX_FRAME_IN:
                     raise StreamError(
                         grpc.StatusCode.INTERNAL,
                         f"a {size}-byte frame, past our {_MAX_FRAME_IN}-byte limit: "
                         "the peer does not speak HTTP/2",
                     )
-                if len(inbox) - pos - 9 < size:
-                    break
-                kind, flags = inbox[pos + 3], inbox[pos + 4]
-                stream = int.from_bytes(view[pos + 5 : pos + 9], "big") & 0x7FFF_FFFF
                 start = pos + 9
-                pos = start + size
-                if kind == _DATA:
-                    self._data(view[start:pos], flags, size)
-                else:
-                    if self._body:
-                        # Responses come out before a frame that may end
-                        # the call (RST_STREAM, GOAWAY) is obeyed.
-                        self._messages()
-                    self._control(kind, flags, stream, bytes(view[start:pos]))
+                stop = start + size
+                if stop > end:
+                    break
+                pos = stop
+                if word & 0xFF != _DATA:
+                    self._control(word & 0xFF, flags, stream & 0x7FFF_FFFF, data[start:stop])
+                    continue
+                self._unacked += size
+                if flags & _PADDED:
+                    stop -= data[start]
+                    start += 1
+                if not body:  # the usual case: messages parsed straight from the frame
+                    while stop - start >= 5:
+                        compressed, size = prefix(data, start)
+                        if stop - start - 5 < size:
+                            break
+                        if compressed:
+                            raise _compressed()
+                        start += 5 + size
+                        ready.append(parse(data[start - size : start]))
+                if start < stop:  # part of a message: gathered until it is whole
+                    body += data[start:stop]
+                    self._messages()
+                if flags & _END_STREAM:
+                    self._finish(
+                        StreamError(
+                            grpc.StatusCode.INTERNAL, "the stream ended without a gRPC status"
+                        )
+                    )
         finally:
-            view.release()
-        del inbox[:pos]
-        if self._body:
-            self._messages()
+            self._rest = data[pos:]
         if self._unacked >= _REOPEN_AT and not self._finished:
             increment = self._unacked.to_bytes(4, "big")
             self._unacked = 0
@@ -386,35 +431,19 @@ class Http2Call(Generic[T]):
                 + _frame(_WINDOW_UPDATE, 0, _STREAM, increment)
             )
 
-    def _data(self, payload: memoryview, flags: int, size: int) -> None:
-        self._unacked += size
-        if flags & _PADDED:
-            payload = payload[1 : size - payload[0]]
-        self._body += payload
-        if flags & _END_STREAM:
-            self._messages()
-            self._finish(
-                StreamError(grpc.StatusCode.INTERNAL, "the stream ended without a gRPC status")
-            )
-
     def _messages(self) -> None:
+        """Parses the whole messages gathered in ``_body`` (ones that spanned frames)."""
         body = self._body
-        view = memoryview(body)
-        parse, ready = self._parse, self._ready
         pos, end = 0, len(body)
-        try:
-            while end - pos >= 5:
-                size = int.from_bytes(view[pos + 1 : pos + 5], "big")
-                if end - pos - 5 < size:
-                    break
-                if body[pos]:
-                    raise StreamError(
-                        grpc.StatusCode.INTERNAL, "a compressed response, never asked for"
-                    )
-                ready.append(parse(view[pos + 5 : pos + 5 + size]))  # type: ignore[arg-type]
-                pos += 5 + size
-        finally:
-            view.release()
+        prefix = _MESSAGE_PREFIX.unpack_from
+        while end - pos >= 5:
+            compressed, size = prefix(body, pos)
+            if end - pos - 5 < size:
+                break
+            if compressed:
+                raise _compressed()
+            self._ready.append(self._parse(bytes(body[pos + 5 : pos + 5 + size])))
+            pos += 5 + size
         del body[:pos]
 
     def _control(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
