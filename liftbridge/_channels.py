@@ -2,13 +2,16 @@
 
 Channels are thread-safe and multiplex any number of calls and streams, so
 one per broker is all a client needs (the Go client's per-broker connection
-pools exist because its connections are not).
+pools exist because its connections are not). A plaintext client's
+PublishAsync and Subscribe streams are the exception: each runs on a
+connection of its own (:mod:`liftbridge._http2`), which ``close`` cancels too.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -33,12 +36,21 @@ _CHANNEL_OPTIONS: list[tuple[str, int]] = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2_000),
-    # Subscribe (the only unary-stream RPC) reads its stream on the iterating
-    # thread instead of handing every message over from gRPC's own thread:
-    # about 8x the subscribe throughput measured by `make bench`. The SDK uses
-    # no Future methods of such calls, which this option makes non-blocking.
+    # Subscribe (the only unary-stream RPC; on TLS clients and for direct
+    # reads) reads its stream on the iterating thread instead of handing every
+    # message over from gRPC's own thread: about 8x the subscribe throughput
+    # measured by `make bench`. The SDK uses no Future methods of such calls,
+    # which this option makes non-blocking.
     (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
 ]
+
+
+_OWN_CONNECTION: dict[str, Callable[[bytes], Any]] = {
+    "PublishAsync": api_pb2.PublishResponse.FromString,
+    "Subscribe": api_pb2.Message.FromString,
+}
+"""The streaming RPCs a plaintext client runs on connections of their own,
+and how their responses are parsed."""
 
 
 class StreamCall(Protocol[T_co]):
@@ -109,8 +121,11 @@ class Channels:
         self._options = list(_CHANNEL_OPTIONS)
         if tls is not None and tls.server_name:
             self._options.append(("grpc.ssl_target_name_override", tls.server_name))  # type: ignore[arg-type]
-        self._lock = threading.Lock()  # guards _stubs and _closed
+        self._lock = threading.Lock()  # guards _stubs, _own and _closed
         self._stubs: dict[str, tuple[grpc.Channel, api_pb2_grpc.APIStub]] = {}
+        # Calls on connections of their own, cancelled by close() like the
+        # calls on the channels; an ended call is dropped with its last user.
+        self._own: weakref.WeakSet[Http2Call[Any]] = weakref.WeakSet()
         self._closed = False
 
     def stub(self, address: str) -> api_pb2_grpc.APIStub:
@@ -124,28 +139,33 @@ class Channels:
     def open_stream(
         self, address: str, method: str, request: Any, *, connect_timeout: float
     ) -> StreamCall[Any]:
-        """Starts a streaming RPC on a broker. PublishAsync on a plaintext
-        client gets a connection of its own (:mod:`liftbridge._http2`, which
-        writes and reads many messages per system call); everything else
-        goes through the broker's gRPC channel.
+        """Starts a streaming RPC on a broker. PublishAsync and Subscribe on
+        a plaintext client get a connection of their own
+        (:mod:`liftbridge._http2`, which writes and reads many messages per
+        system call); everything else goes through the broker's gRPC channel.
 
         Raises:
             ClientClosedError: after :meth:`close`.
             grpc.RpcError: the broker could not be reached (own connections only).
         """
-        if method == "PublishAsync" and self._credentials is None:
-            with self._lock:
-                if self._closed:
-                    raise ClientClosedError("the client is closed")
-            return Http2Call(
-                address,
-                "/proto.API/PublishAsync",
-                request,
-                api_pb2.PublishResponse.FromString,
-                connect_timeout=connect_timeout,
-            )
-        call: StreamCall[Any] = getattr(self.stub(address), method)(request)
-        return call
+        parse = _OWN_CONNECTION.get(method)
+        if parse is None or self._credentials is not None:
+            call: StreamCall[Any] = getattr(self.stub(address), method)(request)
+            return call
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("the client is closed")
+        own = Http2Call(
+            address, f"/proto.API/{method}", request, parse, connect_timeout=connect_timeout
+        )
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._own.add(own)
+        if closed:  # close() ran while this one connected
+            own.cancel()
+            raise ClientClosedError("the client is closed")
+        return own
 
     def open_private(self, address: str, options: list[tuple[str, int]]) -> grpc.Channel:
         """A new channel to a broker, with ``options`` added to (or replacing)
@@ -188,5 +208,9 @@ class Channels:
             self._closed = True
             entries = list(self._stubs.values())
             self._stubs.clear()
+            own = list(self._own)
+            self._own.clear()
         for channel, _ in entries:
             channel.close()
+        for call in own:
+            call.cancel()

@@ -538,12 +538,20 @@ class Router:
 
         Returns:
             The broker's address and the call.
+
+        Raises:
+            UnavailableError: the broker could not be reached (a call on a
+                connection of its own connects here; a channel's call fails
+                on its first read instead).
         """
         self._check_open()
         address = self.address(target, deadline)
-        call = self._channels.open_stream(
-            address, method, request, connect_timeout=max(0.05, deadline.remaining())
-        )
+        try:
+            call = self._channels.open_stream(
+                address, method, request, connect_timeout=max(0.05, deadline.remaining())
+            )
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from e
         return address, call
 
     def broker_failed(self, error: BaseException, deadline: Deadline | None = None) -> None:
