@@ -77,6 +77,11 @@ _BATCH_BYTES = 1 << 16
 _READ_SIZE = 1 << 18
 _FIRST_FRAME_MAX = 16_384
 """The largest frame a peer must accept before its SETTINGS say otherwise."""
+_KEEPALIVE_IDLE, _KEEPALIVE_INTERVAL, _KEEPALIVE_PROBES = 300, 20, 3
+"""TCP keepalive where the platform lets us set it: a connection silent for
+5 minutes is probed, and given up after 3 probes 20 s apart (the client's
+gRPC channels ping on that schedule; the kernel's default waits 2 hours), so
+a subscription idle on a vanished broker ends with UNAVAILABLE and resubscribes."""
 _MAX_FRAME_IN = 16_384
 """The largest frame the peer may send us (RFC 9113 4.2: we never raise
 SETTINGS_MAX_FRAME_SIZE). A bigger one is no HTTP/2: waiting for up to
@@ -113,6 +118,18 @@ _MESSAGE_PREFIX = struct.Struct(">BI")
 
 def _compressed() -> StreamError:
     return StreamError(grpc.StatusCode.INTERNAL, "a compressed response, never asked for")
+
+
+def _keep_alive(sock: socket.socket) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (
+        ("TCP_KEEPIDLE", _KEEPALIVE_IDLE),
+        ("TCP_KEEPINTVL", _KEEPALIVE_INTERVAL),
+        ("TCP_KEEPCNT", _KEEPALIVE_PROBES),
+    ):
+        if hasattr(socket, option):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
 
 
 def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
@@ -233,7 +250,7 @@ class Http2Call(Generic[T]):
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # A broker that vanished without closing (power loss, a cut link) is
         # found by the kernel's keepalive probes too, not only by ack timeouts.
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        _keep_alive(self._sock)
 
         # _write_lock: one sendall at a time, so frames never interleave.
         self._write_lock = threading.Lock()
