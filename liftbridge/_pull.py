@@ -96,9 +96,10 @@ class _Reader:
         self.generation = 0
         self.received: int | None = None  # last offset put into the buffer
         self.delivered: int | None = None  # last offset handed to the user
-        self.arrivals = 0  # messages put into the buffer, ever
-        self.seen_arrivals = 0  # arrivals at the watcher's last look
-        self.quiet_since = time.monotonic()  # since when arrivals have not changed
+        # ``received`` at the watcher's last look (it grows with every
+        # message put into the buffer, so a change means something arrived).
+        self.seen_received: int | None = None
+        self.quiet_since = time.monotonic()  # since when nothing arrived
         self.watermark: int | None = None  # high watermark at the last look
         self.finished = False  # reached the stop offset
         self.pending_resume: Start | None = None  # where a failed resubscribe must retry
@@ -196,6 +197,10 @@ class PullConsumer:
         self._chunk_need = _CHUNK if self._by_bytes else min(_CHUNK, self._chunk_weight)
         self._discards = 0  # times buffered messages were dropped (takers' chunks go too)
         self._full = False  # producers wait until the level falls to the threshold
+        # The level up to which a subscription thread may fill the buffer
+        # without waiting: the bound, or -1 while it is full or the consumer
+        # is closed (one field for the hot path to read instead of three).
+        self._cap = self._limit
         self._closed = False
         self._error: BaseException | None = None
         self._consuming = False
@@ -267,7 +272,7 @@ class PullConsumer:
         with self._lock:
             reader.generation += 1
             generation = reader.generation
-            reader.seen_arrivals = reader.arrivals
+            reader.seen_received = reader.received
             reader.quiet_since = time.monotonic()
         # The server's stop offset is exact (a compacted one would never end
         # the subscription), so stops are applied here, not sent.
@@ -291,7 +296,8 @@ class PullConsumer:
 
     def _handler(self, reader: _Reader, generation: int) -> Handler:
         """The subscription's handler: runs on its thread, only SDK code."""
-        lock, buffer, notify = self._mutex, self._buffer, self._lock.notify_all
+        acquire, release = self._mutex.acquire, self._mutex.release
+        buffer, notify = self._buffer, self._lock.notify_all
         stop = self._stops[reader.partition]
         # Offsets below ``below`` take the hot path; the stop offset and past
         # it go through _offer, which ends the partition's reading.
@@ -299,37 +305,42 @@ class PullConsumer:
         by_bytes, limit = self._by_bytes, self._limit
 
         def handle(message: Message | None, error: BaseException | None) -> None:
-            if message is not None:
-                offset = message.offset
-                weight = message_size(message) if by_bytes else 1
-                # The hot path, kept short (one lock, no Condition): a message
-                # that fits, before the stop. Anything else goes through _offer.
-                if offset < below:
-                    with lock:
-                        if (
-                            not self._full
-                            and self._level + weight <= limit
-                            and reader.generation == generation
-                            and not self._closed
-                            and (reader.received is None or offset > reader.received)
-                        ):
-                            buffer.append(message)
-                            self._level += weight
-                            reader.received = offset
-                            reader.arrivals += 1
-                            if self._level >= limit:
-                                self._full = True
-                                notify()
-                            elif self._need and len(buffer) >= self._need:
-                                self._need = 0  # woken; they ask again if they wait again
-                                notify()
-                            return
-                self._offer(reader, generation, message, weight)
-            elif error is not None:
-                with self._lock:
-                    if reader.generation == generation and self._error is None:
-                        self._error = error
-                    self._wake_all()
+            if message is None:
+                if error is not None:
+                    with self._lock:
+                        if reader.generation == generation and self._error is None:
+                            self._error = error
+                        self._wake_all()
+                return
+            offset = message.offset
+            weight = message_size(message) if by_bytes else 1
+            # The hot path, kept short (one plain lock, few fields): a message
+            # of this subscription that fits, before the stop. Anything else
+            # (full, closed, replaced, a late copy, the stop) goes through
+            # _offer, which decides again under the lock.
+            if offset < below:
+                acquire()  # not ``with lock``: its method lookups cost as much again
+                try:
+                    level = self._level + weight
+                    received = reader.received
+                    if (
+                        level <= self._cap
+                        and reader.generation == generation
+                        and (received is None or offset > received)
+                    ):
+                        buffer.append(message)
+                        self._level = level
+                        reader.received = offset
+                        if level >= limit:
+                            self._set_full()
+                            notify()
+                        elif self._need and len(buffer) >= self._need:
+                            self._need = 0  # woken; they ask again if they wait again
+                            notify()
+                        return
+                finally:
+                    release()
+            self._offer(reader, generation, message, weight)
 
         return handle
 
@@ -348,7 +359,7 @@ class PullConsumer:
                 if room:
                     break
                 if not self._full:
-                    self._full = True
+                    self._set_full()
                     self._lock.notify_all()  # a taker wanting more than fits
                 subscription = reader.subscription
                 if subscription is not None and subscription.closed:
@@ -358,9 +369,8 @@ class PullConsumer:
             buffer.append(message)
             self._level += weight
             reader.received = message.offset
-            reader.arrivals += 1
             if self._level >= self._limit:
-                self._full = True
+                self._set_full()
                 self._lock.notify_all()
             elif self._need and len(buffer) >= self._need:
                 # Takers are woken when what they wait for is there, not per
@@ -370,6 +380,11 @@ class PullConsumer:
                 self._lock.notify_all()
             if stop is not None and message.offset >= stop:
                 self._finish(reader)
+
+    def _set_full(self) -> None:
+        """Subscription threads wait until the level falls to the threshold. Under the lock."""
+        self._full = True
+        self._cap = -1
 
     def _finish(self, reader: _Reader) -> None:
         """The reader reached its stop offset. Under the lock."""
@@ -419,6 +434,8 @@ class PullConsumer:
         it again once it fell to the threshold. Under the lock."""
         if self._full and self._level <= self._threshold:
             self._full = False
+            if not self._closed:
+                self._cap = self._limit
             self._room.notify_all()
 
     def _mark_delivered(self, batch: list[Message]) -> None:
@@ -802,10 +819,10 @@ class PullConsumer:
             return
         with self._lock:
             now = time.monotonic()
-            if self._full or reader.arrivals != reader.seen_arrivals:
+            if self._full or reader.received != reader.seen_received:
                 # Something arrived, or the buffer is full (waiting for room
                 # is not a stall): quiet from now on, if at all.
-                reader.seen_arrivals = reader.arrivals
+                reader.seen_received = reader.received
                 reader.quiet_since = now
                 return
             if self._closed or reader.finished or reader.subscription is None:
@@ -909,6 +926,7 @@ class PullConsumer:
     def _close_subscriptions(self, *, discard: bool) -> None:
         with self._lock:
             self._closed = True
+            self._cap = -1  # late messages take the slow path, which drops them
             if discard:
                 self._discard()
             subscriptions = [r.subscription for r in self._readers.values() if r.subscription]
