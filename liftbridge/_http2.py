@@ -28,9 +28,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import logging
-import select
 import socket
-import struct
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
@@ -40,30 +38,42 @@ import grpc
 import hpack
 from google.protobuf.message import Message
 
+from liftbridge._http2_wire import (
+    ACK,
+    CONTINUATION,
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    FRAME_HEAD,
+    GOAWAY,
+    HEADERS,
+    HTTP_STATUS,
+    MAX_FRAME_IN,
+    MESSAGE_PREFIX,
+    PADDED,
+    PING,
+    PREFACE,
+    PRIORITY,
+    RESET_STATUS,
+    RST_STREAM,
+    SETTINGS,
+    SETTINGS_ENABLE_PUSH,
+    SETTINGS_INITIAL_WINDOW_SIZE,
+    SETTINGS_MAX_FRAME_SIZE,
+    STREAM,
+    WINDOW_UPDATE,
+    StreamError,
+    compressed_error,
+    frame_bytes,
+    grpc_status,
+    host_port,
+    keep_alive,
+    readable,
+)
+
 _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-_DATA, _HEADERS, _RST_STREAM, _SETTINGS, _PING, _GOAWAY, _WINDOW_UPDATE, _CONTINUATION = (
-    0x0,
-    0x1,
-    0x3,
-    0x4,
-    0x6,
-    0x7,
-    0x8,
-    0x9,
-)
-_END_STREAM = 0x1
-_ACK = 0x1
-_END_HEADERS = 0x4
-_PADDED = 0x8
-_PRIORITY = 0x20
-_SETTINGS_ENABLE_PUSH = 0x2
-_SETTINGS_INITIAL_WINDOW_SIZE = 0x4
-_SETTINGS_MAX_FRAME_SIZE = 0x5
-_STREAM = 1  # the connection's one stream
 
 _RECEIVE_WINDOW = 1 << 24
 """Our stream's and connection's receive window: 16 MiB of responses may be
@@ -77,134 +87,6 @@ _BATCH_BYTES = 1 << 16
 _READ_SIZE = 1 << 18
 _FIRST_FRAME_MAX = 16_384
 """The largest frame a peer must accept before its SETTINGS say otherwise."""
-_KEEPALIVE_IDLE, _KEEPALIVE_INTERVAL, _KEEPALIVE_PROBES = 300, 20, 3
-"""TCP keepalive where the platform lets us set it: a connection silent for
-5 minutes is probed, and given up after 3 probes 20 s apart (the client's
-gRPC channels ping on that schedule; the kernel's default waits 2 hours), so
-a subscription idle on a vanished broker ends with UNAVAILABLE and resubscribes."""
-_MAX_FRAME_IN = 16_384
-"""The largest frame the peer may send us (RFC 9113 4.2: we never raise
-SETTINGS_MAX_FRAME_SIZE). A bigger one is no HTTP/2: waiting for up to
-16 MiB of it would hang the call on a peer that speaks something else."""
-_RESET_STATUS = {
-    0x7: grpc.StatusCode.UNAVAILABLE,  # REFUSED_STREAM: not processed, may go elsewhere
-    0x8: grpc.StatusCode.CANCELLED,  # CANCEL
-    0xB: grpc.StatusCode.RESOURCE_EXHAUSTED,  # ENHANCE_YOUR_CALM
-    0xC: grpc.StatusCode.PERMISSION_DENIED,  # INADEQUATE_SECURITY
-}
-"""The gRPC code of an RST_STREAM's HTTP/2 error code (gRPC's
-doc/PROTOCOL-HTTP2.md, "Errors", as grpcio reported them); any other,
-NO_ERROR included: INTERNAL."""
-_HTTP_STATUS = {
-    "400": grpc.StatusCode.INTERNAL,
-    "401": grpc.StatusCode.UNAUTHENTICATED,
-    "403": grpc.StatusCode.PERMISSION_DENIED,
-    "404": grpc.StatusCode.UNIMPLEMENTED,
-    "429": grpc.StatusCode.UNAVAILABLE,
-    "502": grpc.StatusCode.UNAVAILABLE,
-    "503": grpc.StatusCode.UNAVAILABLE,
-    "504": grpc.StatusCode.UNAVAILABLE,
-}
-"""The gRPC code of a response whose HTTP status is not 200 and that has no
-grpc-status (gRPC's doc/http-grpc-status-mapping.md); any other: UNKNOWN.
-An intermediary may answer so: a 404 is no broker outage to retry."""
-
-
-_FRAME_HEAD = struct.Struct(">IBI")
-"""A frame's 9-byte header: length (24 bits) and type in one word, flags, stream."""
-_MESSAGE_PREFIX = struct.Struct(">BI")
-"""A gRPC message's 5-byte prefix: the compressed flag and the length."""
-
-
-def _compressed() -> StreamError:
-    return StreamError(grpc.StatusCode.INTERNAL, "a compressed response, never asked for")
-
-
-def _keep_alive(sock: socket.socket) -> None:
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    for option, value in (
-        ("TCP_KEEPIDLE", _KEEPALIVE_IDLE),
-        ("TCP_KEEPINTVL", _KEEPALIVE_INTERVAL),
-        ("TCP_KEEPCNT", _KEEPALIVE_PROBES),
-    ):
-        if hasattr(socket, option):
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
-
-
-def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    return (
-        len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big") + payload
-    )
-
-
-def host_port(address: str) -> tuple[str, int]:
-    """``"host:port"`` or ``"[v6 address]:port"`` as a (host, port) pair.
-
-    Raises:
-        ValueError: no port number.
-    """
-    host, _, port = address.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port)
-
-
-class StreamError(grpc.RpcError, grpc.Call):
-    """How an HTTP/2 stream ended when it did not end well: a gRPC status
-    code and its details, read by :func:`liftbridge._errors.from_rpc_error`
-    like grpcio's own errors."""
-
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(f"{code.name}: {details}")
-        self._code = code
-        self._details = details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
-
-    def initial_metadata(self) -> tuple[()]:
-        return ()
-
-    def trailing_metadata(self) -> tuple[()]:
-        return ()
-
-    def is_active(self) -> bool:
-        return False
-
-    def time_remaining(self) -> float:
-        return 0.0
-
-    def cancel(self) -> bool:
-        return False
-
-    def add_callback(self, callback: Callable[[], None]) -> bool:
-        return False
-
-
-def _readable(sock: socket.socket) -> bool:
-    """True if a recv on ``sock`` would not wait. poll where there is one:
-    select refuses descriptors past FD_SETSIZE (1024), which a process with
-    many files open hands out."""
-    if hasattr(select, "poll"):
-        poller = select.poll()
-        poller.register(sock, select.POLLIN)
-        return bool(poller.poll(0))
-    return bool(select.select([sock], [], [], 0)[0])
-
-
-def _status(value: bytes | str | None) -> grpc.StatusCode:
-    try:
-        number = int(value or b"")
-    except ValueError:
-        return grpc.StatusCode.UNKNOWN
-    for code in grpc.StatusCode:
-        if code.value[0] == number:
-            return code
-    return grpc.StatusCode.UNKNOWN
 
 
 class Http2Call(Generic[T]):
@@ -250,7 +132,7 @@ class Http2Call(Generic[T]):
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # A broker that vanished without closing (power loss, a cut link) is
         # found by the kernel's keepalive probes too, not only by ack timeouts.
-        _keep_alive(self._sock)
+        keep_alive(self._sock)
 
         # _write_lock: one sendall at a time, so frames never interleave.
         self._write_lock = threading.Lock()
@@ -293,19 +175,19 @@ class Http2Call(Generic[T]):
             ]
         )
         settings = (
-            _SETTINGS_ENABLE_PUSH.to_bytes(2, "big")
+            SETTINGS_ENABLE_PUSH.to_bytes(2, "big")
             + (0).to_bytes(4, "big")
-            + _SETTINGS_INITIAL_WINDOW_SIZE.to_bytes(2, "big")
+            + SETTINGS_INITIAL_WINDOW_SIZE.to_bytes(2, "big")
             + _RECEIVE_WINDOW.to_bytes(4, "big")
         )
         opening = (
-            _PREFACE
-            + _frame(_SETTINGS, 0, 0, settings)
-            + _frame(_WINDOW_UPDATE, 0, 0, (_RECEIVE_WINDOW - _PEER_WINDOW).to_bytes(4, "big"))
-            + _frame(_HEADERS, _END_HEADERS, _STREAM, block)
+            PREFACE
+            + frame_bytes(SETTINGS, 0, 0, settings)
+            + frame_bytes(WINDOW_UPDATE, 0, 0, (_RECEIVE_WINDOW - _PEER_WINDOW).to_bytes(4, "big"))
+            + frame_bytes(HEADERS, END_HEADERS, STREAM, block)
         )
         if unary:  # the request and the end of the sending half
-            opening += _frame(_DATA, _END_STREAM, _STREAM, unary)
+            opening += frame_bytes(DATA, END_STREAM, STREAM, unary)
             self._send_window -= len(unary)
             self._conn_window -= len(unary)
         try:
@@ -346,7 +228,7 @@ class Http2Call(Generic[T]):
         is seen without iterating."""
         if not self._finished and self._read_lock.acquire(blocking=False):
             try:
-                if not self._closed and _readable(self._sock):
+                if not self._closed and readable(self._sock):
                     self._read()
             except (OSError, ValueError):  # closed meanwhile: _finished says so
                 pass
@@ -397,15 +279,15 @@ class Http2Call(Generic[T]):
         frame ending the call (RST_STREAM, GOAWAY) come out."""
         pos, end = 0, len(data)
         body, parse, ready = self._body, self._parse, self._ready
-        head, prefix = _FRAME_HEAD.unpack_from, _MESSAGE_PREFIX.unpack_from
+        head, prefix = FRAME_HEAD.unpack_from, MESSAGE_PREFIX.unpack_from
         try:
             while end - pos >= 9 and not self._finished:
                 word, flags, stream = head(data, pos)
                 size = word >> 8
-                if size > _MAX_FRAME_IN:
+                if size > MAX_FRAME_IN:
                     raise StreamError(
                         grpc.StatusCode.INTERNAL,
-                        f"a {size}-byte frame, past our {_MAX_FRAME_IN}-byte limit: "
+                        f"a {size}-byte frame, past our {MAX_FRAME_IN}-byte limit: "
                         "the peer does not speak HTTP/2",
                     )
                 start = pos + 9
@@ -413,11 +295,11 @@ class Http2Call(Generic[T]):
                 if stop > end:
                     break
                 pos = stop
-                if word & 0xFF != _DATA:
+                if word & 0xFF != DATA:
                     self._control(word & 0xFF, flags, stream & 0x7FFF_FFFF, data[start:stop])
                     continue
                 self._unacked += size
-                if flags & _PADDED:
+                if flags & PADDED:
                     stop -= data[start]
                     start += 1
                 if not body:  # the usual case: messages parsed straight from the frame
@@ -426,13 +308,13 @@ class Http2Call(Generic[T]):
                         if stop - start - 5 < size:
                             break
                         if compressed:
-                            raise _compressed()
+                            raise compressed_error()
                         start += 5 + size
                         ready.append(parse(data[start - size : start]))
                 if start < stop:  # part of a message: gathered until it is whole
                     body += data[start:stop]
                     self._messages()
-                if flags & _END_STREAM:
+                if flags & END_STREAM:
                     self._finish(
                         StreamError(
                             grpc.StatusCode.INTERNAL, "the stream ended without a gRPC status"
@@ -444,45 +326,45 @@ class Http2Call(Generic[T]):
             increment = self._unacked.to_bytes(4, "big")
             self._unacked = 0
             self._send(
-                _frame(_WINDOW_UPDATE, 0, 0, increment)
-                + _frame(_WINDOW_UPDATE, 0, _STREAM, increment)
+                frame_bytes(WINDOW_UPDATE, 0, 0, increment)
+                + frame_bytes(WINDOW_UPDATE, 0, STREAM, increment)
             )
 
     def _messages(self) -> None:
         """Parses the whole messages gathered in ``_body`` (ones that spanned frames)."""
         body = self._body
         pos, end = 0, len(body)
-        prefix = _MESSAGE_PREFIX.unpack_from
+        prefix = MESSAGE_PREFIX.unpack_from
         while end - pos >= 5:
             compressed, size = prefix(body, pos)
             if end - pos - 5 < size:
                 break
             if compressed:
-                raise _compressed()
+                raise compressed_error()
             self._ready.append(self._parse(bytes(body[pos + 5 : pos + 5 + size])))
             pos += 5 + size
         del body[:pos]
 
     def _control(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
-        if kind in (_HEADERS, _CONTINUATION):
-            if kind == _HEADERS:
-                if flags & _PADDED:
+        if kind in (HEADERS, CONTINUATION):
+            if kind == HEADERS:
+                if flags & PADDED:
                     payload = payload[1 : len(payload) - payload[0]]
-                if flags & _PRIORITY:
+                if flags & PRIORITY:
                     payload = payload[5:]
                 self._header_block = bytearray(payload)
-                self._header_end_stream = bool(flags & _END_STREAM)
+                self._header_end_stream = bool(flags & END_STREAM)
             else:
                 self._header_block += payload
-            if flags & _END_HEADERS:
+            if flags & END_HEADERS:
                 self._headers(bytes(self._header_block), self._header_end_stream)
-        elif kind == _SETTINGS:
-            if not flags & _ACK:
+        elif kind == SETTINGS:
+            if not flags & ACK:
                 self._settings(payload)
-        elif kind == _PING:
-            if not flags & _ACK:
-                self._send(_frame(_PING, _ACK, 0, payload))
-        elif kind == _WINDOW_UPDATE:
+        elif kind == PING:
+            if not flags & ACK:
+                self._send(frame_bytes(PING, ACK, 0, payload))
+        elif kind == WINDOW_UPDATE:
             increment = int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF
             with self._flow:
                 if stream == 0:
@@ -490,14 +372,14 @@ class Http2Call(Generic[T]):
                 else:
                     self._send_window += increment
                 self._flow.notify_all()
-        elif kind == _RST_STREAM and stream == _STREAM:
+        elif kind == RST_STREAM and stream == STREAM:
             code = int.from_bytes(payload[:4], "big")
-            status = _RESET_STATUS.get(code, grpc.StatusCode.INTERNAL)
+            status = RESET_STATUS.get(code, grpc.StatusCode.INTERNAL)
             raise StreamError(status, f"the server reset the stream (HTTP/2 error {code})")
-        elif kind == _GOAWAY:
+        elif kind == GOAWAY:
             last = int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF
             code = int.from_bytes(payload[4:8], "big")
-            if last < _STREAM or code != 0:
+            if last < STREAM or code != 0:
                 raise StreamError(
                     grpc.StatusCode.UNAVAILABLE,
                     f"the server is closing the connection (GOAWAY, HTTP/2 error {code})",
@@ -518,14 +400,14 @@ class Http2Call(Generic[T]):
             if status != "200":
                 if "grpc-status" not in headers:
                     raise StreamError(
-                        _HTTP_STATUS.get(status or "", grpc.StatusCode.UNKNOWN),
+                        HTTP_STATUS.get(status or "", grpc.StatusCode.UNKNOWN),
                         f"the server answered HTTP status {status}",
                     )
                 end_stream = True  # a gRPC status ends the call, whatever came with it
         if not end_stream:
             return
         self._messages()
-        code = _status(headers.get("grpc-status"))
+        code = grpc_status(headers.get("grpc-status"))
         if code == grpc.StatusCode.OK and self._body:
             self._finish(
                 StreamError(
@@ -543,13 +425,13 @@ class Http2Call(Generic[T]):
             for at in range(0, len(payload) - 5, 6):
                 key = int.from_bytes(payload[at : at + 2], "big")
                 value = int.from_bytes(payload[at + 2 : at + 6], "big")
-                if key == _SETTINGS_INITIAL_WINDOW_SIZE:
+                if key == SETTINGS_INITIAL_WINDOW_SIZE:
                     self._send_window += value - self._initial_window
                     self._initial_window = value
-                elif key == _SETTINGS_MAX_FRAME_SIZE:
+                elif key == SETTINGS_MAX_FRAME_SIZE:
                     self._max_frame = value
             self._flow.notify_all()
-        self._send(_frame(_SETTINGS, _ACK, 0))
+        self._send(frame_bytes(SETTINGS, ACK, 0))
 
     # ---------------------------------------------------------------- sending --
 
@@ -605,7 +487,7 @@ class Http2Call(Generic[T]):
                 return False
             self._send_window -= size
             self._conn_window -= size
-        return self._send(_frame(_DATA, 0, _STREAM, payload))
+        return self._send(frame_bytes(DATA, 0, STREAM, payload))
 
     def _send_data(self, payload: bytes, *, end_stream: bool) -> bool:
         """Writes ``payload`` as DATA frames within the peer's windows; False
@@ -632,16 +514,16 @@ class Http2Call(Generic[T]):
                     self._conn_window -= size
                     last = end_stream and pos + size == len(payload)
                     frames.append(
-                        _frame(
-                            _DATA,
-                            _END_STREAM if last else 0,
-                            _STREAM,
+                        frame_bytes(
+                            DATA,
+                            END_STREAM if last else 0,
+                            STREAM,
                             bytes(view[pos : pos + size]),
                         )
                     )
                     pos += size
             if end_stream and not payload:
-                frames.append(_frame(_DATA, _END_STREAM, _STREAM))
+                frames.append(frame_bytes(DATA, END_STREAM, STREAM))
             if frames and not self._send(b"".join(frames)):
                 return False
             if pos >= len(payload):

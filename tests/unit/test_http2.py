@@ -23,9 +23,10 @@ import grpc
 import pytest
 
 import liftbridge
-from liftbridge import _http2
+from liftbridge import _http2_wire
 from liftbridge._errors import from_rpc_error
-from liftbridge._http2 import Http2Call, StreamError
+from liftbridge._http2 import Http2Call
+from liftbridge._http2_wire import StreamError
 from liftbridge_api import api_pb2
 from tests.unit.h2_peer import (
     ACK,
@@ -573,7 +574,7 @@ def test_connecting_to_a_closed_port_is_unavailable() -> None:
     ],
 )
 def test_addresses_split_into_host_and_port(address: str, expected: tuple[str, int]) -> None:
-    assert _http2.host_port(address) == expected
+    assert _http2_wire.host_port(address) == expected
 
 
 def test_the_connection_asks_for_keepalive_probes(connection: Connection) -> None:
@@ -930,6 +931,6 @@ def test_done_sees_a_closed_connection(connection: Connection) -> None:
 
 def test_the_status_table_knows_every_grpc_code() -> None:
     for code in grpc.StatusCode:
-        assert _http2._status(str(code.value[0]).encode()) == code
-    assert _http2._status(b"99") == grpc.StatusCode.UNKNOWN
-    assert _http2._status(None) == grpc.StatusCode.UNKNOWN
+        assert _http2_wire.grpc_status(str(code.value[0]).encode()) == code
+    assert _http2_wire.grpc_status(b"99") == grpc.StatusCode.UNKNOWN
+    assert _http2_wire.grpc_status(None) == grpc.StatusCode.UNKNOWN
