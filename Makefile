@@ -60,7 +60,7 @@ demo: venv server
 	$(PY) examples/demo.py
 
 bench: venv server bench-go
-	$(PY) -m bench
+	$(PY) -m bench --cluster
 	$(PY) -m bench.spark
 
 # Every row of the fault matrix, then 1,000,000 fuzzed inputs; the table goes to
