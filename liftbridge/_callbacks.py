@@ -19,7 +19,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 _log = logging.getLogger(__name__)
@@ -61,6 +61,27 @@ class CallbackRunner:
         """A new running Future whose done-callbacks run on the callbacks
         thread; it cannot be cancelled."""
         return self._future_class()
+
+    def settle(
+        self,
+        future: Future[Any] | None,
+        handler: Callable[[Any, BaseException | None], object] | None,
+        result: Any,
+        error: BaseException | None,
+    ) -> None:
+        """Gives a publish its outcome: fails or completes ``future`` (unless
+        None, or the user cancelled it) and hands ``handler`` (unless None)
+        the outcome on the callbacks thread."""
+        if future is not None:
+            try:
+                if error is not None:
+                    future.set_exception(error)
+                else:
+                    future.set_result(result)
+            except InvalidStateError:  # the user cancelled the future
+                pass
+        if handler is not None:
+            self.submit(handler, result, error)
 
     def submit(self, fn: Callable[..., object], *args: Any) -> None:
         """Queues ``fn(*args)`` for the callbacks thread (started on first use).

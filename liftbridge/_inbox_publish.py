@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 
 from liftbridge._callbacks import CallbackRunner
 from liftbridge._errors import (
@@ -83,15 +83,7 @@ def publish_async(
             _log.debug("publish %s failed", request.correlationId, exc_info=True)
             error = UnavailableError(f"the publish failed: {e!r}")
             error.__cause__ = e
-        try:
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(ack)
-        except InvalidStateError:  # the user cancelled the future
-            pass
-        if handler is not None and request.ackPolicy != api_pb2.NONE:
-            callbacks.submit(handler, ack, error)
+        callbacks.settle(future, handler if request.ackPolicy != api_pb2.NONE else None, ack, error)
 
     threading.Thread(target=run, name="liftbridge-inbox-publish", daemon=True).start()
     return future

@@ -58,7 +58,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import CancelledError, Future, InvalidStateError
+from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
 from typing import Literal, overload
@@ -415,17 +415,8 @@ class Publisher:
             self._complete(pending, ack, error)
 
     def _complete(self, pending: _Pending, ack: Ack | None, error: LiftbridgeError | None) -> None:
-        future = pending.future
-        if future is not None:
-            try:
-                if error is not None:
-                    future.set_exception(error)
-                else:
-                    future.set_result(ack)
-            except InvalidStateError:  # the user cancelled the future
-                pass
-        if pending.handler is not None and pending.expects_ack:
-            self._callbacks.submit(pending.handler, ack, error)
+        handler = pending.handler if pending.expects_ack else None
+        self._callbacks.settle(pending.future, handler, ack, error)
 
     def _resolve(self, response: api_pb2.PublishResponse) -> None:
         correlation_id, ack, error = response_outcome(response)
