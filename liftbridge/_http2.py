@@ -5,9 +5,10 @@ and a Python thread hand-over: about 130 µs per publish on the PublishAsync
 stream, a tenth of what the official Go client gets from the same server
 (``make bench``). The wire format is simple, though: a gRPC message is a
 5-byte prefix (a compression flag and a length) and the protobuf, carried in
-HTTP/2 DATA frames. So a publish stream here owns a TCP connection of its
-own, writes every request that is ready in one ``sendall`` (many messages
-per DATA frame), and parses every response that arrived in one ``recv``.
+HTTP/2 DATA frames. So a stream here (PublishAsync, Subscribe) owns a TCP
+connection of its own, writes every request that is ready in one ``sendall``
+(many messages per DATA frame), and parses every response that arrived in
+one ``recv``.
 
 What it speaks of HTTP/2 (RFC 9113) is what one client stream needs: the
 preface and SETTINGS (acked both ways), one stream (id 1) opened by a
@@ -19,8 +20,9 @@ with TLS keeps grpcio for every call.
 
 Threads: the thread that iterates the call reads the socket (as grpcio's
 single-threaded unary-stream option does); ``liftbridge-h2-send`` pulls the
-requests from the request iterator and writes them. ``cancel`` may come from
-any thread.
+requests from the request iterator and writes them (a unary request goes
+with the headers, and a lane writes its own with ``write_now`` when the
+window takes it whole). ``cancel`` may come from any thread.
 """
 
 from __future__ import annotations
