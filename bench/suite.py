@@ -65,6 +65,10 @@ class Plan:
     e2e_rate: float = 500.0
     nats_count: int = 1_000
     nats_pipelined_count: int = 20_000
+    # NatsStreamPublisher's pipelined rows and their Go rows: about 2 s per
+    # repetition, where 20,000 messages (0.3 s) left the window's fill and
+    # last acks a twentieth of each run and a spread of 13-17 % between runs.
+    nats_steady_count: int = 100_000
     nats_window: int = 1024
     cluster_publish_count: int = 500
     cluster_pipelined_count: int = 20_000
@@ -95,6 +99,7 @@ QUICK = Plan(
     e2e_rate=500.0,
     nats_count=50,
     nats_pipelined_count=500,
+    nats_steady_count=500,
     cluster_publish_count=50,
     cluster_pipelined_count=500,
     rss_messages=5_000,
@@ -566,6 +571,7 @@ class Suite:
                     go and names[1],
                     go,
                     handled=over_nats.StreamHandled(fast, client, names[0], value),
+                    pipelined_count=self.plan.nats_steady_count,
                 )
             with liftbridge.NatsPublisher(nats_url, ack_timeout=60.0) as pynats2:
                 self._nats_rows(
@@ -589,12 +595,14 @@ class Suite:
         *,
         go_publish: bool = True,
         handled: Driver | None = None,
+        pipelined_count: int | None = None,
     ) -> None:
         """One publisher's rows: one at a time, then pipelined, each taking
         turns with the Go driver on ``go_stream`` (``go_publish``: for the
         one-at-a-time rows too). ``handled``: pipelined with an ack handler
         and no Future, a row of its own in the same turns, next to the same
-        Go figures."""
+        Go figures. ``pipelined_count``: messages per pipelined repetition
+        (default ``nats_pipelined_count``)."""
         window = self.plan.nats_window
         entries = [_Entry(workload, "LEADER", size, SDK, publish, _PUBLISH_SHOWN)]
         if go is not None and go_stream and go_publish:
@@ -618,7 +626,7 @@ class Suite:
         if go is not None and go_stream:
             driver = gocli.GoDriver(go, "publish_async", go_stream, size, window=window)
             entries.append(_Entry(workload, setting, size, GO, driver, _PIPELINED_SHOWN))
-        count = self.plan.nats_pipelined_count
+        count = pipelined_count or self.plan.nats_pipelined_count
         self._measure(entries, count, self.plan.pipelined_reps, self.plan.warmup(count))
         if handled is not None and with_go:  # the same Go figures, next to the handler row
             self.results.append(replace(self.results[-1], setting=handled_setting))

@@ -243,17 +243,36 @@ def unmarshal_ack(data: bytes) -> Ack:
         EnvelopeError: ``data`` is not an ack envelope (the message says
             which check failed) or its protobuf does not parse.
     """
+    return ack_of(ack_proto(data))
+
+
+def ack_proto(data: bytes) -> api_pb2.Ack:
+    """The wire Ack of an ack envelope, parsed but not yet checked as
+    :func:`ack_of` does: a publisher reads its correlation id to find the
+    publish, then makes the Ack only for one still pending.
+
+    Raises:
+        ArgumentTypeError: ``data`` is not bytes-like.
+        EnvelopeError: ``data`` is not an ack envelope or does not parse.
+    """
     if type(data) is bytes and data[:HEADER_LENGTH] == _PLAIN_ACK_HEADER:
         # What decode_envelope would return, parsed in one call (the path of
         # every ack a publisher reads).
         try:
-            ack = _ack_from_string(data[HEADER_LENGTH:])
+            return _ack_from_string(data[HEADER_LENGTH:])
         except DecodeError as e:
             raise EnvelopeError(f"envelope payload is not a valid Ack protobuf: {e}") from e
-    else:
-        ack = _parse(api_pb2.Ack(), decode_envelope(data, EnvelopeType.ACK), "Ack")
+    return _parse(api_pb2.Ack(), decode_envelope(data, EnvelopeType.ACK), "Ack")
+
+
+def ack_of(pb: api_pb2.Ack) -> Ack:
+    """The :class:`Ack` of a wire Ack from :func:`ack_proto` (which it takes over).
+
+    Raises:
+        EnvelopeError: an ack policy this SDK does not know.
+    """
     try:
-        return ack_from_proto(ack)
+        return ack_from_proto(pb)
     except ValueError as e:  # an ack policy or ack error this SDK does not know
         raise EnvelopeError(f"envelope Ack has a value this SDK does not know: {e}") from e
 

@@ -30,7 +30,7 @@ from time import monotonic
 
 from liftbridge._callbacks import CallbackRunner
 from liftbridge._deadlines import AckTimer
-from liftbridge._envelope import unmarshal_ack
+from liftbridge._envelope import ack_of, ack_proto
 from liftbridge._errors import (
     AckTimeoutError,
     EnvelopeError,
@@ -38,6 +38,7 @@ from liftbridge._errors import (
     PublishWindowFullError,
 )
 from liftbridge._messages import Ack
+from liftbridge_api import api_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -196,28 +197,38 @@ class AckWindow:
 
     def settle_acks(self, payloads: list[bytes]) -> None:
         """Resolves the publishes a batch of raw ack payloads is for (the
-        window's lock taken once for the batch)."""
-        acks: list[Ack] = []
+        window's lock taken once for the batch). An ack is parsed as far as
+        its correlation id; its :class:`Ack` is made only for a publish still
+        pending, which an ack this SDK cannot read fails at once (rather
+        than by its deadline)."""
+        protos: list[api_pb2.Ack] = []
         for payload in payloads:
             try:
-                acks.append(unmarshal_ack(payload))
+                protos.append(ack_proto(payload))
             except EnvelopeError as e:
                 logger.warning("Dropping a message on ack inbox %s: %s", self._inbox, e)
-        matched: list[tuple[Pending, Ack]] = []
+        matched: list[tuple[Pending, api_pb2.Ack]] = []
         late: list[str] = []
         with self._lock:
             pop = self._pending.pop
-            for ack in acks:
-                entry = pop(ack.correlation_id, None)
+            for pb in protos:
+                entry = pop(pb.correlationId, None)
                 if entry is None:
-                    late.append(ack.correlation_id)
+                    late.append(pb.correlationId)
                 else:
-                    matched.append((entry, ack))
+                    matched.append((entry, pb))
         for correlation_id in late:
             logger.debug("Dropping an ack for %r: timed out already", correlation_id)
         calls: list[tuple[AckHandler, Ack | None, BaseException | None]] = []
-        for entry, ack in matched:  # _deliver, inlined: once per publish
-            error = ack.error
+        for entry, pb in matched:  # _deliver, inlined: once per publish
+            ack: Ack | None
+            error: BaseException | None
+            try:
+                ack = ack_of(pb)
+            except EnvelopeError as e:
+                ack, error = None, e
+            else:
+                error = ack.error
             future = entry.future
             if error is None:
                 if future is not None:

@@ -19,6 +19,7 @@ from liftbridge._errors import (
     AckTimeoutError,
     ClientClosedError,
     ConnectionLostError,
+    EnvelopeError,
     LeaderLostError,
     PublishWindowFullError,
 )
@@ -79,6 +80,28 @@ def test_acks_resolve_their_publishes_once(parts: tuple[AckTimer, CallbackRunner
     assert second_ack is not None and second_ack.offset == 7
     assert handled.wait(TIMEOUT) and [o[0].offset for o in outcomes if o[0]] == [6]
     assert window.flush(time.monotonic())  # nothing left pending
+
+
+def test_an_ack_it_cannot_read_fails_its_publish_at_once(
+    parts: tuple[AckTimer, CallbackRunner],
+) -> None:
+    window = _window(parts)
+    outcomes: list[tuple[Ack | None, BaseException | None]] = []
+    handled = threading.Event()
+
+    def handler(ack: Ack | None, error: BaseException | None) -> None:
+        outcomes.append((ack, error))
+        handled.set()
+
+    entry = _pending(parts[1], "x", handler)
+    window.admit(entry)
+    unknown_policy = api_pb2.Ack(correlationId="x", ackPolicy=7).SerializeToString()
+    window.settle_acks([encode_envelope(EnvelopeType.ACK, unknown_policy)])
+    with pytest.raises(EnvelopeError, match="does not know"):
+        _f(entry).result(0)  # not left to its deadline, TIMEOUT away
+    assert handled.wait(TIMEOUT)
+    assert outcomes[0][0] is None and isinstance(outcomes[0][1], EnvelopeError)
+    assert window.flush(time.monotonic())
 
 
 def test_deadlines_expire_on_the_timer_in_order_and_by_heap(
