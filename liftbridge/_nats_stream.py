@@ -122,10 +122,11 @@ class NatsStreamPublisher:
     may not have been stored.
 
     The NATS connection reconnects on its own: publishes made while it is
-    away are buffered (8 MiB at most; past that they fail with
-    :class:`ConnectionLostError`) and sent on reconnection; acks the server sent meanwhile
-    are lost and those publishes end with :class:`AckTimeoutError`. When
-    NATS gives up, pending publishes fail with :class:`ConnectionLostError`.
+    away are buffered (8 MiB at most) and sent on reconnection; acks the server sent
+    meanwhile are lost and those publishes end with :class:`AckTimeoutError`. When
+    NATS gives up, publishes already written fail with :class:`ConnectionLostError` (they
+    may or may not have been stored); a publish that never left the buffer, or did not
+    fit in it, fails with :class:`UnavailableError` (not stored: ``retriable``).
     When the partition leader a publish awaits goes down (its gRPC connection
     closes and a reconnect is refused), the publish fails at once with
     :class:`LeaderLostError`: it may or may not have been stored.
@@ -647,11 +648,13 @@ class NatsStreamPublisher:
                     return
                 if isinstance(item, tuple):
                     entry, error = item
+                    # Never written (held while NATS was away): not stored, so
+                    # retriable, unlike the ConnectionLostError of one written.
                     window.settle(
                         entry,
-                        ConnectionLostError(
-                            f"NATS did not take the message for {entry.subject!r}: {error!r}; "
-                            "it was not stored"
+                        UnavailableError(
+                            f"NATS did not take the message for {entry.subject!r} ({error}): "
+                            "it was never sent, so it was not stored and may be published again"
                         ),
                     )
                 elif isinstance(item, BaseException):

@@ -664,6 +664,36 @@ def test_when_nats_gives_up_publishes_fail_with_connection_lost(
             publisher.publish_async(name, b"after giving up")
 
 
+def test_a_publish_held_when_nats_gives_up_fails_as_never_sent(
+    server: LocalServer, client: liftbridge.Client, unique_name: str, stream: str, proxy: Proxy
+) -> None:
+    # Written before the drop: maybe stored (ConnectionLostError). Held while
+    # every reconnect is refused, then NATS gives up: never sent, so not
+    # stored, and safe to publish again (UnavailableError, not maybe_applied).
+    name = orphan(server, client, f"{unique_name}-orphan")
+    with NatsStreamPublisher(
+        client, proxy.url, ack_timeout=30.0, reconnect_wait=1.0, max_reconnect_attempts=2
+    ) as publisher:
+        written = publisher.publish_async(name, b"written")
+        # Frames go out in order: once a later one is acked, "written" was written.
+        assert publisher.publish(stream, b"after it") is not None
+        proxy.refusing.set()
+        tried = proxy.accepted
+        proxy.cut()
+        give_up = time.monotonic() + DEADLINE
+        while proxy.accepted < tried + 1:  # the first reconnect was refused
+            assert time.monotonic() < give_up, "the publisher never tried to reconnect"
+            time.sleep(0.01)  # polling the proxy from a test, not a stoppable loop
+        held = publisher.publish_async(name, b"held")
+        with pytest.raises(UnavailableError, match="never sent") as caught:
+            held.result(DEADLINE)
+        assert not isinstance(caught.value, ConnectionLostError)
+        assert caught.value.retriable and not caught.value.maybe_applied
+        with pytest.raises(ConnectionLostError) as lost:
+            written.result(DEADLINE)
+        assert lost.value.maybe_applied
+
+
 def test_concurrent_bursts_never_strand_a_publish(
     server: LocalServer, client: liftbridge.Client, stream: str
 ) -> None:
