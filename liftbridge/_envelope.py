@@ -243,13 +243,17 @@ def unmarshal_ack(data: bytes) -> Ack:
         EnvelopeError: ``data`` is not an ack envelope (the message says
             which check failed) or its protobuf does not parse.
     """
-    return ack_of(ack_proto(data))
+    pb = ack_proto(data)
+    try:
+        return ack_from_proto(pb)
+    except ValueError as e:  # an ack policy this SDK does not know
+        raise EnvelopeError(f"envelope Ack has a value this SDK does not know: {e}") from e
 
 
 def ack_proto(data: bytes) -> api_pb2.Ack:
-    """The wire Ack of an ack envelope, parsed but not yet checked as
-    :func:`ack_of` does: a publisher reads its correlation id to find the
-    publish, then makes the Ack only for one still pending.
+    """The wire Ack of an ack envelope, not yet made into an :class:`Ack`: a
+    publisher reads its correlation id to find the publish, then makes the
+    Ack (:func:`~liftbridge._messages.ack_outcome`) only for one still pending.
 
     Raises:
         ArgumentTypeError: ``data`` is not bytes-like.
@@ -263,18 +267,6 @@ def ack_proto(data: bytes) -> api_pb2.Ack:
         except DecodeError as e:
             raise EnvelopeError(f"envelope payload is not a valid Ack protobuf: {e}") from e
     return _parse(api_pb2.Ack(), decode_envelope(data, EnvelopeType.ACK), "Ack")
-
-
-def ack_of(pb: api_pb2.Ack) -> Ack:
-    """The :class:`Ack` of a wire Ack from :func:`ack_proto` (which it takes over).
-
-    Raises:
-        EnvelopeError: an ack policy this SDK does not know.
-    """
-    try:
-        return ack_from_proto(pb)
-    except ValueError as e:  # an ack policy or ack error this SDK does not know
-        raise EnvelopeError(f"envelope Ack has a value this SDK does not know: {e}") from e
 
 
 def _parse(pb: _Proto, payload: bytes, name: str) -> _Proto:

@@ -425,17 +425,20 @@ def ack_outcome(pb: api_pb2.Ack) -> tuple[Ack | None, LiftbridgeError | None]:
     message (it was most likely stored), but the ack cannot be represented.
     The Ack takes ``pb`` over: the caller must not change it.
     """
-    if pb.ackPolicy not in _ACK_POLICIES:
-        if pb.ackError != _ACK_OK:
-            return None, from_async_error(wire_enum_name(api_pb2.Ack.Error.Name, pb.ackError), "")
+    # ack_from_proto, unrolled: this runs once per acked publish.
+    if pb.ackError != _ACK_OK:
+        return None, from_async_error(wire_enum_name(api_pb2.Ack.Error.Name, pb.ackError), "")
+    policy = _ACK_POLICIES.get(pb.ackPolicy)
+    if policy is None:
         return None, ServerError(
             f"the server acked the publish with ack policy {pb.ackPolicy}, which this SDK "
             "does not know; the message was most likely stored",
             code=f"UNKNOWN_ACK_POLICY_{pb.ackPolicy}",
         )
-    ack = ack_from_proto(pb)
-    if ack.error is not None:
-        return None, ack.error
+    ack = _new(Ack)
+    _set_ack_pb(ack, pb)
+    _set_ack_policy(ack, policy)
+    _set_ack_error(ack, None)
     return ack, None
 
 

@@ -75,7 +75,7 @@ from liftbridge._nats_socket import CLOSE_TIMEOUT as _CLOSE_TIMEOUT
 from liftbridge._nats_socket import NatsSocket, check_tls_required, pub_prefix
 from liftbridge._nats_window import AckHandler, AckWindow, Pending
 from liftbridge._partitioner import Partitioner, choose_partition
-from liftbridge._publish_bytes import ack_inbox_field, message_bytes
+from liftbridge._publish_bytes import PlainFrames, ack_inbox_field, message_bytes
 from liftbridge._publishing import check_future
 from liftbridge_api import api_pb2
 
@@ -103,6 +103,8 @@ _WIRE_POLICIES = {policy: api_pb2.AckPolicy.ValueType(policy.value) for policy i
 # The envelope header of a publish without a CRC.
 _PLAIN_MESSAGE_HEADER = encode_envelope(EnvelopeType.MESSAGE, b"")
 _PLAIN_HEADER_SIZE = len(_PLAIN_MESSAGE_HEADER)
+# AckPolicy.NONE, looked up once (an enum member's lookup on its class is slow).
+_NONE = AckPolicy.NONE
 
 
 class NatsStreamPublisher:
@@ -246,6 +248,9 @@ class NatsStreamPublisher:
             self._close_state()
             raise
         self._max_payload = self._nats.max_payload
+        # Values up to _plain_limit bytes fit in max_payload with any correlation id.
+        self._plain = PlainFrames(_PLAIN_MESSAGE_HEADER, self._inbox_field)
+        self._plain_limit = self._max_payload - self._plain.overhead
         self._acks_thread.start()
         logger.debug(
             "NATS stream publisher connected to %s, ack inbox %s", self._where, self._inbox
@@ -363,8 +368,10 @@ class NatsStreamPublisher:
             timeout = self._ack_timeout
         else:
             timeout = _validate.seconds(timeout, arg="timeout")
-        value = _validate.data(value)
-        key = _validate.optional_bytes(key, arg="key")
+        if type(value) is not bytes:
+            value = _validate.data(value)
+        if key is not None:
+            key = _validate.data(key, arg="key")
         if partition is None and partitioner is None and not key:
             # Partition 0: its subject and leader are cached per stream name
             # (checked when cached) for as long as the router's metadata is the same.
@@ -378,7 +385,7 @@ class NatsStreamPublisher:
             subject, partition = self._subject(stream, key, value, partition, partitioner)
             leader = None
             prefix = pub_prefix(subject)
-        wants_ack = ack_policy is not AckPolicy.NONE
+        wants_ack = ack_policy is not _NONE
         if expected_offset is not None and not wants_ack:
             raise InvalidArgumentError(
                 "expected_offset needs an ack (ack_policy LEADER or ALL): the server refuses "
@@ -393,44 +400,22 @@ class NatsStreamPublisher:
         if expected_offset is not None:
             _validate.positive_int(expected_offset, arg="expected_offset", minimum=0)
         correlation_id = f"{self._id_prefix}{next(self._ids)}"
-        # The envelope of _envelope.new_message, built from arguments checked
-        # above (new_message would check the ack inbox again on every call);
-        # written byte by byte unless there are headers.
-        header_map = None if headers is None else _validate.headers(headers)
-        offset = -1 if expected_offset is None else expected_offset
-        if header_map:
-            message = api_pb2.Message(
-                value=value,
-                ackInbox=self._inbox if wants_ack else "",
-                correlationId=correlation_id,
-                ackPolicy=_WIRE_POLICIES[ack_policy],
-                offset=offset,
-                headers=header_map,
+        if (
+            wants_ack
+            and not key
+            and headers is None
+            and expected_offset is None
+            and not self._crc
+            and 0 < len(value) <= self._plain_limit
+        ):
+            # The commonest publish, its whole PUB frame in one operation.
+            frame = self._plain.frame(
+                prefix, value, correlation_id.encode(), _WIRE_POLICIES[ack_policy]
             )
-            if key:
-                message.key = key
-            payload = message.SerializeToString()
         else:
-            payload = message_bytes(
-                value,
-                correlation_id,
-                key=key,
-                ack_inbox=self._inbox_field if wants_ack else b"",
-                ack_policy=_WIRE_POLICIES[ack_policy],
-                offset=offset,
+            frame = self._frame(
+                prefix, value, key, headers, correlation_id, ack_policy, expected_offset
             )
-        if self._crc:
-            header, payload = b"", encode_envelope(EnvelopeType.MESSAGE, payload, crc=True)
-            size = len(payload)
-        else:
-            header, size = _PLAIN_MESSAGE_HEADER, _PLAIN_HEADER_SIZE + len(payload)
-        if size > self._max_payload:
-            raise MessageTooLargeError(
-                f"the envelope is {size} bytes, over the NATS server's max_payload "
-                f"of {self._max_payload} bytes (nothing was sent)"
-            )
-        # The PUB frame (the envelope is its header and payload), written as is by the I/O thread.
-        frame = b"%s%d\r\n%s%s\r\n" % (prefix, size, header, payload)
         # Running, so it cannot be cancelled; its done-callbacks run on liftbridge-callbacks.
         outcome: Future[Ack | None] | None = self._runner.future() if future else None
         entry: Pending | None = None
@@ -580,6 +565,62 @@ class NatsStreamPublisher:
             self._first_subjects.clear()
         self._first_subjects[stream] = cached
         return cached
+
+    def _frame(
+        self,
+        prefix: bytes,
+        value: bytes,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        correlation_id: str,
+        ack_policy: AckPolicy,
+        expected_offset: int | None,
+    ) -> bytes:
+        """The PUB frame of any publish (arguments checked by publish_async):
+        the envelope of _envelope.new_message, built from arguments checked
+        already (new_message would check the ack inbox again on every call),
+        written byte by byte unless there are headers.
+
+        Raises:
+            InvalidArgumentError: bad headers.
+            MessageTooLargeError: the envelope is over ``max_payload``.
+        """
+        wants_ack = ack_policy is not _NONE
+        header_map = None if headers is None else _validate.headers(headers)
+        offset = -1 if expected_offset is None else expected_offset
+        if header_map:
+            message = api_pb2.Message(
+                value=value,
+                ackInbox=self._inbox if wants_ack else "",
+                correlationId=correlation_id,
+                ackPolicy=_WIRE_POLICIES[ack_policy],
+                offset=offset,
+                headers=header_map,
+            )
+            if key:
+                message.key = key
+            payload = message.SerializeToString()
+        else:
+            payload = message_bytes(
+                value,
+                correlation_id,
+                key=key,
+                ack_inbox=self._inbox_field if wants_ack else b"",
+                ack_policy=_WIRE_POLICIES[ack_policy],
+                offset=offset,
+            )
+        if self._crc:
+            header, payload = b"", encode_envelope(EnvelopeType.MESSAGE, payload, crc=True)
+            size = len(payload)
+        else:
+            header, size = _PLAIN_MESSAGE_HEADER, _PLAIN_HEADER_SIZE + len(payload)
+        if size > self._max_payload:
+            raise MessageTooLargeError(
+                f"the envelope is {size} bytes, over the NATS server's max_payload "
+                f"of {self._max_payload} bytes (nothing was sent)"
+            )
+        # The envelope is the frame's header and payload, written as is by the I/O thread.
+        return b"%s%d\r\n%s%s\r\n" % (prefix, size, header, payload)
 
     def _stream_info(self, stream: str) -> tuple[Metadata, StreamInfo]:
         metadata = self._router.metadata

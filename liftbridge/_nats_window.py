@@ -30,14 +30,14 @@ from time import monotonic
 
 from liftbridge._callbacks import CallbackRunner
 from liftbridge._deadlines import AckTimer
-from liftbridge._envelope import ack_of, ack_proto
+from liftbridge._envelope import ack_proto
 from liftbridge._errors import (
     AckTimeoutError,
     EnvelopeError,
     LeaderLostError,
     PublishWindowFullError,
 )
-from liftbridge._messages import Ack
+from liftbridge._messages import Ack, ack_outcome
 from liftbridge_api import api_pb2
 
 logger = logging.getLogger(__name__)
@@ -199,19 +199,18 @@ class AckWindow:
         """Resolves the publishes a batch of raw ack payloads is for (the
         window's lock taken once for the batch). An ack is parsed as far as
         its correlation id; its :class:`Ack` is made only for a publish still
-        pending, which an ack this SDK cannot read fails at once (rather
-        than by its deadline)."""
-        protos: list[api_pb2.Ack] = []
-        for payload in payloads:
-            try:
-                protos.append(ack_proto(payload))
-            except EnvelopeError as e:
-                logger.warning("Dropping a message on ack inbox %s: %s", self._inbox, e)
+        pending (:func:`ack_outcome`, as the gRPC path does: an ack policy this
+        SDK does not know fails the publish at once with a ServerError)."""
         matched: list[tuple[Pending, api_pb2.Ack]] = []
         late: list[str] = []
         with self._lock:
             pop = self._pending.pop
-            for pb in protos:
+            for payload in payloads:
+                try:
+                    pb = ack_proto(payload)
+                except EnvelopeError as e:
+                    logger.warning("Dropping a message on ack inbox %s: %s", self._inbox, e)
+                    continue
                 entry = pop(pb.correlationId, None)
                 if entry is None:
                     late.append(pb.correlationId)
@@ -221,14 +220,7 @@ class AckWindow:
             logger.debug("Dropping an ack for %r: timed out already", correlation_id)
         calls: list[tuple[AckHandler, Ack | None, BaseException | None]] = []
         for entry, pb in matched:  # _deliver, inlined: once per publish
-            ack: Ack | None
-            error: BaseException | None
-            try:
-                ack = ack_of(pb)
-            except EnvelopeError as e:
-                ack, error = None, e
-            else:
-                error = ack.error
+            ack, error = ack_outcome(pb)
             future = entry.future
             if error is None:
                 if future is not None:

@@ -19,9 +19,9 @@ from liftbridge._errors import (
     AckTimeoutError,
     ClientClosedError,
     ConnectionLostError,
-    EnvelopeError,
     LeaderLostError,
     PublishWindowFullError,
+    ServerError,
 )
 from liftbridge._messages import Ack
 from liftbridge._nats_window import AckWindow, Pending
@@ -97,10 +97,10 @@ def test_an_ack_it_cannot_read_fails_its_publish_at_once(
     window.admit(entry)
     unknown_policy = api_pb2.Ack(correlationId="x", ackPolicy=7).SerializeToString()
     window.settle_acks([encode_envelope(EnvelopeType.ACK, unknown_policy)])
-    with pytest.raises(EnvelopeError, match="does not know"):
+    with pytest.raises(ServerError, match="does not know"):
         _f(entry).result(0)  # not left to its deadline, TIMEOUT away
     assert handled.wait(TIMEOUT)
-    assert outcomes[0][0] is None and isinstance(outcomes[0][1], EnvelopeError)
+    assert outcomes[0][0] is None and isinstance(outcomes[0][1], ServerError)
     assert window.flush(time.monotonic())
 
 

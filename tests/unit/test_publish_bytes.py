@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from liftbridge._publish_bytes import ack_inbox_field, message_bytes, varint
+from liftbridge._envelope import EnvelopeType, encode_envelope
+from liftbridge._publish_bytes import PlainFrames, ack_inbox_field, message_bytes, varint
 from liftbridge_api import api_pb2
 
 INBOX = "_INBOX.0123456789abcdef0123456789abcdef"
@@ -91,3 +92,22 @@ def test_varints() -> None:
     assert varint(128) == b"\x80\x01"
     assert varint(300) == b"\xac\x02"
     assert varint(-1) == b"\xff" * 9 + b"\x01"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.one_of(st.binary(min_size=1, max_size=300), st.integers(1, 70_000)),
+    counter=st.integers(0, 2**63),
+    policy=st.sampled_from([0, 1]),
+)
+def test_a_plain_frame_is_the_generated_message_in_its_pub_frame(
+    value: bytes | int, counter: int, policy: int
+) -> None:
+    data = b"v" * value if isinstance(value, int) else value
+    correlation_id = f"0123456789ab-{counter}"
+    header = encode_envelope(EnvelopeType.MESSAGE, b"")
+    envelope = header + generated(data, correlation_id, None, INBOX, policy, -1)
+    expected = b"PUB orders.3 %d\r\n%s\r\n" % (len(envelope), envelope)
+    frames = PlainFrames(header, ack_inbox_field(INBOX))
+    assert frames.frame(b"PUB orders.3 ", data, correlation_id.encode(), policy) == expected
+    assert len(envelope) - len(data) <= frames.overhead
