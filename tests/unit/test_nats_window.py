@@ -61,15 +61,21 @@ def _ack(correlation_id: str, offset: int) -> bytes:
     return encode_envelope(EnvelopeType.ACK, pb.SerializeToString())
 
 
+class _Outcomes:
+    """An ack handler that records each (ack, error) it is called with."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Ack | None, BaseException | None]] = []
+        self.handled = threading.Event()
+
+    def __call__(self, ack: Ack | None, error: BaseException | None) -> None:
+        self.calls.append((ack, error))
+        self.handled.set()
+
+
 def test_acks_resolve_their_publishes_once(parts: tuple[AckTimer, CallbackRunner]) -> None:
     window = _window(parts)
-    outcomes: list[tuple[Ack | None, BaseException | None]] = []
-    handled = threading.Event()
-
-    def handler(ack: Ack | None, error: BaseException | None) -> None:
-        outcomes.append((ack, error))
-        handled.set()
-
+    handler = _Outcomes()
     first, second = _pending(parts[1], "a", handler), _pending(parts[1], "b")
     window.admit(first)
     window.admit(second)
@@ -78,7 +84,7 @@ def test_acks_resolve_their_publishes_once(parts: tuple[AckTimer, CallbackRunner
     assert ack is not None and ack.offset == 6  # the late duplicate was dropped
     second_ack = _f(second).result(0)
     assert second_ack is not None and second_ack.offset == 7
-    assert handled.wait(TIMEOUT) and [o[0].offset for o in outcomes if o[0]] == [6]
+    assert handler.handled.wait(TIMEOUT) and [o[0].offset for o in handler.calls if o[0]] == [6]
     assert window.flush(time.monotonic())  # nothing left pending
 
 
@@ -86,21 +92,17 @@ def test_an_ack_it_cannot_read_fails_its_publish_at_once(
     parts: tuple[AckTimer, CallbackRunner],
 ) -> None:
     window = _window(parts)
-    outcomes: list[tuple[Ack | None, BaseException | None]] = []
-    handled = threading.Event()
-
-    def handler(ack: Ack | None, error: BaseException | None) -> None:
-        outcomes.append((ack, error))
-        handled.set()
-
+    handler = _Outcomes()
     entry = _pending(parts[1], "x", handler)
     window.admit(entry)
-    unknown_policy = api_pb2.Ack(correlationId="x", ackPolicy=7).SerializeToString()
+    unknown_policy = api_pb2.Ack(
+        correlationId="x", ackPolicy=api_pb2.AckPolicy.ValueType(7)
+    ).SerializeToString()
     window.settle_acks([encode_envelope(EnvelopeType.ACK, unknown_policy)])
     with pytest.raises(ServerError, match="does not know"):
         _f(entry).result(0)  # not left to its deadline, TIMEOUT away
-    assert handled.wait(TIMEOUT)
-    assert outcomes[0][0] is None and isinstance(outcomes[0][1], ServerError)
+    assert handler.handled.wait(TIMEOUT)
+    assert handler.calls[0][0] is None and isinstance(handler.calls[0][1], ServerError)
     assert window.flush(time.monotonic())
 
 
