@@ -88,7 +88,7 @@ def test_acks_resolve_their_publishes_once(parts: tuple[AckTimer, CallbackRunner
     assert window.flush(time.monotonic())  # nothing left pending
 
 
-def test_an_ack_it_cannot_read_fails_its_publish_at_once(
+def test_an_ack_with_an_unknown_policy_fails_its_publish_at_once(
     parts: tuple[AckTimer, CallbackRunner],
 ) -> None:
     window = _window(parts)
