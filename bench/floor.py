@@ -19,7 +19,7 @@ import grpc
 
 from bench.e2e import latency_of, stamped_value, wait_for
 from bench.stats import Run, Stopwatch
-from liftbridge._channels import _CHANNEL_OPTIONS, StreamCall
+from liftbridge._transport._channels import _CHANNEL_OPTIONS, StreamCall
 from liftbridge_api import api_pb2, api_pb2_grpc
 
 _WAIT = 60.0

@@ -29,8 +29,8 @@ from collections.abc import Callable
 
 import liftbridge
 from bench import gocli, over_nats
-from liftbridge._envelope import EnvelopeType, encode_envelope, unmarshal_ack
-from liftbridge._publish_bytes import ack_inbox_field, message_bytes
+from liftbridge._core._envelope import EnvelopeType, encode_envelope, unmarshal_ack
+from liftbridge._publish._bytes import ack_inbox_field, message_bytes
 from liftbridge.testing import LocalServer
 
 _VALUE = b"n" * 100

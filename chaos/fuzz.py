@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import liftbridge
-from liftbridge._envelope import EnvelopeType, encode_envelope
+from liftbridge._core._envelope import EnvelopeType, encode_envelope
 from liftbridge_api import api_pb2
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fuzz" / "corpus"

@@ -10,25 +10,34 @@ Example:
 """
 
 from liftbridge.__version__ import __version__
-from liftbridge._activity import (
+from liftbridge._client import Client, ClientState
+from liftbridge._consume._activity import (
     ACTIVITY_STREAM,
     ActivityEvent,
     ActivityOp,
     activity_event_from_message,
     decode_activity_event,
 )
-from liftbridge._channels import TLSConfig
-from liftbridge._client import Client, ClientState
-from liftbridge._consumer import (
-    AssignmentCallback,
-    AutoOffset,
-    Backlog,
-    Consumer,
-    StreamPartition,
+from liftbridge._consume._direct import Batch
+from liftbridge._consume._pull import PullConsumer
+from liftbridge._consume._pull_consume import ConsumeHandle
+from liftbridge._consume._pull_options import FromCursor, Stall, StallCallback
+from liftbridge._consume._subscription import Handler, StartPosition, StopPosition, Subscription
+from liftbridge._core._display import Table, messages_table
+from liftbridge._core._envelope import new_message, unmarshal_ack, unmarshal_message
+from liftbridge._core._frames import messages_to_arrow, messages_to_pandas
+from liftbridge._core._messages import Ack, AckPolicy, Message
+from liftbridge._core._metadata import (
+    BrokerInfo,
+    ConsumerGroupInfo,
+    EventTimestamps,
+    Metadata,
+    PartitionInfo,
+    PartitionMetadata,
+    StreamInfo,
 )
-from liftbridge._direct import Batch
-from liftbridge._display import Table, messages_table
-from liftbridge._envelope import new_message, unmarshal_ack, unmarshal_message
+from liftbridge._core._partitioner import PartitionByKey, PartitionByRoundRobin, Partitioner
+from liftbridge._core._retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from liftbridge._errors import (
     AckTimeoutError,
     ArgumentTypeError,
@@ -61,28 +70,19 @@ from liftbridge._errors import (
     StreamExistsError,
     UnavailableError,
 )
-from liftbridge._frames import messages_to_arrow, messages_to_pandas
-from liftbridge._group_describe import GroupDescription, GroupMemberInfo
-from liftbridge._group_pin import PinCallback, PinEvent, PinEventKind, PinState, UnpinReason
-from liftbridge._messages import Ack, AckPolicy, Message
-from liftbridge._metadata import (
-    BrokerInfo,
-    ConsumerGroupInfo,
-    EventTimestamps,
-    Metadata,
-    PartitionInfo,
-    PartitionMetadata,
-    StreamInfo,
+from liftbridge._groups._consumer import (
+    AssignmentCallback,
+    AutoOffset,
+    Backlog,
+    Consumer,
+    StreamPartition,
 )
-from liftbridge._nats import NatsPublisher
-from liftbridge._nats_stream import NatsStreamPublisher
-from liftbridge._partitioner import PartitionByKey, PartitionByRoundRobin, Partitioner
-from liftbridge._publisher import AckHandler
-from liftbridge._pull import PullConsumer
-from liftbridge._pull_consume import ConsumeHandle
-from liftbridge._pull_options import FromCursor, Stall, StallCallback
-from liftbridge._retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from liftbridge._subscription import Handler, StartPosition, StopPosition, Subscription
+from liftbridge._groups._describe import GroupDescription, GroupMemberInfo
+from liftbridge._groups._pin import PinCallback, PinEvent, PinEventKind, PinState, UnpinReason
+from liftbridge._publish._nats import NatsPublisher
+from liftbridge._publish._nats_stream import NatsStreamPublisher
+from liftbridge._publish._publisher import AckHandler
+from liftbridge._transport._channels import TLSConfig
 
 __all__ = [
     "ACTIVITY_STREAM",

@@ -1,5 +1,5 @@
 """``python -m liftbridge``: the same command line as the ``liftbridge`` script."""
 
-from liftbridge._cli import main
+from liftbridge.cli import main
 
 raise SystemExit(main())

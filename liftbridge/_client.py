@@ -2,10 +2,10 @@
 
 It owns the client's lifecycle (connect, ordered close), checks every
 argument, and hands each operation of the client guide to the module that
-owns it: :mod:`liftbridge._admin` (streams, metadata), :mod:`liftbridge._cursors`,
-:mod:`liftbridge._publisher` and :mod:`liftbridge._lanes` (publishing),
-:mod:`liftbridge._subscription`, :mod:`liftbridge._consumer` (groups). All of
-them reach the cluster through one :class:`~liftbridge._router.Router`.
+owns it: :mod:`liftbridge._core._admin` (streams, metadata), :mod:`liftbridge._consume._cursors`,
+:mod:`liftbridge._publish._publisher` and :mod:`liftbridge._publish._lanes` (publishing),
+:mod:`liftbridge._consume._subscription`, :mod:`liftbridge._groups._consumer` (groups). All of
+them reach the cluster through one :class:`~liftbridge._core._router.Router`.
 """
 
 from __future__ import annotations
@@ -21,33 +21,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, Protocol, overload
 
-from liftbridge import _admin, _direct
-from liftbridge import _validate as check
-from liftbridge._admin import Admin
-from liftbridge._callbacks import CallbackRunner
-from liftbridge._channels import TLSConfig
-from liftbridge._consumer import AssignmentCallback, AutoOffset, Consumer
-from liftbridge._cursors import Cursors
-from liftbridge._deadlines import AckTimer
-from liftbridge._direct import Batch
-from liftbridge._errors import (
-    ArgumentTypeError,
-    ClientClosedError,
-    InvalidArgumentError,
-)
-from liftbridge._group_describe import GroupDescription, describe_group
-from liftbridge._group_pin import PinCallback, unpin_cursor
-from liftbridge._lanes import Lanes
-from liftbridge._messages import Ack, AckPolicy, Message
-from liftbridge._metadata import Metadata, PartitionMetadata
-from liftbridge._partitioner import Partitioner
-from liftbridge._publisher import AckHandler, Publisher
-from liftbridge._publishing import Publishing, check_future
-from liftbridge._pull import PullConsumer
-from liftbridge._pull_options import PullStart, StallCallback
-from liftbridge._retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from liftbridge._router import Deadline, Router
-from liftbridge._subscription import (
+from liftbridge._consume import _direct
+from liftbridge._consume._cursors import Cursors
+from liftbridge._consume._direct import Batch
+from liftbridge._consume._pull import PullConsumer
+from liftbridge._consume._pull_options import PullStart, StallCallback
+from liftbridge._consume._subscription import (
     Handler,
     Start,
     StartPosition,
@@ -59,7 +38,29 @@ from liftbridge._subscription import (
     start_subscription,
     subscribe_request,
 )
-from liftbridge._validate import BytesLike
+from liftbridge._core import _admin
+from liftbridge._core import _validate as check
+from liftbridge._core._admin import Admin
+from liftbridge._core._callbacks import CallbackRunner
+from liftbridge._core._deadlines import AckTimer
+from liftbridge._core._messages import Ack, AckPolicy, Message
+from liftbridge._core._metadata import Metadata, PartitionMetadata
+from liftbridge._core._partitioner import Partitioner
+from liftbridge._core._retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from liftbridge._core._router import Deadline, Router
+from liftbridge._core._validate import BytesLike
+from liftbridge._errors import (
+    ArgumentTypeError,
+    ClientClosedError,
+    InvalidArgumentError,
+)
+from liftbridge._groups._consumer import AssignmentCallback, AutoOffset, Consumer
+from liftbridge._groups._describe import GroupDescription, describe_group
+from liftbridge._groups._pin import PinCallback, unpin_cursor
+from liftbridge._publish._lanes import Lanes
+from liftbridge._publish._publisher import AckHandler, Publisher
+from liftbridge._publish._publishing import Publishing, check_future
+from liftbridge._transport._channels import TLSConfig
 from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)
@@ -889,7 +890,7 @@ class Client:
         return self._cursors.fetch(cursor_id, stream, partition, self._deadline_of(timeout))
 
     # -------------------------------------------------------- consumer groups --
-    # (owned by liftbridge/_consumer.py; this method only constructs it)
+    # (owned by liftbridge/_groups/_consumer.py; this method only constructs it)
 
     def create_consumer(
         self,
@@ -1045,7 +1046,7 @@ class Client:
         self._cursors.set(cursor_id, stream, partition, count + 1, deadline)
 
     # ------------------------------------------------ pull and direct reads --
-    # (owned by liftbridge/_pull.py and liftbridge/_direct.py; thin delegations)
+    # (owned by liftbridge/_consume/_pull.py and liftbridge/_consume/_direct.py; thin delegations)
 
     def pull(
         self,

@@ -7,7 +7,7 @@ configuration. Readers and writers hold a :class:`ClientConfig`, never a
 client (a client holds locks and gRPC channels, which do not pickle), and ask
 this cache inside ``read()`` / ``write()`` / ``partitions()``.
 
-Reads stand on a :class:`~liftbridge._router.Router` of their own (the
+Reads stand on a :class:`~liftbridge._core._router.Router` of their own (the
 channels, metadata and routing under every client), whose Subscribe streams
 they read directly (see :mod:`liftbridge.spark._fetch`).
 """
@@ -19,7 +19,7 @@ import logging
 import threading
 
 from liftbridge import DEFAULT_RETRY_POLICY, Client, ClientState
-from liftbridge._router import Router
+from liftbridge._core._router import Router
 from liftbridge.spark._options import ClientConfig
 
 _log = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ Executors read the stream themselves, through the router, and build each
 Arrow column from a batch of wire messages in one go: no SDK
 :class:`~liftbridge.Message` per row. One thread receives while the task's
 thread builds and hands on record batches; messages pass between them in
-batches (:class:`~liftbridge._handoff.Handoff`), not one lock round per message.
+batches (:class:`~liftbridge._consume._handoff.Handoff`), not one lock round per message.
 A broker failure mid-range re-subscribes from the next offset, as
 :class:`~liftbridge.Subscription` does.
 """
@@ -40,10 +40,10 @@ from liftbridge import (
     StopPositionReached,
     UnavailableError,
 )
-from liftbridge._channels import StreamCall
+from liftbridge._consume._handoff import Empty, Handoff
+from liftbridge._core._router import Deadline, Leader, Replica, Router
 from liftbridge._errors import from_rpc_error
-from liftbridge._handoff import Empty, Handoff
-from liftbridge._router import Deadline, Leader, Replica, Router
+from liftbridge._transport._channels import StreamCall
 from liftbridge.spark._schema import SERVER_HEADERS, arrow_schema
 from liftbridge_api import api_pb2
 

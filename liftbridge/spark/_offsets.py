@@ -27,7 +27,7 @@ from liftbridge import (
     NoSuchStreamError,
     StartPosition,
 )
-from liftbridge._router import Router
+from liftbridge._core._router import Router
 from liftbridge.spark._fetch import OffsetRange, first_offset
 from liftbridge.spark._options import EARLIEST, LATEST, OffsetSpec, ReadOptions
 

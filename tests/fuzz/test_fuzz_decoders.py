@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import liftbridge
 from chaos import fuzz
-from liftbridge._envelope import EnvelopeType, encode_envelope
+from liftbridge._core._envelope import EnvelopeType, encode_envelope
 from liftbridge_api import api_pb2
 
 QUICK = settings(

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import liftbridge
-from liftbridge import _validate
+from liftbridge._core import _validate
 from liftbridge.testing import LocalServer
 
 BAD_EXAMPLES = 60

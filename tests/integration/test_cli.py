@@ -188,7 +188,7 @@ def test_progress_bar_only_when_asked_or_on_a_terminal(cli: Cli, stream: str) ->
 
     # Without tqdm the output is plain, and nothing fails.
     code = (
-        "import sys; sys.modules['tqdm'] = None; from liftbridge._cli import main; "
+        "import sys; sys.modules['tqdm'] = None; from liftbridge.cli._main import main; "
         f"sys.exit(main(['--address', {cli.address!r}, '--progress', 'always', "
         f"'read', {stream!r}, '-f', 'value', '-c', '3']))"
     )

@@ -22,8 +22,8 @@ import grpc
 import pytest
 
 import liftbridge
-from liftbridge._consumer import AutoOffset, Consumer
-from liftbridge._group import StreamPartition
+from liftbridge._groups._consumer import AutoOffset, Consumer
+from liftbridge._groups._values import StreamPartition
 from liftbridge.testing import LocalCluster, LocalServer
 from liftbridge_api import api_pb2, api_pb2_grpc
 

@@ -8,7 +8,7 @@ from concurrent.futures import Future
 import pytest
 
 import liftbridge
-from liftbridge import _validate
+from liftbridge._core import _validate
 from liftbridge.testing import LocalServer
 from liftbridge_api import api_pb2
 

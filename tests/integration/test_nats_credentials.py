@@ -16,7 +16,7 @@ import nkeys  # the dev and nats extras install it
 import pytest
 
 from liftbridge import UnavailableError
-from liftbridge._nats_socket import NatsSocket
+from liftbridge._transport._nats_socket import NatsSocket
 from tests.integration.nats_server import DEADLINE, nats_server
 
 

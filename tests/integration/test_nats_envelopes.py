@@ -16,9 +16,9 @@ from typing import Any
 import grpc
 import pytest
 
+from liftbridge._core._messages import Ack, AckPolicy, Message, message_from_proto
 from liftbridge._errors import AckTimeoutError, IncorrectOffsetError
-from liftbridge._messages import Ack, AckPolicy, Message, message_from_proto
-from liftbridge._nats import NatsPublisher
+from liftbridge._publish._nats import NatsPublisher
 from liftbridge.testing import LocalServer
 from liftbridge_api import api_pb2, api_pb2_grpc
 

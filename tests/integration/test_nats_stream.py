@@ -37,7 +37,7 @@ from liftbridge import (
     PublishWindowFullError,
     UnavailableError,
 )
-from liftbridge._messages import Ack, Message, message_from_proto
+from liftbridge._core._messages import Ack, Message, message_from_proto
 from liftbridge.testing import LocalServer
 from liftbridge_api import api_pb2, api_pb2_grpc
 

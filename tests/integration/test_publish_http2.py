@@ -1,4 +1,4 @@
-"""PublishAsync on the SDK's own HTTP/2 connection (:mod:`liftbridge._http2`)
+"""PublishAsync on the SDK's own HTTP/2 connection (:mod:`liftbridge._transport._http2`)
 against the real server: values far past one flow-control window and one
 DATA frame come back exact, a full window of publishes in flight is acked in
 order, and the stream really is on that connection for a plaintext client
@@ -13,7 +13,7 @@ import time
 from concurrent.futures import Future
 
 import liftbridge
-from liftbridge import _validate
+from liftbridge._core import _validate
 from liftbridge_api import api_pb2
 
 SENDER = "liftbridge-h2-send"

@@ -1,5 +1,5 @@
 """Subscribe streams of a plaintext client, each on an HTTP/2 connection of
-its own (liftbridge._http2), against a real server: what the connection
+its own (liftbridge._transport._http2), against a real server: what the connection
 changes (how a failed connect, a client close and a large request end)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import grpc
 import pytest
 
 import liftbridge
-from liftbridge._channels import Channels
-from liftbridge._http2 import Http2Call
+from liftbridge._transport._channels import Channels
+from liftbridge._transport._http2 import Http2Call
 from liftbridge.testing import LocalServer
 from liftbridge_api import api_pb2
 

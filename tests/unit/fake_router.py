@@ -1,4 +1,4 @@
-"""A stand-in for :class:`liftbridge._router.Router`, for unit tests of the
+"""A stand-in for :class:`liftbridge._core._router.Router`, for unit tests of the
 features that stand on it (cursors, admin, subscriptions, groups) without a
 network. It answers from scripts and records what it was asked."""
 
@@ -13,10 +13,10 @@ from typing import Any, cast
 
 import grpc
 
+from liftbridge._core._metadata import BrokerInfo, Metadata, PartitionInfo, StreamInfo
+from liftbridge._core._retry import RetryPolicy
+from liftbridge._core._router import ANY, Deadline, Router, Target
 from liftbridge._errors import LiftbridgeError
-from liftbridge._metadata import BrokerInfo, Metadata, PartitionInfo, StreamInfo
-from liftbridge._retry import RetryPolicy
-from liftbridge._router import ANY, Deadline, Router, Target
 from liftbridge_api import api_pb2
 
 

@@ -4,7 +4,7 @@
 "server" says as raw bytes, so a test can split, pad, interleave and
 misbehave exactly as it wants (an in-process grpcio server never sends a
 padded frame or a CONTINUATION on cue). Used by ``test_http2.py`` against
-:class:`liftbridge._http2.Http2Call`.
+:class:`liftbridge._transport._http2.Http2Call`.
 """
 
 from __future__ import annotations

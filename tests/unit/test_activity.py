@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from liftbridge._activity import (
+from liftbridge._consume._activity import (
     ACTIVITY_STREAM,
     ActivityEvent,
     ActivityOp,
     activity_event_from_message,
     decode_activity_event,
 )
+from liftbridge._core._messages import Message
 from liftbridge._errors import ArgumentTypeError, InvalidArgumentError
-from liftbridge._messages import Message
 from liftbridge_api import api_pb2
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from liftbridge._callbacks import CallbackRunner
+from liftbridge._core._callbacks import CallbackRunner
 
 
 def test_a_future_runs_until_done_and_cannot_be_cancelled() -> None:

@@ -10,11 +10,17 @@ import grpc
 import pytest
 
 import liftbridge
-from liftbridge._activity import ActivityEvent, ActivityOp
-from liftbridge._consumer import Consumer
-from liftbridge._cursors import Cursors, cursor_key, cursors_partition
+from liftbridge._consume._activity import ActivityEvent, ActivityOp
+from liftbridge._consume._cursors import Cursors, cursor_key, cursors_partition
+from liftbridge._consume._subscription import StartPosition, Subscription
+from liftbridge._core._router import Deadline, Leader
 from liftbridge._errors import Refusal, from_rpc_error
-from liftbridge._group import (
+from liftbridge._groups._consumer import Consumer
+from liftbridge._groups._describe import AssignmentReplay, pin_holder
+from liftbridge._groups._partitions import Assigned, StartPlan, backoff, plan_start, transient
+from liftbridge._groups._pin import PinState
+from liftbridge._groups._pull import PullBuffer, next_message
+from liftbridge._groups._values import (
     AutoOffset,
     Backlog,
     OverflowRule,
@@ -26,12 +32,6 @@ from liftbridge._group import (
     new_consumer_id,
     partition_backlog,
 )
-from liftbridge._group_describe import AssignmentReplay, pin_holder
-from liftbridge._group_partitions import Assigned, StartPlan, backoff, plan_start, transient
-from liftbridge._group_pin import PinState
-from liftbridge._group_pull import PullBuffer, next_message
-from liftbridge._router import Deadline, Leader
-from liftbridge._subscription import StartPosition, Subscription
 from liftbridge_api import api_pb2
 from tests.unit.fake_router import FakeRouter, FakeRpcError, metadata_with
 

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 import liftbridge
-from liftbridge._cli import build_parser
-from liftbridge._cli_text import CliError, format_message, parse_start, parse_stop
-from liftbridge._metadata import FrozenMap, Metadata, PartitionInfo, StreamInfo
+from liftbridge._core._metadata import FrozenMap, Metadata, PartitionInfo, StreamInfo
+from liftbridge.cli._main import build_parser
+from liftbridge.cli._text import CliError, format_message, parse_start, parse_stop
 
 _MESSAGE = liftbridge.Message(
     offset=7,

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from liftbridge._crc32c import IMPLEMENTATION, crc32c, pure_crc32c
-from liftbridge._envelope import (
+from liftbridge._core._crc32c import IMPLEMENTATION, crc32c, pure_crc32c
+from liftbridge._core._envelope import (
     MAGIC,
     EnvelopeType,
     decode_envelope,
@@ -19,6 +19,7 @@ from liftbridge._envelope import (
     unmarshal_ack,
     unmarshal_message,
 )
+from liftbridge._core._messages import AckPolicy
 from liftbridge._errors import (
     ArgumentTypeError,
     EncryptionError,
@@ -28,7 +29,6 @@ from liftbridge._errors import (
     MessageTooLargeError,
     ServerError,
 )
-from liftbridge._messages import AckPolicy
 from liftbridge_api import api_pb2
 from tests.unit.wire import wire_ack
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from liftbridge._handoff import Empty, Handoff
+from liftbridge._consume._handoff import Empty, Handoff
 
 
 def test_items_come_out_once_in_order_across_threads() -> None:

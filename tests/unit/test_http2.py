@@ -1,4 +1,4 @@
-"""The SDK's own HTTP/2 gRPC stream (:mod:`liftbridge._http2`) against a
+"""The SDK's own HTTP/2 gRPC stream (:mod:`liftbridge._transport._http2`) against a
 server played frame by frame on 127.0.0.1 (:mod:`tests.unit.h2_peer`): the
 framing a real server may use but grpcio never does on cue (padding,
 CONTINUATION, one message over many frames, many in one), every way a stream
@@ -23,10 +23,10 @@ import grpc
 import pytest
 
 import liftbridge
-from liftbridge import _http2_wire
 from liftbridge._errors import from_rpc_error
-from liftbridge._http2 import Http2Call
-from liftbridge._http2_wire import StreamError
+from liftbridge._transport import _http2_wire
+from liftbridge._transport._http2 import Http2Call
+from liftbridge._transport._http2_wire import StreamError
 from liftbridge_api import api_pb2
 from tests.unit.h2_peer import (
     ACK,

@@ -12,9 +12,9 @@ from collections.abc import Callable
 import pytest
 
 import liftbridge
-from liftbridge._deadlines import AckTimer
-from liftbridge._lanes import Lanes
-from liftbridge._router import Deadline
+from liftbridge._core._deadlines import AckTimer
+from liftbridge._core._router import Deadline
+from liftbridge._publish._lanes import Lanes
 from liftbridge_api import api_pb2
 
 

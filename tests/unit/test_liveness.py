@@ -1,4 +1,4 @@
-"""liftbridge._liveness against in-process gRPC servers on loopback: a broker
+"""liftbridge._core._liveness against in-process gRPC servers on loopback: a broker
 whose server goes away is reported down once, and up again when it is back;
 a healthy broker whose idle connection closes is never reported down."""
 
@@ -13,7 +13,7 @@ from concurrent import futures
 import grpc
 import pytest
 
-from liftbridge._liveness import BrokerWatch
+from liftbridge._core._liveness import BrokerWatch
 
 
 def _serve(address: str) -> tuple[grpc.Server, int]:

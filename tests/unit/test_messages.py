@@ -10,7 +10,7 @@ import threading
 import pytest
 
 import liftbridge
-from liftbridge._messages import ack_from_proto, message_from_proto
+from liftbridge._core._messages import ack_from_proto, message_from_proto
 from liftbridge_api import api_pb2
 from tests.unit.wire import wire_ack
 

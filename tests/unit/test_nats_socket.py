@@ -11,8 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from liftbridge import MissingDependencyError, UnavailableError, _nats_socket
-from liftbridge._nats_socket import FrameParser, NatsSocket, ProtocolError
+from liftbridge import MissingDependencyError, UnavailableError
+from liftbridge._transport import _nats_socket
+from liftbridge._transport._nats_socket import FrameParser, NatsSocket, ProtocolError
 
 INBOX = b"_INBOX.abc"
 

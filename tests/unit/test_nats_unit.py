@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from liftbridge import _nats, _nats_info
-from liftbridge._envelope import EnvelopeType, decode_envelope, encode_envelope
+from liftbridge._core._envelope import EnvelopeType, decode_envelope, encode_envelope
+from liftbridge._core._messages import Ack, AckPolicy
 from liftbridge._errors import (
     AckTimeoutError,
     ArgumentTypeError,
@@ -29,8 +29,9 @@ from liftbridge._errors import (
     MessageTooLargeError,
     UnavailableError,
 )
-from liftbridge._messages import Ack, AckPolicy
-from liftbridge._nats import NatsPublisher
+from liftbridge._publish import _nats
+from liftbridge._publish._nats import NatsPublisher
+from liftbridge._transport import _nats_info
 from liftbridge_api import api_pb2
 
 Responder = Callable[[str, api_pb2.Message], "bytes | None"]
@@ -346,7 +347,7 @@ def test_a_correlation_id_in_flight_is_refused(
 def test_garbage_on_the_inbox_is_logged_and_dropped(
     publisher: NatsPublisher, clients: list[FakeClient], caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="liftbridge._nats"):
+    with caplog.at_level(logging.WARNING, logger="liftbridge._publish._nats"):
         clients[0].deliver(b"not an envelope")
     assert "is not an ack: not a Liftbridge envelope" in caplog.text
     assert publisher.publish("orders", b"v") is not None
@@ -431,7 +432,7 @@ def test_close_is_bounded_when_pynats2_hangs(
     monkeypatch.setattr(_nats, "_CLOSE_TIMEOUT", 0.1)
     publisher = NatsPublisher("nats://127.0.0.1:4333")
     clients[0].close_blocks = True
-    with caplog.at_level(logging.WARNING, logger="liftbridge._nats"):
+    with caplog.at_level(logging.WARNING, logger="liftbridge._publish._nats"):
         publisher.close()
     assert "did not stop within" in caplog.text
     assert clients[0].socket_closed.is_set() and clients[0].closed

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 import pytest
 
-from liftbridge._callbacks import CallbackRunner
-from liftbridge._deadlines import AckTimer
-from liftbridge._envelope import EnvelopeType, encode_envelope
+from liftbridge._core._callbacks import CallbackRunner
+from liftbridge._core._deadlines import AckTimer
+from liftbridge._core._envelope import EnvelopeType, encode_envelope
+from liftbridge._core._messages import Ack
 from liftbridge._errors import (
     AckTimeoutError,
     ClientClosedError,
@@ -23,8 +24,7 @@ from liftbridge._errors import (
     PublishWindowFullError,
     ServerError,
 )
-from liftbridge._messages import Ack
-from liftbridge._nats_window import AckWindow, Pending
+from liftbridge._publish._nats_window import AckWindow, Pending
 from liftbridge_api import api_pb2
 
 TIMEOUT = 5.0

@@ -9,7 +9,7 @@ import pytest
 
 import liftbridge
 from liftbridge import Metadata, PartitionInfo, StreamInfo
-from liftbridge._partitioner import choose_partition
+from liftbridge._core._partitioner import choose_partition
 
 
 def _metadata(stream: str, partitions: int) -> Metadata:

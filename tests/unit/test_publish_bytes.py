@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from liftbridge._envelope import EnvelopeType, encode_envelope
-from liftbridge._publish_bytes import PlainFrames, ack_inbox_field, message_bytes, varint
+from liftbridge._core._envelope import EnvelopeType, encode_envelope
+from liftbridge._publish._bytes import PlainFrames, ack_inbox_field, message_bytes, varint
 from liftbridge_api import api_pb2
 
 INBOX = "_INBOX.0123456789abcdef0123456789abcdef"

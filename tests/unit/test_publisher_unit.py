@@ -1,4 +1,4 @@
-"""Semantics of liftbridge._publisher against a fake PublishAsync stream (no network).
+"""Semantics of liftbridge._publish._publisher against a fake PublishAsync stream (no network).
 
 They prove that every publish resolves exactly once: acks come back in
 submission order; when a stream breaks, publishes already sent on it fail with
@@ -22,12 +22,12 @@ import grpc
 import pytest
 
 import liftbridge
-from liftbridge._callbacks import CallbackRunner
-from liftbridge._deadlines import AckTimer
-from liftbridge._metadata import BrokerInfo, PartitionInfo
-from liftbridge._publisher import Publisher
-from liftbridge._retry import DEFAULT_RETRY_POLICY
-from liftbridge._router import Deadline, Router
+from liftbridge._core._callbacks import CallbackRunner
+from liftbridge._core._deadlines import AckTimer
+from liftbridge._core._metadata import BrokerInfo, PartitionInfo
+from liftbridge._core._retry import DEFAULT_RETRY_POLICY
+from liftbridge._core._router import Deadline, Router
+from liftbridge._publish._publisher import Publisher
 from liftbridge_api import api_pb2
 from tests.unit.fake_router import FakeRpcError
 

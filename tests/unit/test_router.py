@@ -13,8 +13,8 @@ import grpc
 import pytest
 
 import liftbridge
-from liftbridge._retry import RetryPolicy
-from liftbridge._router import Deadline, Leader, Router
+from liftbridge._core._retry import RetryPolicy
+from liftbridge._core._router import Deadline, Leader, Router
 from liftbridge_api import api_pb2
 from tests.unit.fake_broker import FakeBroker, serving
 

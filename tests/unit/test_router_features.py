@@ -12,16 +12,16 @@ import grpc
 import pytest
 
 import liftbridge
-from liftbridge._admin import Admin
-from liftbridge._cursors import Cursors
-from liftbridge._group_session import GroupSession
-from liftbridge._router import BrokerId, Deadline, Leader, Replica
-from liftbridge._subscription import (
+from liftbridge._consume._cursors import Cursors
+from liftbridge._consume._subscription import (
     Subscription,
     _Request,
     start_subscription,
     subscribe_request,
 )
+from liftbridge._core._admin import Admin
+from liftbridge._core._router import BrokerId, Deadline, Leader, Replica
+from liftbridge._groups._session import GroupSession
 from liftbridge_api import api_pb2
 from tests.unit.fake_router import (
     FakeRouter,
@@ -206,7 +206,7 @@ def test_iterating_an_ended_subscription_again_ends_at_once(router: FakeRouter) 
 
 
 def test_close_does_not_wait_per_stuck_handler(router: FakeRouter) -> None:
-    from liftbridge._subscription import close_all
+    from liftbridge._consume._subscription import close_all
 
     release = threading.Event()
 

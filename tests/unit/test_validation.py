@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import liftbridge
-from liftbridge import _validate as check
+from liftbridge._core import _validate as check
 
 
 @pytest.mark.parametrize("subject", ["", "a..b", ".a", "a.", "a b", "a.*", "a.>", "a*"])
@@ -286,7 +286,7 @@ def test_addresses_with_ipv6_hosts_pass() -> None:
 
 
 def test_group_ids_leave_room_for_their_cursor_prefix() -> None:
-    from liftbridge._group import GROUP_CURSOR_PREFIX
+    from liftbridge._groups._values import GROUP_CURSOR_PREFIX
 
     room = check.MAX_NAME_BYTES - len(GROUP_CURSOR_PREFIX)
     assert check.identifier("g" * room, arg="group_id", max_bytes=room) == "g" * room
@@ -340,7 +340,7 @@ def test_message_size_counts_the_request_and_the_envelope() -> None:
 
 
 def test_messages_must_be_an_iterable_of_messages() -> None:
-    from liftbridge._messages import checked_messages
+    from liftbridge._core._messages import checked_messages
 
     message = liftbridge.Message(offset=0, value=b"v")
     assert checked_messages(iter([message])) == [message]
@@ -358,7 +358,7 @@ def test_a_publish_whose_parts_fit_the_unmeasured_bound_fits_the_limit(
 ) -> None:
     """Publishing.request measures a request only when its parts exceed a bound
     (headers aside); the bound must leave every field encoding within the limit."""
-    from liftbridge._publishing import _FIELD_OVERHEAD
+    from liftbridge._publish._publishing import _FIELD_OVERHEAD
     from liftbridge_api import api_pb2
 
     correlation_id = "é" * 40

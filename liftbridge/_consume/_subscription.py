@@ -1,0 +1,687 @@
+"""Subscriptions: one thread per subscription reads a partition's gRPC stream
+and calls the handler; the thread re-subscribes after transient failures.
+
+A subscription ends in exactly one of these ways:
+
+* ``close()`` was called (``error`` is None);
+* the stop position was reached (``error`` is None, ``stop_position_reached``);
+* a terminal error: no such partition, stream deleted, partition paused, end
+  of a readonly partition, fencing, or no broker within ``resubscribe_wait``
+  (``error`` is set, and the handler was called once with it);
+* the handler raised (``error`` is a :class:`HandlerError`; see below).
+
+Re-subscribing: after a broker failure, a leadership move, or a log segment
+closed under a slow reader by retention, the thread opens a new stream from
+the last offset delivered + 1, within ``resubscribe_wait``. A partition the
+new leader does not know yet ("No such partition": a restarted server
+serves its API before it has replayed its streams) is retried too, as long
+as fresh metadata still lists it. Metadata refreshes made while
+re-subscribing have short deadlines of their own, so one stalled broker
+cannot spend the whole wait.
+
+Without a handler, messages wait in a bounded buffer for the iterating
+thread; when it is full the subscription thread stops reading, and gRPC's
+flow control slows the server down.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import grpc
+
+from liftbridge._consume._handoff import Empty, Handoff
+from liftbridge._core import _validate as check
+from liftbridge._core._messages import Message, message_from_proto
+from liftbridge._core._router import Deadline, Leader, Replica, Router
+from liftbridge._errors import (
+    ArgumentTypeError,
+    ClientClosedError,
+    ConnectionLostError,
+    HandlerError,
+    InvalidArgumentError,
+    LiftbridgeError,
+    NoSuchPartitionError,
+    NotLeaderError,
+    PartitionPausedError,
+    ReadonlyPartitionError,
+    ServerError,
+    StopPositionReached,
+    StreamDeletedError,
+    UnavailableError,
+    from_rpc_error,
+)
+from liftbridge._transport._channels import StreamCall
+from liftbridge_api import api_pb2
+
+_log = logging.getLogger(__name__)
+
+Handler = Callable[[Message | None, BaseException | None], None]
+"""``handler(message, error)``: a message, or (None, error) once when the subscription fails."""
+
+_JOIN_TIMEOUT = 5.0
+_REFRESH_WAIT = 2.0
+"""Deadline of one metadata refresh made while re-subscribing."""
+_POLL = 0.1
+"""How often a thread blocked on the iteration buffer looks for close()."""
+DEFAULT_BUFFER = 1024
+"""Messages an iterated subscription holds for its reader at most."""
+_LINGER = 0.0005
+"""Seconds an iterating thread that emptied its batch while messages stream in
+waits for more before asking to be woken (see :mod:`liftbridge._consume._handoff`)."""
+
+
+class StartPosition(enum.Enum):
+    """Where a subscription starts, when not at an offset or a time.
+
+    ``Client.subscribe`` also takes an ``int`` offset (first message at or
+    after it), a ``datetime`` (first message received at or after it) or a
+    ``timedelta`` (that long before now).
+    """
+
+    NEW_ONLY = "new_only"
+    """Only messages published after the subscription starts (the default)."""
+    EARLIEST = "earliest"
+    """The oldest message still in the partition."""
+    LATEST = "latest"
+    """The newest message already in the partition, then new ones."""
+
+
+class StopPosition(enum.Enum):
+    """Where a subscription stops, when not at an offset or a time.
+
+    ``Client.subscribe`` also takes an ``int`` offset (stop after that message)
+    or a ``datetime`` (stop after the last message received before it).
+    """
+
+    LATEST = "latest"
+    """The newest message in the partition when the subscription starts."""
+
+
+Start = StartPosition | int | datetime | timedelta
+Stop = StopPosition | int | datetime
+
+
+def _unix_ns(when: datetime, arg: str) -> int:
+    return check.timestamp_ns(when, arg=arg)
+
+
+def subscribe_request(
+    stream: str,
+    partition: int,
+    start: Start,
+    stop: Stop | None,
+    read_isr_replica: bool,
+    resume: bool,
+) -> api_pb2.SubscribeRequest:
+    """Builds a SubscribeRequest, validating the positions.
+
+    Raises:
+        InvalidArgumentError: a negative offset, a naive datetime, or a stop
+            before the start.
+        ArgumentTypeError: a position of an unsupported type.
+    """
+    request = api_pb2.SubscribeRequest(
+        stream=stream, partition=partition, readISRReplica=read_isr_replica, resume=resume
+    )
+    if isinstance(start, StartPosition):
+        request.startPosition = {
+            StartPosition.NEW_ONLY: api_pb2.NEW_ONLY,
+            StartPosition.EARLIEST: api_pb2.EARLIEST,
+            StartPosition.LATEST: api_pb2.LATEST,
+        }[start]
+    elif isinstance(start, int) and not isinstance(start, bool):
+        check.int64(start, arg="start offset")
+        request.startPosition = api_pb2.OFFSET
+        request.startOffset = start
+    elif isinstance(start, datetime):
+        request.startPosition = api_pb2.TIMESTAMP
+        request.startTimestamp = _unix_ns(start, "start")
+    elif isinstance(start, timedelta):
+        request.startPosition = api_pb2.TIMESTAMP
+        request.startTimestamp = check.time_before_now_ns(start, arg="start")
+    else:
+        raise ArgumentTypeError(
+            "start must be a StartPosition, an int offset, a datetime or a timedelta, "
+            f"got {type(start).__name__}"
+        )
+    if stop is None:
+        request.stopPosition = api_pb2.STOP_ON_CANCEL
+    elif isinstance(stop, StopPosition):
+        request.stopPosition = api_pb2.STOP_LATEST
+    elif isinstance(stop, int) and not isinstance(stop, bool):
+        check.int64(stop, arg="stop offset")
+        if request.startPosition == api_pb2.OFFSET and stop < request.startOffset:
+            raise InvalidArgumentError(
+                f"stop offset {stop} is before start offset {request.startOffset}"
+            )
+        request.stopPosition = api_pb2.STOP_OFFSET
+        request.stopOffset = stop
+    elif isinstance(stop, datetime):
+        request.stopPosition = api_pb2.STOP_TIMESTAMP
+        request.stopTimestamp = _unix_ns(stop, "stop")
+    else:
+        raise ArgumentTypeError(
+            "stop must be None, a StopPosition, an int offset or a datetime, "
+            f"got {type(stop).__name__}"
+        )
+    return request
+
+
+def _resubscribable(error: LiftbridgeError) -> bool:
+    """Failures a new Subscribe (to a fresh leader) may cure."""
+    if isinstance(error, (UnavailableError, NotLeaderError)):
+        return True
+    if isinstance(error, PartitionPausedError) and error.segment_closed:
+        return True  # retention deleted the segment a slow reader was on
+    # The leader closing its log while stepping down surfaces as INTERNAL.
+    return isinstance(error, ServerError) and error.code == "INTERNAL"
+
+
+@dataclass(frozen=True)
+class _Request:
+    """Everything needed to (re)build a SubscribeRequest."""
+
+    stream: str
+    partition: int
+    base: api_pb2.SubscribeRequest
+
+
+class Subscription:
+    """A running subscription to one stream partition. Thread-safe.
+
+    Iterate over it (when created without a handler) or let the handler run;
+    ``close()`` ends it from any thread, including inside the handler.
+    Context manager: leaving the block closes it.
+
+    Handler exceptions: the message's handler call counts as failed, the
+    subscription stops (it never skips past an unprocessed message), ``error``
+    becomes a :class:`HandlerError` wrapping the exception, and
+    ``last_offset`` stays at the last message handled successfully, so a new
+    subscription from ``last_offset + 1`` retries it.
+    """
+
+    def __init__(
+        self,
+        router: Router,
+        request: _Request,
+        handler: Handler | None,
+        *,
+        resubscribe_wait: float,
+        open_timeout: float,
+        buffer: int = DEFAULT_BUFFER,
+    ) -> None:
+        self._router = router
+        self._request = request
+        self._resubscribe_wait = resubscribe_wait
+        self._open_timeout = open_timeout
+        # Without a handler: messages (then None, or the terminal error) for
+        # the iterating thread, at most ``buffer`` of them.
+        self._queue: Handoff[Message | BaseException | None] | None = None
+        if handler is None:
+            self._queue = Handoff(buffer, linger=_LINGER)
+            handler = self._enqueue
+        self._handler: Handler = handler
+        self._closed = threading.Event()
+        self._done = threading.Event()
+        self._lock = threading.Lock()  # guards _call, _broker and _last_broker
+        self._call: StreamCall[api_pb2.Message] | None = None
+        self._broker: str | None = None
+        self._last_broker: str | None = None
+        # Offset of the last message the handler took (the iterating thread
+        # takes it from the buffer); _read_to: the last one read from the
+        # stream, where a re-subscription resumes after. Equal with a handler.
+        self._last_offset: int | None = None
+        self._read_to: int | None = None
+        self._error: BaseException | None = None
+        self._stop_reached = False
+        self._thread = threading.Thread(
+            target=self._run,
+            name=f"liftbridge-sub-{request.stream}-{request.partition}",
+            daemon=True,
+        )
+
+    # ----------------------------------------------------------- public --
+
+    @property
+    def stream(self) -> str:
+        """The stream read."""
+        return self._request.stream
+
+    @property
+    def partition(self) -> int:
+        """The partition read."""
+        return self._request.partition
+
+    @property
+    def last_offset(self) -> int | None:
+        """Offset of the last message whose handler returned (iterated: the
+        last one the iteration yielded); None before the first."""
+        return self._last_offset
+
+    @property
+    def broker(self) -> str | None:
+        """Address of the broker serving the subscription now (the leader, or
+        an in-sync replica with ``read_isr_replica``); None when not connected."""
+        return self._broker
+
+    @property
+    def last_broker(self) -> str | None:
+        """Address of the broker the subscription was read from last, also
+        after it ended (:attr:`broker` is None then); None before it opened."""
+        return self._last_broker
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the subscription failed; None while running or after a normal end."""
+        return self._error
+
+    @property
+    def stop_position_reached(self) -> bool:
+        """True when the subscription ended at its stop position."""
+        return self._stop_reached
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` was called (also by the client closing); the
+        thread may still be finishing."""
+        return self._closed.is_set()
+
+    @property
+    def done(self) -> bool:
+        """True once the subscription has ended."""
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Blocks until the subscription ends.
+
+        Returns:
+            True when it ended, False when the timeout passed first.
+        """
+        return self._done.wait(check.optional_seconds(timeout))
+
+    def close(self, timeout: float | None = None) -> None:
+        """Ends the subscription. Idempotent; safe from any thread, including
+        the handler (then it returns without waiting for the thread).
+
+        Args:
+            timeout: seconds to wait for the thread (a handler still running
+                finishes its message first); None for 5 seconds.
+        """
+        timeout = check.optional_seconds(timeout)
+        close_all([self], time.monotonic() + (_JOIN_TIMEOUT if timeout is None else timeout))
+
+    def _signal_close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            call = self._call
+        if call is not None:
+            call.cancel()
+
+    def _join(self, deadline: float) -> None:
+        if self._thread is threading.current_thread() or not self._thread.is_alive():
+            return
+        self._thread.join(max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive():
+            _log.warning("subscription thread %s did not stop in time", self._thread.name)
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[Message]:
+        """Yields messages as they arrive (only without a handler).
+
+        Ends at the stop position or on ``close()`` (at once, also when
+        iterated again after it ended); raises the terminal error. Taking a
+        message advances :attr:`last_offset`.
+        """
+        buffered = self._queue
+        if buffered is None:
+            raise TypeError(
+                "this subscription delivers to its handler; iterate one made without a handler"
+            )
+        while not self._closed.is_set():
+            # Once done, everything the thread will ever hand over is buffered.
+            done = self._done.is_set()
+            try:
+                item = buffered.get(0 if done else _POLL)
+            except Empty:
+                if done:
+                    return
+                continue
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            self._last_offset = item.offset
+            yield item
+
+    def __repr__(self) -> str:
+        state = "done" if self.done else "running"
+        return (
+            f"<Subscription {self.stream}/{self.partition} {state} last_offset={self._last_offset}>"
+        )
+
+    # ---------------------------------------------------------- internal --
+
+    def _enqueue(self, message: Message | None, error: BaseException | None) -> None:
+        self._put(message if message is not None else error)
+
+    def _put(self, item: Message | BaseException | None) -> None:
+        """Hands an item to the iterating thread, waiting while the buffer is
+        full (and dropping it once the subscription is closed)."""
+        assert self._queue is not None
+        while not self._closed.is_set():
+            if self._queue.put(item, _POLL):
+                return
+
+    def _build(self, resume_from: int | None) -> api_pb2.SubscribeRequest:
+        request = api_pb2.SubscribeRequest()
+        request.CopyFrom(self._request.base)
+        if resume_from is not None:
+            request.startPosition = api_pb2.OFFSET
+            request.startOffset = resume_from
+            request.resume = False
+        return request
+
+    def _open(self, resume_from: int | None) -> Iterator[api_pb2.Message]:
+        """Opens the stream and consumes the handshake; raises mapped errors."""
+        stream, partition = self._request.stream, self._request.partition
+        target = (
+            Replica(stream, partition)
+            if self._request.base.readISRReplica
+            else Leader(stream, partition)
+        )
+        address, call = self._router.open_stream(
+            "Subscribe",
+            self._build(resume_from),
+            target=target,
+            deadline=Deadline(self._open_timeout),
+        )
+        with self._lock:
+            self._call = call
+            self._broker = address
+            self._last_broker = address
+        if self._closed.is_set():
+            call.cancel()
+        try:
+            # The first message is an empty handshake; errors arrive here.
+            # A timer cancels a handshake that never comes (e.g. a hung broker).
+            timer = threading.Timer(self._open_timeout, call.cancel)
+            timer.name = f"liftbridge-sub-open-{self._request.stream}-{self._request.partition}"
+            timer.daemon = True
+            timer.start()
+            try:
+                next(call)
+            finally:
+                timer.cancel()
+        except grpc.RpcError as e:
+            if self._closed.is_set():
+                raise ClientClosedError("subscription closed") from e
+            error = from_rpc_error(e)
+            if isinstance(error, PartitionPausedError) and not error.segment_closed:
+                raise PartitionPausedError(
+                    f"partition {self._request.partition} of {self._request.stream!r} is paused; "
+                    f"subscribe with resume=True to resume it ({error})"
+                ) from e
+            raise error from e
+        except StopIteration:
+            raise ConnectionLostError(
+                "the subscription stream ended during the handshake"
+            ) from None
+        return call
+
+    def _start(self) -> None:
+        """Opens the stream on the caller's thread (so errors like
+        NoSuchPartitionError raise from ``subscribe``), retrying leadership
+        moves and unavailable brokers within ``resubscribe_wait``; then
+        starts the thread."""
+        try:
+            self._first_stream = self._open_with_retry(None)
+        except StopPositionReached as e:
+            error = self._stop_reached_or_error(e)
+            if error is not None:
+                raise error from e
+            self._finish()  # e.g. stop=LATEST on an empty partition: done at once
+            return
+        self._thread.start()
+
+    def _stop_reached_or_error(self, error: StopPositionReached) -> LiftbridgeError | None:
+        """None when the stop position asked for was reached; otherwise the
+        readonly error the server means by it."""
+        if self._request.base.stopPosition != api_pb2.STOP_ON_CANCEL:
+            self._stop_reached = True
+            return None
+        # No stop position was asked for: server v1.9.0 ends a subscription to
+        # an already-readonly partition this way once it is fully read.
+        return ReadonlyPartitionError(f"end of readonly partition reached ({error})")
+
+    def _finish(self) -> None:
+        with self._lock:
+            self._call = None
+            self._broker = None
+        if self._queue is not None:
+            self._put(None)
+        self._done.set()
+
+    def _open_with_retry(self, resume_from: int | None) -> Iterator[api_pb2.Message]:
+        deadline = time.monotonic() + self._resubscribe_wait
+        attempt = 0
+        while True:
+            try:
+                return self._open(resume_from)
+            except LiftbridgeError as e:
+                attempt += 1
+                if self._closed.is_set() or self._router.closed:
+                    raise
+                # "No such partition" is final on the first opening, not
+                # while re-subscribing to a partition the metadata lists.
+                reopening = attempt > 1 or resume_from is not None
+                retry = _resubscribable(e) or (reopening and self._still_listed(e))
+                if not retry or time.monotonic() >= deadline:
+                    raise
+                wait = random.uniform(0.01, min(0.5, 0.05 * 2**attempt))
+                _log.debug(
+                    "subscribe to %s/%s failed (%s); retrying in %.3fs",
+                    self._request.stream,
+                    self._request.partition,
+                    e,
+                    wait,
+                )
+                if self._closed.wait(wait):
+                    raise ClientClosedError("subscription closed") from e
+                self._router.refresh_quietly(
+                    Deadline(min(_REFRESH_WAIT, max(0.0, deadline - time.monotonic())))
+                )
+                if isinstance(e, (NotLeaderError, PartitionPausedError)) and self._router.is_paused(
+                    self._request.stream, self._request.partition
+                ):
+                    raise PartitionPausedError(
+                        f"partition {self._request.partition} of {self._request.stream!r} is "
+                        "paused; subscribe with resume=True to resume it"
+                    ) from e
+
+    def _still_listed(self, error: LiftbridgeError) -> bool:
+        """True for "no such partition" from a broker while the cached
+        metadata still lists the partition: a restarted leader serves its
+        API before it has replayed its streams. A deleted stream is final."""
+        if not isinstance(error, NoSuchPartitionError) or isinstance(error, StreamDeletedError):
+            return False
+        listed = self._router.metadata.partition(self._request.stream, self._request.partition)
+        return listed is not None
+
+    def _run(self) -> None:
+        """Thread ``liftbridge-sub-<stream>-<partition>``."""
+        stream: Iterator[api_pb2.Message] | None = self._first_stream
+        try:
+            while stream is not None:
+                stream = self._consume(stream)
+        except BaseException as e:  # never die silently
+            _log.exception(
+                "subscription %s/%s failed unexpectedly",
+                self._request.stream,
+                self._request.partition,
+            )
+            self._fail(
+                e
+                if isinstance(e, LiftbridgeError)
+                else LiftbridgeError(f"subscription thread failed: {e!r}")
+            )
+        finally:
+            self._finish()
+
+    def _consume(self, stream: Iterator[api_pb2.Message]) -> Iterator[api_pb2.Message] | None:
+        """Delivers messages until the stream ends; returns the next stream
+        after a successful resubscribe, or None when the subscription is over."""
+        handler = self._handler
+        # Server v1.9.0 serves a start offset past the partition's high
+        # watermark from "the next committed message", which can be older than
+        # asked for (a new leader's watermark lags). So nothing below the
+        # requested start offset, and no offset twice, is ever delivered.
+        if self._read_to is not None:
+            floor = self._read_to
+        elif self._request.base.startPosition == api_pb2.OFFSET:
+            floor = self._request.base.startOffset - 1
+        else:
+            floor = -1
+        closed = self._closed.is_set
+        buffered = self._queue
+        name, partition = self._request.stream, self._request.partition
+        try:
+            for pb in stream:
+                offset = pb.offset
+                if offset <= floor:  # repeated or out of order: the floor moves with each message
+                    _log.debug("subscription %s/%s: dropped offset %d", name, partition, offset)
+                    continue
+                if pb.stream != name or pb.partition != partition:
+                    _log.warning(
+                        "subscription %s/%s: dropped a message of %s/%s at offset %d",
+                        name,
+                        partition,
+                        pb.stream,
+                        pb.partition,
+                        offset,
+                    )
+                    continue
+                try:
+                    handler(message_from_proto(pb), None)
+                except Exception as e:
+                    _log.exception(
+                        "handler raised on %s/%s offset %d; the subscription stops",
+                        self._request.stream,
+                        self._request.partition,
+                        offset,
+                    )
+                    self._fail(HandlerError(offset, e), notify=False)
+                    return None
+                self._read_to = floor = offset
+                if buffered is None:
+                    self._last_offset = offset
+                if closed():
+                    return None
+            error: LiftbridgeError = ConnectionLostError("the server ended the subscription stream")
+        except grpc.RpcError as e:
+            if self._closed.is_set():
+                return None
+            error = from_rpc_error(e)
+        if isinstance(error, StopPositionReached):
+            readonly = self._stop_reached_or_error(error)
+            if readonly is None:
+                return None
+            error = readonly
+        if not _resubscribable(error) and not isinstance(error, ConnectionLostError):
+            self._fail(error)
+            return None
+        resume_from = None if self._read_to is None else self._read_to + 1
+        _log.info(
+            "subscription %s/%s interrupted (%s); resubscribing from %s",
+            self._request.stream,
+            self._request.partition,
+            error,
+            "the start position" if resume_from is None else f"offset {resume_from}",
+        )
+        try:
+            return self._open_with_retry(resume_from)
+        except ClientClosedError:
+            return None
+        except StopPositionReached as e:
+            readonly = self._stop_reached_or_error(e)
+            if readonly is not None:
+                self._fail(readonly)
+            return None
+        except LiftbridgeError as e:
+            self._fail(e)
+            return None
+
+    def _fail(self, error: BaseException, *, notify: bool = True) -> None:
+        self._error = error
+        if self._closed.is_set():
+            return
+        if notify:  # a handler's own exception was logged where it was caught
+            _log.warning(
+                "subscription %s/%s gave up: %s: %s",
+                self._request.stream,
+                self._request.partition,
+                type(error).__name__,
+                error,
+            )
+            try:
+                self._handler(None, error)
+            except Exception:
+                _log.exception("handler raised while being told the subscription failed")
+        elif self._queue is not None:
+            self._put(error)
+
+
+def start_subscription(
+    router: Router,
+    request: _Request,
+    handler: Handler | None,
+    *,
+    resubscribe_wait: float,
+    open_timeout: float,
+    buffer: int = DEFAULT_BUFFER,
+) -> Subscription:
+    """Creates a subscription and opens it on the calling thread (errors such
+    as NoSuchPartitionError raise here), then starts its thread.
+
+    Args:
+        router: how to reach the partition's brokers.
+        request: what to subscribe to.
+        handler: ``handler(message, error)``, or None to iterate.
+        resubscribe_wait: seconds to keep re-subscribing after a failure
+            (also bounds the first opening).
+        open_timeout: seconds one opening handshake may take.
+        buffer: messages an iterated subscription holds at most.
+    """
+    subscription = Subscription(
+        router,
+        request,
+        handler,
+        resubscribe_wait=resubscribe_wait,
+        open_timeout=open_timeout,
+        buffer=buffer,
+    )
+    subscription._start()
+    return subscription
+
+
+def close_all(subscriptions: Iterable[Subscription], deadline: float) -> None:
+    """Closes subscriptions together: signals every one, then waits for their
+    threads until ``deadline`` (``time.monotonic()``), so N stuck handlers
+    cost one wait, not N."""
+    subscriptions = list(subscriptions)
+    for subscription in subscriptions:
+        subscription._signal_close()
+    for subscription in subscriptions:
+        subscription._join(deadline)

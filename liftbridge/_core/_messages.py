@@ -1,0 +1,480 @@
+"""Value objects for what flows through streams: messages, acks, ack policies.
+
+Protobufs are converted here, at the boundary; user code only sees these.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import FrozenInstanceError
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any, Self
+
+from liftbridge._core import _validate as check
+from liftbridge._errors import ArgumentTypeError, LiftbridgeError, ServerError, from_async_error
+from liftbridge_api import api_pb2
+
+_EMPTY_HEADERS: Mapping[str, bytes] = MappingProxyType({})
+
+
+class AckPolicy(enum.IntEnum):
+    """When the server acknowledges a published message."""
+
+    LEADER = api_pb2.LEADER
+    """Once the partition leader has stored it (the default)."""
+    ALL = api_pb2.ALL
+    """Once every in-sync replica has stored it."""
+    NONE = api_pb2.NONE
+    """Never: fire and forget."""
+
+
+def _datetime(ns: int) -> datetime:
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC)
+
+
+class _WireValue:
+    """What Message and Ack share: a protobuf-backed value that behaves like a
+    frozen dataclass. Subclasses list their fields in ``_fields``, in
+    constructor order; repr and pickling follow from it."""
+
+    __slots__ = ()
+
+    def _fields(self) -> dict[str, object]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in self._fields().items())
+        return f"{type(self).__name__}({fields})"
+
+    def __reduce__(self) -> tuple[type[Self], tuple[object, ...]]:
+        return type(self), tuple(self._fields().values())
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(
+            f"cannot assign to field {name!r}: {type(self).__name__} objects are immutable"
+        )
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(
+            f"cannot delete field {name!r}: {type(self).__name__} objects are immutable"
+        )
+
+
+class Message(_WireValue):
+    """A message read from a stream partition. Immutable; safe to share across threads.
+
+    Messages compare equal when all their fields do, pickle, and hash by
+    stream, partition, offset and value.
+
+    Attributes:
+        offset: position in the partition, monotonic.
+        value: the payload.
+        key: the key, or ``None`` when the message had none.
+        timestamp_ns: when the server received it, unix nanoseconds.
+        stream: stream name.
+        partition: partition number.
+        subject: NATS subject it was received on.
+        reply_subject: NATS reply subject, empty when none.
+        headers: read-only mapping of header name to bytes (includes the
+            server-added ``subject`` and ``reply`` headers).
+    """
+
+    # A Message keeps the protobuf it was read as and answers each field from
+    # it: converting every field up front cost more than the gRPC read itself
+    # on the subscription path. The protobuf is private to its Message
+    # (message_from_proto takes it over; __init__ builds its own), so nothing
+    # can change it. The headers are copied into a read-only mapping the
+    # first time they are read (until then the _headers slot is unset),
+    # because reading a missing key of a protobuf map would insert it.
+    __slots__ = ("_headers", "_pb")
+
+    _pb: api_pb2.Message
+    _headers: Mapping[str, bytes]
+
+    def __init__(
+        self,
+        offset: int,
+        value: bytes,
+        key: bytes | None = None,
+        timestamp_ns: int = 0,
+        stream: str = "",
+        partition: int = 0,
+        subject: str = "",
+        reply_subject: str = "",
+        headers: Mapping[str, bytes] | None = None,
+    ) -> None:
+        pb = api_pb2.Message(
+            offset=check.int64(offset, arg="offset", minimum=check.INT64_MIN),
+            value=check.data(value),
+            key=check.optional_bytes(key, arg="key") or b"",
+            timestamp=check.int64(timestamp_ns, arg="timestamp_ns", minimum=check.INT64_MIN),
+            stream=check.text(stream, arg="stream"),
+            partition=check.partition(partition),
+            subject=check.text(subject, arg="subject"),
+            replySubject=check.text(reply_subject, arg="reply_subject"),
+            headers=check.headers(headers),
+        )
+        _set_pb(self, pb)
+
+    @property
+    def offset(self) -> int:
+        return self._pb.offset
+
+    @property
+    def value(self) -> bytes:
+        return self._pb.value
+
+    @property
+    def key(self) -> bytes | None:
+        return self._pb.key or None
+
+    @property
+    def timestamp_ns(self) -> int:
+        return self._pb.timestamp
+
+    @property
+    def stream(self) -> str:
+        return self._pb.stream
+
+    @property
+    def partition(self) -> int:
+        return self._pb.partition
+
+    @property
+    def subject(self) -> str:
+        return self._pb.subject
+
+    @property
+    def reply_subject(self) -> str:
+        return self._pb.replySubject
+
+    @property
+    def headers(self) -> Mapping[str, bytes]:
+        try:
+            return self._headers
+        except AttributeError:  # first read
+            pass
+        # Threads racing here each build an equal mapping; any one is kept.
+        pb_headers = self._pb.headers
+        headers = (
+            MappingProxyType({name: pb_headers[name] for name in pb_headers})
+            if pb_headers
+            else _EMPTY_HEADERS
+        )
+        _set_headers(self, headers)
+        return headers
+
+    @property
+    def timestamp(self) -> datetime:
+        """``timestamp_ns`` as an aware UTC datetime (microsecond precision)."""
+        return _datetime(self._pb.timestamp)
+
+    def to_dict(self) -> dict[str, object]:
+        """The message as a plain dict of its fields, plus ``timestamp`` as a datetime.
+
+        Keys: ``stream``, ``partition``, ``offset``, ``timestamp`` (aware UTC
+        datetime), ``timestamp_ns``, ``key``, ``value``, ``headers`` (a new
+        ``dict``), ``subject``, ``reply_subject``. Handy for ``json``,
+        DataFrames and logging; the dict is the caller's to change.
+        """
+        return {
+            "stream": self.stream,
+            "partition": self.partition,
+            "offset": self.offset,
+            "timestamp": self.timestamp,
+            "timestamp_ns": self.timestamp_ns,
+            "key": self.key,
+            "value": self.value,
+            "headers": dict(self.headers),
+            "subject": self.subject,
+            "reply_subject": self.reply_subject,
+        }
+
+    def _fields(self) -> dict[str, object]:
+        """Every field by name, in constructor order."""
+        return {
+            "offset": self.offset,
+            "value": self.value,
+            "key": self.key,
+            "timestamp_ns": self.timestamp_ns,
+            "stream": self.stream,
+            "partition": self.partition,
+            "subject": self.subject,
+            "reply_subject": self.reply_subject,
+            "headers": dict(self.headers),
+        }
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return bool(self._pb == other._pb)
+
+    def __hash__(self) -> int:
+        pb = self._pb
+        return hash((pb.stream, pb.partition, pb.offset, pb.value))
+
+
+# The slots' own setters: the only writers, used once per Message (headers: once at most).
+_set_pb = vars(Message)["_pb"].__set__
+_set_headers = vars(Message)["_headers"].__set__
+_new = object.__new__
+
+
+def message_from_proto(pb: api_pb2.Message) -> Message:
+    """Wraps a wire Message, the only way one is built from a protobuf.
+
+    The Message takes ``pb`` over: the caller must not keep or change it.
+    """
+    message = _new(Message)
+    _set_pb(message, pb)
+    return message
+
+
+class Ack(_WireValue):
+    """The server's acknowledgement that a message was committed to a partition.
+
+    Immutable; safe to share across threads. Acks compare equal when all
+    their fields do, pickle, and hash by stream, offset and correlation id.
+
+    Attributes:
+        stream: stream name.
+        partition: the partition the message was stored in (derived from the
+            subjects below).
+        partition_subject: NATS subject of the partition.
+        message_subject: NATS subject the message was received on.
+        offset: offset the message was committed at.
+        ack_inbox: NATS subject the ack was published to.
+        correlation_id: the id that matched the ack to its publish.
+        ack_policy: the policy the message was sent with.
+        reception_timestamp_ns: when the server received it, unix nanoseconds.
+        commit_timestamp_ns: when it was committed, unix nanoseconds.
+        error: for acks read from an ack inbox, the server's refusal (for
+            example :class:`IncorrectOffsetError`), else ``None``. The SDK's
+            publish methods raise it instead of returning such an ack.
+    """
+
+    # Like Message, an Ack keeps the protobuf it was read as (one per publish,
+    # built on the thread that resolves every publish's future) and answers
+    # each field from it. The protobuf is private to its Ack. The policy and
+    # the error are decoded up front, so an unknown value fails at the boundary.
+    __slots__ = ("_error", "_pb", "_policy")
+
+    _pb: api_pb2.Ack
+    _policy: AckPolicy
+    _error: LiftbridgeError | None
+
+    def __init__(
+        self,
+        stream: str,
+        partition_subject: str,
+        message_subject: str,
+        offset: int,
+        ack_inbox: str,
+        correlation_id: str,
+        ack_policy: AckPolicy,
+        reception_timestamp_ns: int,
+        commit_timestamp_ns: int,
+        error: LiftbridgeError | None = None,
+    ) -> None:
+        if not isinstance(ack_policy, AckPolicy):
+            raise ArgumentTypeError(
+                f"ack_policy must be an AckPolicy, got {type(ack_policy).__name__}"
+            )
+        if error is not None and not isinstance(error, LiftbridgeError):
+            raise ArgumentTypeError(
+                f"error must be a LiftbridgeError or None, got {type(error).__name__}"
+            )
+        policy = ack_policy
+        pb = api_pb2.Ack(
+            stream=check.text(stream, arg="stream"),
+            partitionSubject=check.text(partition_subject, arg="partition_subject"),
+            msgSubject=check.text(message_subject, arg="message_subject"),
+            offset=check.int64(offset, arg="offset", minimum=check.INT64_MIN),
+            ackInbox=check.text(ack_inbox, arg="ack_inbox"),
+            correlationId=check.text(correlation_id, arg="correlation_id"),
+            ackPolicy=policy.value,
+            receptionTimestamp=check.int64(
+                reception_timestamp_ns, arg="reception_timestamp_ns", minimum=check.INT64_MIN
+            ),
+            commitTimestamp=check.int64(
+                commit_timestamp_ns, arg="commit_timestamp_ns", minimum=check.INT64_MIN
+            ),
+        )
+        _set_ack_pb(self, pb)
+        _set_ack_policy(self, policy)
+        _set_ack_error(self, error)
+
+    @property
+    def stream(self) -> str:
+        return self._pb.stream
+
+    @property
+    def partition_subject(self) -> str:
+        return self._pb.partitionSubject
+
+    @property
+    def message_subject(self) -> str:
+        return self._pb.msgSubject
+
+    @property
+    def partition(self) -> int:
+        """The partition the message was stored in, read from the subjects
+        (computed when read, so acks cost nothing more on the publish path).
+
+        Partition N > 0 of a stream listens on ``<partition_subject>.N``, so a
+        message subject one token longer than the partition subject ends in the
+        partition number; otherwise (and for a subject ending in ``>``, which
+        takes one partition only) the partition is 0.
+        """
+        pb = self._pb
+        base = pb.partitionSubject
+        if base.endswith(">"):
+            return 0
+        head, _, last = pb.msgSubject.rpartition(".")
+        if head and last.isascii() and last.isdigit() and head.count(".") == base.count("."):
+            return int(last)
+        return 0
+
+    @property
+    def offset(self) -> int:
+        return self._pb.offset
+
+    @property
+    def ack_inbox(self) -> str:
+        return self._pb.ackInbox
+
+    @property
+    def correlation_id(self) -> str:
+        return self._pb.correlationId
+
+    @property
+    def ack_policy(self) -> AckPolicy:
+        return self._policy
+
+    @property
+    def reception_timestamp_ns(self) -> int:
+        return self._pb.receptionTimestamp
+
+    @property
+    def commit_timestamp_ns(self) -> int:
+        return self._pb.commitTimestamp
+
+    @property
+    def error(self) -> LiftbridgeError | None:
+        return self._error
+
+    def _fields(self) -> dict[str, object]:
+        """Every field by name, in constructor order."""
+        return {
+            "stream": self.stream,
+            "partition_subject": self.partition_subject,
+            "message_subject": self.message_subject,
+            "offset": self.offset,
+            "ack_inbox": self.ack_inbox,
+            "correlation_id": self.correlation_id,
+            "ack_policy": self.ack_policy,
+            "reception_timestamp_ns": self.reception_timestamp_ns,
+            "commit_timestamp_ns": self.commit_timestamp_ns,
+            "error": self.error,
+        }
+
+    def __repr__(self) -> str:
+        fields = self._fields()
+        shown = {"stream": fields.pop("stream"), "partition": self.partition, **fields}
+        return "Ack(" + ", ".join(f"{name}={value!r}" for name, value in shown.items()) + ")"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Ack):
+            return NotImplemented
+        return bool(self._fields() == other._fields())
+
+    def __hash__(self) -> int:
+        pb = self._pb
+        return hash((pb.stream, pb.offset, pb.correlationId))
+
+
+_set_ack_pb = vars(Ack)["_pb"].__set__
+_set_ack_policy = vars(Ack)["_policy"].__set__
+_set_ack_error = vars(Ack)["_error"].__set__
+_ACK_POLICIES = {policy.value: policy for policy in AckPolicy}
+_ACK_OK = api_pb2.Ack.OK
+
+
+def wire_enum_name(name_of: Callable[[Any], str], number: int) -> str:
+    """The name of a wire enum value by its enum's ``Name`` (e.g.
+    ``api_pb2.Ack.Error.Name``), ``"UNKNOWN_<number>"`` for a value this SDK's
+    protocol does not define (a newer or misbehaving server).
+
+    Never raises: one unknown value in one response must not fail the stream
+    it came on. :func:`~liftbridge._errors.from_async_error` maps the unknown
+    name to a :class:`ServerError` carrying it as its ``code``.
+    """
+    try:
+        return name_of(number)
+    except ValueError:
+        return f"UNKNOWN_{number}"
+
+
+def ack_outcome(pb: api_pb2.Ack) -> tuple[Ack | None, LiftbridgeError | None]:
+    """A wire Ack as (ack, error), exactly one of them None; never raises.
+
+    The error is the server's refusal (``ackError``), or a :class:`ServerError`
+    for an ack policy this SDK does not know: the server acknowledged the
+    message (it was most likely stored), but the ack cannot be represented.
+    The Ack takes ``pb`` over: the caller must not change it.
+    """
+    # ack_from_proto, unrolled: this runs once per acked publish.
+    if pb.ackError != _ACK_OK:
+        return None, from_async_error(wire_enum_name(api_pb2.Ack.Error.Name, pb.ackError), "")
+    policy = _ACK_POLICIES.get(pb.ackPolicy)
+    if policy is None:
+        return None, ServerError(
+            f"the server acked the publish with ack policy {pb.ackPolicy}, which this SDK "
+            "does not know; the message was most likely stored",
+            code=f"UNKNOWN_ACK_POLICY_{pb.ackPolicy}",
+        )
+    ack = _new(Ack)
+    _set_ack_pb(ack, pb)
+    _set_ack_policy(ack, policy)
+    _set_ack_error(ack, None)
+    return ack, None
+
+
+def ack_from_proto(pb: api_pb2.Ack) -> Ack:
+    """Wraps a wire Ack, carrying its ack error as a typed exception (a
+    :class:`ServerError` for an error code this SDK does not know).
+
+    The Ack takes ``pb`` over: the caller must not change it.
+
+    Raises:
+        ValueError: the ack policy is not one this SDK knows.
+    """
+    error = None
+    if pb.ackError != _ACK_OK:
+        error = from_async_error(wire_enum_name(api_pb2.Ack.Error.Name, pb.ackError), "")
+    policy = _ACK_POLICIES.get(pb.ackPolicy)
+    if policy is None:
+        policy = AckPolicy(pb.ackPolicy)  # raises ValueError naming the unknown value
+    ack = _new(Ack)
+    _set_ack_pb(ack, pb)
+    _set_ack_policy(ack, policy)
+    _set_ack_error(ack, error)
+    return ack
+
+
+def checked_messages(value: object, *, arg: str = "messages") -> list[Message]:
+    """An iterable of :class:`Message` (a list, a subscription, a generator),
+    as a list; for the helpers that tabulate messages.
+
+    Raises:
+        ArgumentTypeError: not an iterable, or an item is not a Message.
+    """
+    if isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
+        raise ArgumentTypeError(f"{arg} must be an iterable of Message, got {type(value).__name__}")
+    items = list(value)
+    for item in items:
+        if not isinstance(item, Message):
+            raise ArgumentTypeError(f"{arg} must hold Message, got {type(item).__name__}")
+    return items

@@ -1,0 +1,560 @@
+"""The routing core: the one object that owns the cluster.
+
+A :class:`Router` holds the per-broker channels, the metadata cache and the
+broker rotation, and answers every routing question the SDK asks: any broker,
+a partition's leader, a random in-sync replica, a broker by id. Every feature
+(the client's operations, the publisher, subscriptions, consumer groups,
+cursors) reaches the cluster through its public methods:
+
+- :meth:`Router.call`: a unary RPC with retries, under one :class:`Deadline`
+  for the whole call (attempts, backoff and metadata refreshes included);
+- :meth:`Router.invoke`: one attempt on one broker;
+- :meth:`Router.open_stream`: a streaming RPC on the broker a target names;
+- :meth:`Router.refresh`: fresh metadata, one refresh at a time, never older
+  than what the cache holds.
+
+Deadlines: ``timeout=None`` on a public call means the retry policy's
+``total_timeout``; each attempt gets at most ``rpc_timeout`` of what remains.
+A refresh made while retrying spends the same deadline, in one pass over the
+brokers, so a call never outlives its deadline by more than a scheduling delay.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from liftbridge._core import _retry
+from liftbridge._core._liveness import BrokerWatch, DownListener
+from liftbridge._core._metadata import Metadata, MetadataCache, PartitionInfo, metadata_from_proto
+from liftbridge._core._retry import RetryPolicy
+from liftbridge._errors import (
+    ClientClosedError,
+    DeadlineExceededError,
+    LiftbridgeError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    NotLeaderError,
+    UnavailableError,
+    from_rpc_error,
+)
+from liftbridge._transport._channels import Channels, StreamCall, TLSConfig
+from liftbridge_api import api_pb2, api_pb2_grpc
+
+_log = logging.getLogger(__name__)
+
+METADATA_SETTLE = 1.0
+"""Seconds to keep looking for a stream or partition missing from fresh metadata:
+brokers learn of a new stream at slightly different times."""
+
+_MIN_REFRESH_ATTEMPT = 0.25
+"""Seconds a metadata refresh gives a broker at least (within its deadline)
+before it moves on to the next."""
+
+
+class Deadline:
+    """A point in ``time.monotonic()`` by which a whole call must finish."""
+
+    __slots__ = ("expires",)
+
+    def __init__(self, seconds: float) -> None:
+        self.expires = time.monotonic() + seconds
+
+    def remaining(self) -> float:
+        """Seconds left, never negative."""
+        return max(0.0, self.expires - time.monotonic())
+
+    @property
+    def expired(self) -> bool:
+        """True once the deadline has passed."""
+        return time.monotonic() >= self.expires
+
+    def attempt(self, cap: float) -> float:
+        """The timeout of one attempt: ``cap`` or what remains, if less.
+
+        Raises:
+            DeadlineExceededError: nothing remains.
+        """
+        left = self.expires - time.monotonic()
+        if left <= 0:
+            raise DeadlineExceededError("the call's deadline passed")
+        return min(cap, left)
+
+    def __repr__(self) -> str:
+        return f"Deadline(remaining={self.remaining():.3f}s)"
+
+
+# ----------------------------------------------------------------- targets --
+
+
+@dataclass(frozen=True, slots=True)
+class AnyBroker:
+    """Any broker: the current one of the rotation, the next after a failure."""
+
+
+@dataclass(frozen=True, slots=True)
+class Leader:
+    """The leader of a stream partition."""
+
+    stream: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """A random in-sync replica of a stream partition (the leader when none is known)."""
+
+    stream: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerId:
+    """The broker with this server id (e.g. a consumer group's coordinator)."""
+
+    broker_id: str
+
+
+Target = AnyBroker | Leader | Replica | BrokerId
+ANY = AnyBroker()
+
+
+def _default_total(policy: RetryPolicy, rpc_timeout: float) -> float:
+    if policy.total_timeout is not None:
+        return policy.total_timeout
+    return rpc_timeout * policy.max_attempts
+
+
+class Router:
+    """Channels, metadata, routing and deadlines for one client. Thread-safe.
+
+    Args:
+        seeds: ``host:port`` addresses to connect through.
+        tls: TLS settings, or None for plaintext.
+        rpc_timeout: the longest one attempt of an RPC may take.
+        retry_policy: attempts and backoff of resilient calls.
+    """
+
+    def __init__(
+        self,
+        seeds: tuple[str, ...],
+        *,
+        tls: TLSConfig | None,
+        rpc_timeout: float,
+        retry_policy: RetryPolicy,
+    ) -> None:
+        self._channels = Channels(tls)
+        self._watch = BrokerWatch(self._channels.open_private)
+        self._cache = MetadataCache(seeds)
+        self._rpc_timeout = rpc_timeout
+        self._retry_policy = retry_policy
+        self._default_total = _default_total(retry_policy, rpc_timeout)
+        # _lock guards _broker_index, _retrying and _closed.
+        self._lock = threading.Lock()
+        self._broker_index = 0
+        self._retrying = True
+        self._closed = False
+        # Held by the one refresh under way; others wait for it (see refresh()).
+        self._refresh_lock = threading.Lock()
+        self._generation = 0  # bumped by every completed refresh (under _refresh_lock)
+
+    # ------------------------------------------------------------ settings --
+
+    @property
+    def rpc_timeout(self) -> float:
+        """The longest one attempt of an RPC may take, in seconds."""
+        return self._rpc_timeout
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        """How resilient calls are retried."""
+        return self._retry_policy
+
+    def deadline(self, timeout: float | None) -> Deadline:
+        """The deadline of a call given its (already validated) ``timeout``:
+        None means the retry policy's ``total_timeout``."""
+        return Deadline(self._default_total if timeout is None else timeout)
+
+    # ------------------------------------------------------------ lifecycle --
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran: every call raises ClientClosedError."""
+        return self._closed
+
+    @property
+    def retrying(self) -> bool:
+        """False once the owner started closing: failures are no longer retried."""
+        return self._retrying
+
+    def stop_retrying(self) -> None:
+        """Calls still work, but fail at their first failure (used while closing,
+        so consumers can commit and leave without waiting out retries)."""
+        with self._lock:
+            self._retrying = False
+
+    def close(self) -> None:
+        """Closes every channel; calls in flight end with CANCELLED. Idempotent."""
+        with self._lock:
+            self._retrying = False
+            self._closed = True
+        self._watch.close()
+        self._channels.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("the client is closed")
+
+    # ------------------------------------------------------------- metadata --
+
+    @property
+    def metadata(self) -> Metadata:
+        """The cached metadata, without an RPC."""
+        return self._cache.current
+
+    def connect(self, timeout: float) -> Metadata:
+        """Fetches the first metadata through any seed, retrying every seed in
+        turn until ``timeout`` seconds have passed.
+
+        A seed that is down answers at once (connection refused); one whose
+        cluster just lost a node may stall its FetchMetadata, so each attempt
+        gets a share of the time and the next seed is tried.
+
+        Raises:
+            UnavailableError: no seed answered in time.
+        """
+        deadline = Deadline(timeout)
+        seeds = self._cache.addresses()
+        per_attempt = max(0.5, timeout / (2 * len(seeds)))
+        failures: dict[str, str] = {}
+        rounds = 0
+        while True:
+            for seed in seeds:
+                try:
+                    attempt = deadline.attempt(per_attempt)
+                except DeadlineExceededError:
+                    break
+                try:
+                    response = self.invoke(
+                        seed, "FetchMetadata", api_pb2.FetchMetadataRequest(), attempt
+                    )
+                except LiftbridgeError as e:
+                    if isinstance(e, ClientClosedError):
+                        raise
+                    _log.info("seed %s did not answer: %s", seed, e)
+                    failures[seed] = str(e)
+                    continue
+                _log.debug("connected through %s", seed)
+                return self._store(metadata_from_proto(response))
+            rounds += 1
+            if deadline.expired:
+                break
+            time.sleep(min(deadline.remaining(), 0.1 * rounds))
+        detail = "; ".join(f"{seed}: {why}" for seed, why in failures.items())
+        raise UnavailableError(f"no Liftbridge broker answered within {timeout:g}s: {detail}")
+
+    def _store(self, metadata: Metadata) -> Metadata:
+        self._generation += 1
+        return self._cache.replace(metadata)
+
+    def refresh(self, deadline: Deadline | None = None, *, shared: bool = True) -> Metadata:
+        """Fetches the whole cluster's metadata and caches it.
+
+        One refresh runs at a time: a caller that waited for another's refresh
+        takes its result instead of asking again (unless ``shared`` is False:
+        then the metadata returned was asked for after the call began). Each
+        broker is asked in turn (on a failure, the next one; brokers known
+        down last) until one answers or the deadline passes; every broker
+        but the last is given at most half of the time left.
+
+        Raises:
+            DeadlineExceededError, UnavailableError: no broker answered in time.
+        """
+        deadline = deadline or self.deadline(None)
+        generation = self._generation
+        if not self._refresh_lock.acquire(timeout=deadline.remaining()):
+            raise DeadlineExceededError("timed out waiting for a metadata refresh")
+        try:
+            if shared and self._generation != generation:
+                return self._cache.current  # refreshed while we waited
+            addresses = self._cache.addresses()
+            start = self._rotation()
+            order = [addresses[(start + i) % len(addresses)] for i in range(len(addresses))]
+            order.sort(key=self._watch.is_down)  # brokers known down last (a stable sort)
+            last: LiftbridgeError | None = None
+            for i, address in enumerate(order):
+                cap = self._rpc_timeout
+                if i < len(order) - 1:
+                    # Leave the brokers after this one half of what remains:
+                    # a hung broker must not take the whole deadline.
+                    cap = min(cap, max(deadline.remaining() / 2, _MIN_REFRESH_ATTEMPT))
+                try:
+                    response = self.invoke(
+                        address,
+                        "FetchMetadata",
+                        api_pb2.FetchMetadataRequest(),
+                        deadline.attempt(cap),
+                    )
+                except (UnavailableError, DeadlineExceededError) as e:
+                    last = e
+                    if i == 0:
+                        self.next_broker(e)
+                    continue
+                return self._store(metadata_from_proto(response))
+            assert last is not None
+            raise last
+        finally:
+            self._refresh_lock.release()
+
+    def refresh_quietly(self, deadline: Deadline | None = None) -> None:
+        """:meth:`refresh`, logging a failure instead of raising it."""
+        try:
+            self.refresh(deadline)
+        except LiftbridgeError as e:
+            _log.debug("metadata refresh failed: %s", e)
+
+    def partition_info(self, stream: str, partition: int, deadline: Deadline) -> PartitionInfo:
+        """The partition from the cache, else from fresh metadata, looked for
+        up to ``METADATA_SETTLE`` seconds (within the deadline).
+
+        Raises:
+            NoSuchStreamError, NoSuchPartitionError: still missing after that.
+        """
+        info = self._cache.current.partition(stream, partition)
+        if info is not None:
+            return info
+        settle = min(deadline.expires, time.monotonic() + METADATA_SETTLE)
+        wait = 0.02
+        while True:
+            metadata = self.refresh(deadline)
+            info = metadata.partition(stream, partition)
+            if info is not None:
+                return info
+            if time.monotonic() + wait >= settle:
+                if metadata.get_stream(stream) is None:
+                    raise NoSuchStreamError(f"no such stream: {stream!r}")
+                raise NoSuchPartitionError(f"stream {stream!r} has no partition {partition}")
+            time.sleep(wait)
+            wait = min(wait * 2, 0.2)
+
+    def is_paused(self, stream: str, partition: int) -> bool:
+        """Whether the cached metadata says the partition is paused (a paused
+        partition has no active leader: "not leader" will not change by retrying)."""
+        info = self._cache.current.partition(stream, partition)
+        return info is not None and info.paused
+
+    # -------------------------------------------------------------- routing --
+
+    def _rotation(self) -> int:
+        with self._lock:
+            return self._broker_index
+
+    def next_broker(self, error: BaseException) -> None:
+        """Moves the rotation to the next broker after a failure."""
+        with self._lock:
+            self._broker_index += 1
+        _log.debug("switching broker after %r", error)
+
+    def address(self, target: Target, deadline: Deadline) -> str:
+        """The address of the broker ``target`` names right now.
+
+        Raises:
+            NotLeaderError: the partition has no leader known.
+            NoSuchStreamError, NoSuchPartitionError: the partition is unknown.
+            UnavailableError: the broker id is not in the metadata.
+        """
+        if isinstance(target, AnyBroker):
+            addresses = self._cache.addresses()
+            return addresses[self._rotation() % len(addresses)]
+        if isinstance(target, BrokerId):
+            broker = self._cache.current.broker(target.broker_id)
+            if broker is None:
+                broker = self.refresh(deadline).broker(target.broker_id)
+            if broker is None:
+                raise UnavailableError(
+                    f"broker {target.broker_id!r} is not in the cluster metadata"
+                )
+            return broker.address
+        info = self.partition_info(target.stream, target.partition, deadline)
+        metadata = self._cache.current
+        if isinstance(target, Replica):
+            isr = [b.address for b in map(metadata.broker, info.isr) if b is not None]
+            if isr:
+                return random.choice(isr)
+        leader = metadata.broker(info.leader) if info.leader else None
+        if leader is None:
+            raise NotLeaderError(
+                f"partition {target.partition} of {target.stream!r} has no known leader"
+            )
+        return leader.address
+
+    def leader_address(self, stream: str, partition: int) -> str | None:
+        """The address of the partition's leader in the cached metadata (no
+        RPC), or None when the cache names none; the broker is watched from
+        then on, so :meth:`on_broker_down` listeners hear if it goes down.
+
+        Raises:
+            ClientClosedError: after :meth:`close`.
+        """
+        metadata = self._cache.current
+        info = metadata.partition(stream, partition)
+        if info is None or not info.leader:
+            return None
+        broker = metadata.broker(info.leader)
+        if broker is None:
+            return None
+        self._watch.watch(broker.address)
+        return broker.address
+
+    def on_broker_down(self, listener: DownListener) -> None:
+        """Calls ``listener(address)`` when a broker watched (see
+        :meth:`leader_address`) is found down: its connection closed and a
+        new one is refused. The listener runs on liftbridge-broker-watch and must
+        only hand the work on."""
+        self._watch.add_listener(listener)
+
+    def off_broker_down(self, listener: DownListener) -> None:
+        """Stops calling a listener added by :meth:`on_broker_down`."""
+        self._watch.remove_listener(listener)
+
+    def broker_down(self, address: str) -> bool:
+        """True while a watched broker is known to be down."""
+        return self._watch.is_down(address)
+
+    def stub(self, address: str) -> api_pb2_grpc.APIStub:
+        """The API stub of a broker (its channel opens on first use).
+
+        Raises:
+            ClientClosedError: after :meth:`close`.
+        """
+        return self._channels.stub(address)
+
+    # ---------------------------------------------------------------- calls --
+
+    def invoke(self, address: str, method: str, request: Any, timeout: float) -> Any:
+        """One unary RPC attempt on one broker, errors mapped to the SDK's.
+
+        Raises:
+            ClientClosedError: the router is closed (also when it closed
+                during the call).
+            LiftbridgeError: the mapped gRPC failure.
+        """
+        self._check_open()
+        rpc = getattr(self._channels.stub(address), method)
+        try:
+            return rpc(request, timeout=timeout)
+        except grpc.RpcError as e:
+            self._check_open()
+            raise from_rpc_error(e) from e
+        except ValueError:  # grpc raises it for a call on a channel closed meanwhile
+            self._check_open()
+            raise
+
+    def call(
+        self,
+        method: str,
+        request: Any,
+        *,
+        deadline: Deadline,
+        target: Target = ANY,
+        idempotent: bool = False,
+        retry: bool = True,
+        retry_if: Callable[[LiftbridgeError], bool] | None = None,
+        on_retry: Callable[[BaseException], None] | None = None,
+    ) -> Any:
+        """A unary RPC on the broker ``target`` names, retried within ``deadline``.
+
+        Retried (while ``retry`` and the router is not closing): UNAVAILABLE on
+        any target (the next broker is tried); a missed attempt deadline for
+        idempotent calls; "not leader" for partition targets, unless the
+        partition is paused. Before retrying a partition target the metadata
+        is refreshed within the same deadline. ``retry_if`` adds more
+        retriable failures; ``on_retry`` is told of each failure retried.
+        With ``retry=False``: one attempt, after whose routing failure
+        (unavailable, not leader) the metadata is refreshed for the next call.
+
+        Raises:
+            DeadlineExceededError: the deadline passed (the last attempt's
+                error when it was one).
+            LiftbridgeError: the first failure not worth retrying, or the last.
+        """
+        partition_target = isinstance(target, (Leader, Replica))
+
+        def attempt() -> Any:
+            address = self.address(target, deadline)
+            return self.invoke(address, method, request, deadline.attempt(self._rpc_timeout))
+
+        def worth_retrying(error: BaseException) -> bool:
+            if not isinstance(error, LiftbridgeError) or not self._retrying:
+                return False
+            if isinstance(error, UnavailableError) and not isinstance(error, ClientClosedError):
+                return True
+            if isinstance(error, DeadlineExceededError) and idempotent:
+                return True
+            if isinstance(error, NotLeaderError) and partition_target:
+                assert isinstance(target, (Leader, Replica))
+                return not self.is_paused(target.stream, target.partition)
+            return retry_if is not None and retry_if(error)
+
+        def before_retry(error: BaseException) -> None:
+            if on_retry is not None:
+                on_retry(error)
+            self.next_broker(error)
+            if partition_target or isinstance(target, BrokerId):
+                # Half of what remains at most: the retry needs the rest.
+                self.refresh_quietly(Deadline(min(deadline.remaining() / 2, self._rpc_timeout)))
+
+        if not retry:
+            try:
+                return attempt()
+            except (UnavailableError, NotLeaderError) as e:
+                if not isinstance(e, ClientClosedError):
+                    self.next_broker(e)
+                    if partition_target or isinstance(target, BrokerId):
+                        self.refresh_quietly(Deadline(deadline.remaining()))
+                raise
+        return _retry.call(
+            self._retry_policy,
+            attempt,
+            retry_if=worth_retrying,
+            before_retry=before_retry,
+            describe=method,
+            deadline=deadline.expires,
+        )
+
+    def open_stream(
+        self, method: str, request: Any, *, target: Target, deadline: Deadline
+    ) -> tuple[str, StreamCall[Any]]:
+        """Starts a streaming RPC (Subscribe, PublishAsync) on the broker
+        ``target`` names. The call has no deadline of its own: the caller
+        owns its lifetime (and cancels it).
+
+        Returns:
+            The broker's address and the call.
+
+        Raises:
+            UnavailableError: the broker could not be reached (a call on a
+                connection of its own connects here; a channel's call fails
+                on its first read instead).
+        """
+        self._check_open()
+        address = self.address(target, deadline)
+        try:
+            call = self._channels.open_stream(
+                address, method, request, connect_timeout=max(0.05, deadline.remaining())
+            )
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from e
+        return address, call
+
+    def broker_failed(self, error: BaseException, deadline: Deadline | None = None) -> None:
+        """A stream's broker failed: rotate, and refresh the metadata quietly."""
+        self.next_broker(error)
+        self.refresh_quietly(deadline or Deadline(min(self._rpc_timeout, 5.0)))

@@ -1,0 +1,624 @@
+"""Publishing Liftbridge envelopes straight to NATS, next to the gRPC API.
+
+Liftbridge streams are fed by NATS subjects, so a NATS client can publish to a
+stream without going through a broker's gRPC API: it publishes a publish
+envelope (see :mod:`liftbridge._core._envelope`) on the stream partition's subject,
+and the partition leader publishes an ack envelope to the message's ack inbox.
+:class:`NatsPublisher` does both ends: one NATS connection, one ack inbox
+subscription, acks matched to publishes by correlation id.
+
+It names NATS subjects itself, so it has nothing to route and takes no
+client (nor router). Ack deadlines run on the SDK's one scheduler
+(:class:`~liftbridge._core._deadlines.AckTimer`, a ``liftbridge-ack-timer`` thread
+of the publisher's own, started on first use); the futures' done-callbacks
+run on a ``liftbridge-callbacks`` thread of its own, never on pynats2's
+threads or the timer.
+
+This is the only module that imports pynats2 (the ``nats`` extra), and only
+when a publisher is created, so ``import liftbridge`` works without it.
+pynats2 is thread-based and has sharp edges this module works around:
+
+- It reads the socket on its own thread and runs subscription callbacks on
+  a small thread pool (threads named ``Thread-N`` and ``worker_N``); they
+  all stop in :meth:`NatsPublisher.close`.
+- Its connect leaks a socket when nothing listens, and spins for ever when
+  the peer hangs up without a greeting, so the publisher first checks the
+  server's ``INFO`` greeting on a socket of its own (which also gives
+  ``max_payload``).
+- It does not wait for the server to accept the connection: with wrong
+  credentials the server hangs up, and publishes fail or time out.
+- A payload over the server's ``max_payload`` makes the server close the
+  connection, which kills pynats2's reader: the publisher refuses such
+  messages before sending them.
+- Once the connection is lost its reader spins until the socket is closed,
+  and its own close never returns: :meth:`NatsPublisher.close` gives it a
+  bounded time, then closes the socket under it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import functools
+import logging
+import threading
+import uuid
+import warnings
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from time import monotonic
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+from liftbridge._core import _validate
+from liftbridge._core._callbacks import CallbackRunner
+from liftbridge._core._deadlines import AckTimer
+from liftbridge._core._envelope import new_message, unmarshal_ack
+from liftbridge._core._messages import Ack, AckPolicy
+from liftbridge._errors import (
+    AckTimeoutError,
+    ArgumentTypeError,
+    ClientClosedError,
+    EnvelopeError,
+    InvalidArgumentError,
+    LiftbridgeError,
+    MessageTooLargeError,
+    MissingDependencyError,
+    UnavailableError,
+)
+from liftbridge._transport._nats_info import DEFAULT_PORT, server_info
+
+logger = logging.getLogger(__name__)
+
+# NATS's own default, used when the server's INFO does not say.
+_DEFAULT_MAX_PAYLOAD = 1024 * 1024
+# How long close() waits for pynats2's threads, twice over at most (see module doc).
+_CLOSE_TIMEOUT = 5.0
+
+
+def _import_pynats2() -> Any:
+    """Imports pynats2, or explains how to install it."""
+    try:
+        with warnings.catch_warnings():
+            # pynats2 imports pkg_resources, which newer setuptools deprecate.
+            warnings.filterwarnings("ignore", message="pkg_resources is deprecated")
+            warnings.filterwarnings("ignore", category=DeprecationWarning, module="pkg_resources")
+            import pynats2
+    except ImportError as e:
+        raise MissingDependencyError(
+            "publishing over NATS needs the pynats2 package: pip install 'liftbridge[nats]'"
+        ) from e
+    return pynats2
+
+
+def _stop_pynats2(pynats2: Any, client: Any, where: str, *, connection_lost: bool) -> None:
+    """Closes a pynats2 client without letting it block for ever.
+
+    Its close() joins its reader thread, which never ends once the connection
+    is lost; closing the socket underneath ends it. With ``connection_lost``
+    that is done first, else only if close() takes longer than it should.
+    """
+
+    def close() -> None:
+        try:
+            client.close()
+        except Exception:  # a half-connected client has no socket to close
+            logger.debug("pynats2 close of %s failed", where, exc_info=True)
+
+    def close_socket() -> None:
+        # The base class's close only closes the socket, which ends the reader's loop.
+        with contextlib.suppress(OSError, AttributeError):
+            pynats2.NATSNoSubscribeClient.close(client)
+
+    if connection_lost:
+        close_socket()
+    closer = threading.Thread(target=close, name="liftbridge-nats-close", daemon=True)
+    closer.start()
+    closer.join(_CLOSE_TIMEOUT)
+    if not closer.is_alive():
+        return
+    logger.warning(
+        "NATS client for %s did not stop within %.0fs (connection lost?); closing its socket",
+        where,
+        _CLOSE_TIMEOUT,
+    )
+    close_socket()
+    closer.join(_CLOSE_TIMEOUT)
+    if closer.is_alive():
+        logger.error("NATS client for %s did not stop; leaving its threads behind", where)
+
+
+class _State(enum.Enum):
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A publish waiting for its ack."""
+
+    future: Future[Ack | None] | None  # None once handed over by take_future
+    deadline: float  # time.monotonic()
+    timeout: float
+    subject: str
+    correlation_id: str
+    done: bool = False  # out of _pending (under _lock): the timer just drops it
+
+    def take_future(self) -> Future[Ack | None]:
+        """Marks the publish done and hands its future over to be resolved.
+        Until the timer drops a done entry (at the first deadline it reaches),
+        the entry then holds neither the future nor its outcome. Called under
+        the publisher's lock, once."""
+        future = self.future
+        assert future is not None, "a publish's future is taken once"
+        self.future = None
+        self.done = True
+        return future
+
+
+class NatsPublisher:
+    """Publishes messages to Liftbridge streams over a NATS connection.
+
+    Each message goes out as a publish envelope on a NATS subject (a stream
+    partition's subject: ``S`` for partition 0 of a stream with subject
+    ``S``, ``S.N`` for partition N), carrying this publisher's ack inbox and a
+    correlation id; the server's ack comes back on the inbox and is matched
+    to the publish. Nothing is retried: a message whose ack does not come in
+    time may or may not have been stored.
+
+    Use it as a context manager, or call :meth:`close`. Thread-safe: any
+    number of threads may publish at once.
+
+    Args:
+        url: the NATS server, ``nats://host:port`` (port 4222 if omitted;
+            ``nats://user:password@host:port`` for credentials). TLS is not
+            supported.
+        ack_inbox: the NATS subject acks are sent to; ``None`` for a fresh
+            ``_INBOX.<random>`` subject.
+        ack_timeout: default seconds to wait for an ack.
+        connect_timeout: seconds to wait for the server when connecting; also
+            pynats2's socket timeout.
+        crc: add a CRC-32C to every envelope; the server checks it and drops
+            (without an ack) a message that does not match.
+
+    Raises:
+        MissingDependencyError: pynats2 is not installed.
+        ArgumentTypeError: an argument has the wrong type.
+        InvalidArgumentError: ``url`` is not a ``nats://`` URL, or an argument
+            is out of range.
+        UnavailableError: no NATS server answers at ``url``.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        ack_inbox: str | None = None,
+        ack_timeout: float = 5.0,
+        connect_timeout: float = 5.0,
+        crc: bool = False,
+    ) -> None:
+        host, port, url = _parse_url(url)
+        self._where = f"{host}:{port}"
+        self._ack_timeout = _validate.seconds(ack_timeout, arg="ack_timeout")
+        connect_timeout = _validate.seconds(connect_timeout, arg="connect_timeout")
+        if not isinstance(crc, bool):
+            raise ArgumentTypeError(f"crc must be a bool, got {type(crc).__name__}")
+        self._crc = crc
+        if ack_inbox is None:
+            ack_inbox = f"_INBOX.{uuid.uuid4().hex}"
+        self._inbox = _validate.subject(ack_inbox, arg="ack_inbox")
+
+        self._lock = threading.Lock()
+        # _lock guards _state, _connection_lost and _pending.
+        self._state = _State.OPEN
+        self._connection_lost = False  # a write failed: the connection is gone
+        self._pending: dict[str, _Pending] = {}  # by correlation id
+        self._timer = AckTimer()  # liftbridge-ack-timer, started by the first deadline
+        # Publishes with the default ack timeout, appended under _lock (so in
+        # deadline order) and dropped as soon as they are resolved; others go
+        # on the timer's heap, where they stay until their deadline.
+        self._in_order = self._timer.ordered(self._expire_due, wait=self._ack_timeout)
+        self._runner = CallbackRunner()  # liftbridge-callbacks, for futures' done-callbacks
+
+        self._pynats2 = _import_pynats2()
+        info = server_info(host, port, connect_timeout)
+        max_payload = info.get("max_payload")
+        if not isinstance(max_payload, int) or max_payload <= 0:
+            max_payload = _DEFAULT_MAX_PAYLOAD
+        self._max_payload = max_payload
+        self._nats = self._connect(url, connect_timeout)
+        logger.debug("NATS publisher connected to %s, ack inbox %s", self._where, self._inbox)
+
+    def _connect(self, url: str, timeout: float) -> Any:
+        client = self._pynats2.NATSClient(url, name="liftbridge-python", socket_timeout=timeout)
+        try:
+            client.connect()
+            client.subscribe(self._inbox, callback=self._on_ack)
+        except (OSError, self._pynats2.NATSError) as e:
+            _stop_pynats2(self._pynats2, client, self._where, connection_lost=True)
+            raise UnavailableError(
+                f"cannot connect to the NATS server at {self._where}: {e!r}"
+            ) from e
+        return client
+
+    @property
+    def ack_inbox(self) -> str:
+        """The NATS subject this publisher receives acks on."""
+        return self._inbox
+
+    @property
+    def max_payload(self) -> int:
+        """The largest envelope the NATS server accepts, in bytes (its ``max_payload``)."""
+        return self._max_payload
+
+    def publish(
+        self,
+        subject: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Ack | None:
+        """Publishes one message and waits for its ack.
+
+        Args:
+            subject: the NATS subject of the stream partition.
+            value: the message payload.
+            key: the message key, ``None`` for none.
+            headers: header name to bytes.
+            ack_policy: when the server acks; with NONE nothing is waited for.
+            expected_offset: for streams with optimistic concurrency control,
+                the offset the message must land at; ``None`` for any.
+            correlation_id: the id matching the ack to this message; ``None``
+                for a fresh random one. Must not be in flight already.
+            timeout: seconds to wait for the ack; ``None`` for the
+                publisher's ``ack_timeout``.
+
+        Returns:
+            The ack, or ``None`` with ack policy NONE.
+
+        Raises:
+            AckTimeoutError: no ack came within ``timeout``.
+            IncorrectOffsetError: the partition's next offset is not
+                ``expected_offset``.
+            MessageTooLargeError: the envelope is larger than the NATS server's
+                ``max_payload`` (nothing was sent), or than the partition accepts.
+            ClientClosedError: the publisher is closed, or was closed while
+                waiting.
+            UnavailableError: the NATS connection is lost.
+            InvalidArgumentError: an argument is invalid (or ``ArgumentTypeError``
+                for a wrong type).
+        """
+        correlation_id, future, deadline = self._send(
+            subject,
+            value,
+            key=key,
+            headers=headers,
+            ack_policy=ack_policy,
+            expected_offset=expected_offset,
+            correlation_id=correlation_id,
+            timeout=timeout,
+        )
+        return self._wait(correlation_id, future, deadline)
+
+    def publish_async(
+        self,
+        subject: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Future[Ack | None]:
+        """Publishes one message and returns at once with a future for its ack.
+
+        Takes the same arguments as :meth:`publish`. The future cannot be
+        cancelled; it ends with the ack (``None`` with ack policy NONE) or
+        with the exception :meth:`publish` would raise. Its done-callbacks run
+        on the publisher's ``liftbridge-callbacks`` thread, one at a time (even
+        one added after it completed): a callback that blocks holds up the
+        later ones, never acks or timeouts.
+
+        Returns:
+            A future for the ack.
+
+        Raises:
+            MessageTooLargeError: the envelope is larger than ``max_payload``.
+            ClientClosedError: the publisher is closed.
+            UnavailableError: the NATS connection is lost.
+            InvalidArgumentError: an argument is invalid.
+        """
+        return self._send(
+            subject,
+            value,
+            key=key,
+            headers=headers,
+            ack_policy=ack_policy,
+            expected_offset=expected_offset,
+            correlation_id=correlation_id,
+            timeout=timeout,
+        )[1]
+
+    def publish_many(
+        self,
+        subject: str,
+        values: Iterable[bytes],
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        timeout: float | None = None,
+    ) -> list[Ack]:
+        """Publishes a batch of messages back to back, then waits for all their acks.
+
+        Pipelined: the acks are awaited only once every message is sent, so a
+        batch costs about one round trip, not one per message.
+
+        Args:
+            subject: the NATS subject of the stream partition.
+            values: the message payloads, in order.
+            key: the key of every message, ``None`` for none.
+            headers: the headers of every message.
+            ack_policy: LEADER or ALL (NONE has no acks to wait for: use
+                :meth:`publish_async`).
+            timeout: seconds to wait for each ack, counted from its publish;
+                ``None`` for the publisher's ``ack_timeout``.
+
+        Returns:
+            The acks, in the order of ``values``.
+
+        Raises:
+            LiftbridgeError: the first failure (in the order of ``values``),
+                raised once every message has its ack or error, with the
+                types :meth:`publish` raises. A failure to send stops the
+                batch at once; messages already sent are not waited for.
+        """
+        if ack_policy is AckPolicy.NONE:
+            raise InvalidArgumentError(
+                "publish_many waits for acks, and ack_policy NONE has none: use publish_async"
+            )
+        if isinstance(values, (bytes, bytearray, memoryview, str)):
+            raise ArgumentTypeError(
+                f"values must be an iterable of bytes payloads, got {type(values).__name__}"
+            )
+        sent = [
+            self._send(
+                subject,
+                value,
+                key=key,
+                headers=headers,
+                ack_policy=ack_policy,
+                expected_offset=None,
+                correlation_id=None,
+                timeout=timeout,
+            )
+            for value in values
+        ]
+        acks: list[Ack] = []
+        first_error: LiftbridgeError | None = None
+        for correlation_id, future, deadline in sent:
+            try:
+                ack = self._wait(correlation_id, future, deadline)
+            except LiftbridgeError as e:
+                first_error = first_error or e
+                continue
+            assert ack is not None  # only ack policy NONE gives None
+            acks.append(ack)
+        if first_error is not None:
+            raise first_error
+        return acks
+
+    def close(self) -> None:
+        """Closes the connection; fails publishes waiting for acks with ClientClosedError.
+
+        Idempotent and thread-safe. Blocks until the publisher's threads and
+        pynats2's have stopped: at once, or 5 seconds when the connection was
+        lost and no publish noticed (10 seconds at most, then it logs and
+        returns). After an :class:`UnavailableError`, close the publisher.
+        """
+        with self._lock:
+            if self._state is not _State.OPEN:
+                return
+            self._state = _State.CLOSING
+            pending = [(cid, entry, entry.take_future()) for cid, entry in self._pending.items()]
+            self._pending.clear()
+        self._timer.close(monotonic() + _CLOSE_TIMEOUT)
+        for correlation_id, entry, future in pending:
+            future.set_exception(
+                ClientClosedError(
+                    f"NATS publisher closed before the ack for correlation id "
+                    f"{correlation_id!r} (subject {entry.subject!r}) came; "
+                    "the message may or may not have been stored"
+                )
+            )
+        with self._lock:
+            connection_lost = self._connection_lost
+        _stop_pynats2(self._pynats2, self._nats, self._where, connection_lost=connection_lost)
+        # Runs the done-callbacks of those failures, unless called from one of them.
+        self._runner.close(monotonic() + _CLOSE_TIMEOUT)
+        with self._lock:
+            self._state = _State.CLOSED
+        logger.debug("NATS publisher for %s closed", self._where)
+
+    def __enter__(self) -> NatsPublisher:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"NatsPublisher(nats://{self._where}, {self._state.value})"
+
+    # ------------------------------------------------------------ internals --
+
+    def _send(
+        self,
+        subject: str,
+        value: bytes,
+        *,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        ack_policy: AckPolicy,
+        expected_offset: int | None,
+        correlation_id: str | None,
+        timeout: float | None,
+    ) -> tuple[str, Future[Ack | None], float]:
+        """Publishes one envelope; returns its correlation id, future and deadline."""
+        subject = _validate.subject(subject, arg="subject")
+        if timeout is None:
+            timeout = self._ack_timeout
+        else:
+            timeout = _validate.seconds(timeout, arg="timeout")
+        if correlation_id is None:
+            correlation_id = uuid.uuid4().hex
+        elif not isinstance(correlation_id, str):
+            raise ArgumentTypeError(
+                f"correlation_id must be a str or None, got {type(correlation_id).__name__}"
+            )
+        elif not correlation_id:
+            raise InvalidArgumentError("correlation_id must not be empty (None picks one)")
+        wants_ack = ack_policy is not AckPolicy.NONE
+        envelope = new_message(
+            value,
+            key=key,
+            headers=headers,
+            ack_inbox=self._inbox if wants_ack else "",
+            correlation_id=correlation_id,
+            ack_policy=ack_policy,
+            expected_offset=expected_offset,
+            crc=self._crc,
+        )
+        if len(envelope) > self._max_payload:
+            raise MessageTooLargeError(
+                f"the envelope is {len(envelope)} bytes, over the NATS server's max_payload "
+                f"of {self._max_payload} bytes (nothing was sent)"
+            )
+
+        # Running, so it cannot be cancelled; its done-callbacks run on liftbridge-callbacks.
+        future: Future[Ack | None] = self._runner.future()
+        in_order = timeout == self._ack_timeout
+        with self._lock:
+            deadline = monotonic() + timeout
+            if self._state is not _State.OPEN:
+                raise ClientClosedError(f"NATS publisher for {self._where} is closed")
+            if wants_ack:
+                if correlation_id in self._pending:
+                    raise InvalidArgumentError(
+                        f"correlation_id {correlation_id!r} is already waiting for its ack"
+                    )
+                # Registered before sending: the ack may come before publish() returns.
+                entry = _Pending(future, deadline, timeout, subject, correlation_id)
+                self._pending[correlation_id] = entry
+                if in_order:
+                    self._in_order.append(entry)
+        if wants_ack and not in_order:
+            self._timer.schedule(
+                deadline, functools.partial(self._expire, correlation_id, deadline)
+            )
+        try:
+            self._nats.publish(subject, payload=envelope)
+        except (OSError, self._pynats2.NATSError) as e:
+            with self._lock:
+                dropped = self._pending.pop(correlation_id, None)
+                if dropped is not None:
+                    dropped.take_future()  # the caller gets the error raised below
+                closed = self._state is not _State.OPEN
+                self._connection_lost = self._connection_lost or not closed
+            if closed:
+                raise ClientClosedError(f"NATS publisher for {self._where} is closed") from e
+            raise UnavailableError(f"NATS connection to {self._where} lost: {e!r}") from e
+        if not wants_ack:
+            future.set_result(None)
+        return correlation_id, future, deadline
+
+    def _wait(self, correlation_id: str, future: Future[Ack | None], deadline: float) -> Ack | None:
+        """Waits for a publish's future until its deadline, then expires it."""
+        with contextlib.suppress(TimeoutError):  # also AckTimeoutError, raised again below
+            return future.result(max(0.0, deadline - monotonic()))
+        self._expire(correlation_id, deadline)
+        # Whoever removed the entry (the ack, the timer, close) resolves it next.
+        return future.result()
+
+    def _expire(self, correlation_id: str, now: float) -> None:
+        """Fails a publish with AckTimeoutError if its deadline is at or before
+        ``now``. Runs on ``liftbridge-ack-timer`` or a publishing thread."""
+        with self._lock:
+            entry = self._pending.get(correlation_id)
+            if entry is None or entry.deadline > now:
+                return
+            del self._pending[correlation_id]
+            future = entry.take_future()
+        future.set_exception(
+            AckTimeoutError(
+                f"no ack within {entry.timeout:g}s for the message published on "
+                f"{entry.subject!r} (correlation id {correlation_id!r}); "
+                "it may or may not have been stored"
+            )
+        )
+
+    def _expire_due(self, entry: _Pending) -> None:
+        """Fails an in-order publish whose deadline passed. Runs on ``liftbridge-ack-timer``."""
+        self._expire(entry.correlation_id, entry.deadline)
+
+    def _on_ack(self, message: Any) -> None:
+        """Resolves the publish an ack is for. Runs on a pynats2 worker thread."""
+        try:
+            ack = unmarshal_ack(message.payload)
+        except EnvelopeError as e:
+            logger.warning(
+                "Dropping a message on ack inbox %s that is not an ack: %s", self._inbox, e
+            )
+            return
+        except Exception:  # pynats2 would swallow it silently
+            logger.exception("Failed to read a message on ack inbox %s", self._inbox)
+            return
+        with self._lock:
+            entry = self._pending.pop(ack.correlation_id, None)
+            future = None if entry is None else entry.take_future()
+        if future is None:
+            logger.debug(
+                "Dropping an ack for correlation id %r: timed out, or not ours",
+                ack.correlation_id,
+            )
+        elif ack.error is not None:
+            future.set_exception(ack.error)
+        else:
+            future.set_result(ack)
+
+
+def _parse_url(url: Any) -> tuple[str, int, str]:
+    """Checks a NATS URL; returns host, port and the URL with its port."""
+    if not isinstance(url, str):
+        raise ArgumentTypeError(f"url must be a str, got {type(url).__name__}")
+    _validate.text(url, arg="url")
+    _validate.printable(url, arg="url")
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError as e:
+        raise InvalidArgumentError(f"url is not a valid URL: {e}") from None
+    if parts.scheme != "nats" or not host:
+        raise InvalidArgumentError(
+            "url must look like nats://host:port (TLS is not supported), "
+            f"got one with scheme {parts.scheme!r} and host {host!r}"
+        )
+    if port is None:
+        port = DEFAULT_PORT
+        url = parts._replace(netloc=f"{parts.netloc}:{port}").geturl()
+    return host, port, url

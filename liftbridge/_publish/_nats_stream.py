@@ -1,0 +1,716 @@
+"""Publishing to Liftbridge streams through NATS in batches: the fast publish path.
+
+:class:`NatsStreamPublisher` writes publish envelopes (:mod:`liftbridge._core._envelope`)
+straight to the NATS subject of a stream partition and matches the acks that
+the partition leader sends to one inbox subscription. NATS carries many
+envelopes per socket write, which is how the Go client's PublishAsync pace
+is reached from Python; the gRPC publish path pays a round of HTTP/2 framing
+and grpcio's thread hops per message instead.
+
+It speaks the NATS protocol itself on a plain socket
+(:mod:`liftbridge._transport._nats_socket`; no third-party NATS client), behind a
+synchronous, thread-safe API. Five kinds of thread:
+
+- the caller's: checks the arguments, picks the partition from the
+  router's metadata (the client's :class:`~liftbridge._core._router.Router`),
+  builds the envelope and its ``PUB`` frame, takes a slot of the in-flight
+  window, registers the pending ack and hands the frame over;
+- ``liftbridge-nats-io`` (:mod:`liftbridge._transport._nats_socket`): the one thread
+  owning the NATS connection. It writes whatever envelopes are waiting as
+  ``PUB`` frames in one socket write, reconnects, and settles each
+  batch of acks it reads: decodes them, matches them to publishes, resolves
+  the futures and frees window slots (the table of pending acks and the
+  window are :class:`~liftbridge._publish._nats_window.AckWindow`), all without user
+  code, which would stall the connection;
+- ``liftbridge-nats-acks``: fails publishes NATS did not take, or all
+  pending ones when NATS gives up or the publisher closes;
+- ``liftbridge-ack-timer`` (:mod:`liftbridge._core._deadlines`), the client's one
+  thread for every ack deadline: fails late publishes with
+  :class:`AckTimeoutError` and frees their slots, and fails at once with
+  :class:`LeaderLostError` those awaiting a partition leader the client's
+  router found down (:mod:`liftbridge._core._liveness`);
+- ``liftbridge-callbacks`` (:mod:`liftbridge._core._callbacks`): ack handlers and
+  the futures' done-callbacks, the only place user code runs, so a slow
+  handler never holds up the NATS connection, ack matching or timeouts.
+
+The client's :meth:`~liftbridge.Client.close` closes the publisher first
+(its deadlines are on the client's timer); :func:`liftbridge._client.attach`
+is how it gets the client's router and timer.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import itertools
+import logging
+import queue
+import re
+import ssl
+import threading
+import uuid
+from collections.abc import Mapping
+from concurrent.futures import Future
+from time import monotonic
+from types import TracebackType
+from typing import Any, Literal, overload
+
+from liftbridge._client import Client, attach
+from liftbridge._core import _validate
+from liftbridge._core._callbacks import CallbackRunner
+from liftbridge._core._envelope import EnvelopeType, encode_envelope
+from liftbridge._core._messages import Ack, AckPolicy
+from liftbridge._core._metadata import Metadata, StreamInfo
+from liftbridge._core._partitioner import Partitioner, choose_partition
+from liftbridge._errors import (
+    ArgumentTypeError,
+    ClientClosedError,
+    ConnectionLostError,
+    InvalidArgumentError,
+    MessageTooLargeError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    UnavailableError,
+)
+from liftbridge._publish._bytes import PlainFrames, ack_inbox_field, message_bytes
+from liftbridge._publish._nats_window import AckHandler, AckWindow, Pending
+from liftbridge._publish._publishing import check_future
+from liftbridge._transport._nats_socket import CLOSE_TIMEOUT as _CLOSE_TIMEOUT
+from liftbridge._transport._nats_socket import NatsSocket, check_tls_required, pub_prefix
+from liftbridge_api import api_pb2
+
+logger = logging.getLogger(__name__)
+
+
+class _State(enum.Enum):
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class _Stop:
+    """Tells the acks thread to fail what is pending and end."""
+
+
+_STOP = _Stop()
+
+# Streams whose partition-0 subject is cached at most (then the cache starts over).
+_SUBJECTS_CACHED = 1024
+# What a subject must not hold (it would break the PUB line).
+_WHITESPACE = re.compile(r"\s")
+# Each AckPolicy as the wire enum (Enum.value is a slow property).
+_WIRE_POLICIES = {policy: api_pb2.AckPolicy.ValueType(policy.value) for policy in AckPolicy}
+# The envelope header of a publish without a CRC.
+_PLAIN_MESSAGE_HEADER = encode_envelope(EnvelopeType.MESSAGE, b"")
+_PLAIN_HEADER_SIZE = len(_PLAIN_MESSAGE_HEADER)
+# AckPolicy.NONE, looked up once (an enum member's lookup on its class is slow).
+_NONE = AckPolicy.NONE
+
+
+class NatsStreamPublisher:
+    """Publishes to Liftbridge streams over NATS, many envelopes per socket write.
+
+    The same contract as :meth:`Client.publish_async`: a Future and a
+    Go-style ``ack_handler(ack, error)`` (or, with ``future=False``, the
+    handler alone: a pipelining producer's cheapest way), a bounded
+    in-flight window, ack timeouts, typed errors, key and partition routing
+    (a key alone picks :class:`PartitionByKey`'s partition, as the Go client
+    does), headers, expected offsets. Partition N of a stream whose subject is S listens on
+    NATS subject S (N = 0) or ``S.N``; the subjects and partition counts come
+    from ``client``'s metadata (fetched once more when a stream is unknown).
+    Ack timeouts run on the client's ``liftbridge-ack-timer``, so the client's
+    :meth:`~liftbridge.Client.close` closes this publisher first.
+    Nothing is ever re-sent: a message whose ack does not come in time may or
+    may not have been stored.
+
+    The NATS connection reconnects on its own: publishes made while it is
+    away are buffered (8 MiB at most) and sent on reconnection; acks the server sent
+    meanwhile are lost and those publishes end with :class:`AckTimeoutError`. When
+    NATS gives up, publishes already written fail with :class:`ConnectionLostError` (they
+    may or may not have been stored); a publish that never left the buffer, or did not
+    fit in it, fails with :class:`UnavailableError` (not stored: ``retriable``).
+    When the partition leader a publish awaits goes down (its gRPC connection
+    closes and a reconnect is refused), the publish fails at once with
+    :class:`LeaderLostError`: it may or may not have been stored.
+
+    Thread-safe; use it as a context manager or call :meth:`close`.
+
+    Args:
+        client: a :class:`liftbridge.Client` of the same cluster: its router
+            (metadata) and its ack timer; closing it closes this publisher.
+        url: the NATS server: ``nats://host:port``, ``tls://host:port`` for
+            TLS, with ``user:password@`` for credentials.
+        max_inflight: publishes awaiting acks at most; ``publish_async``
+            blocks (up to its ``timeout``) while the window is full.
+        ack_timeout: default seconds to wait for an ack.
+        connect_timeout: seconds to wait for the NATS server when connecting.
+        crc: add a CRC-32C to every envelope (the server checks it).
+        tls: an SSL context for a TLS connection (implies TLS). With TLS, a
+            server that does not require it is refused (UnavailableError).
+        token: a NATS authentication token.
+        credentials: path to a NATS ``.creds`` file (JWT and NKey seed; needs
+            the nkeys package).
+        max_reconnect_attempts: reconnection attempts before giving up.
+        reconnect_wait: seconds between reconnection attempts.
+
+    Raises:
+        MissingDependencyError: ``credentials`` without the nkeys package.
+        InvalidArgumentError: a bad argument (ArgumentTypeError for a wrong type).
+        UnavailableError: the NATS server cannot be reached or refused us.
+        ClientClosedError: ``client`` is closed.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        url: str,
+        *,
+        max_inflight: int = 1024,
+        ack_timeout: float = 5.0,
+        connect_timeout: float = 5.0,
+        crc: bool = False,
+        tls: ssl.SSLContext | None = None,
+        token: str | None = None,
+        credentials: str | None = None,
+        max_reconnect_attempts: int = 60,
+        reconnect_wait: float = 0.5,
+    ) -> None:
+        if not isinstance(url, str) or not url.startswith(("nats://", "tls://")):
+            raise InvalidArgumentError(
+                f"url must look like nats://host:port or tls://host:port, got {url!r}"
+                if isinstance(url, str)
+                else f"url must be a str, got {type(url).__name__}"
+            )
+        self._max_inflight = _validate.positive_int(max_inflight, arg="max_inflight")
+        self._ack_timeout = _validate.seconds(ack_timeout, arg="ack_timeout")
+        connect_timeout = _validate.seconds(connect_timeout, arg="connect_timeout")
+        reconnect_wait = _validate.seconds(reconnect_wait, arg="reconnect_wait")
+        max_reconnect_attempts = _validate.positive_int(
+            max_reconnect_attempts, arg="max_reconnect_attempts", minimum=0
+        )
+        if not isinstance(crc, bool):
+            raise ArgumentTypeError(f"crc must be a bool, got {type(crc).__name__}")
+        if tls is not None and not isinstance(tls, ssl.SSLContext):
+            raise ArgumentTypeError(f"tls must be an ssl.SSLContext, got {type(tls).__name__}")
+        for name, value in (("token", token), ("credentials", credentials)):
+            if value is not None and not isinstance(value, str):
+                raise ArgumentTypeError(f"{name} must be a str or None, got {type(value).__name__}")
+        if tls is not None or url.startswith("tls://"):
+            check_tls_required(url, connect_timeout)
+        self._runner = CallbackRunner()  # the liftbridge-callbacks thread, started on first use
+        # The client closes this publisher first when it closes (before its ack timer).
+        core = attach(client, self)
+        self._router = core.router
+        self._timer = core.ack_timer
+        self._crc = crc
+        # Stream name -> (the router's metadata, the subject of partition 0,
+        # its leader's address: Router.leader_address from that metadata, the
+        # subject's PUB prefix). Written by publishing threads; a lost race
+        # only costs a lookup.
+        self._first_subjects: dict[str, tuple[Metadata, str, str | None, bytes]] = {}
+        self._where = url.split("@")[-1]  # never the credentials
+        self._inbox = f"_INBOX.{uuid.uuid4().hex}"
+        self._inbox_field = ack_inbox_field(self._inbox)  # in every envelope wanting an ack
+        self._ids = itertools.count()
+        self._id_prefix = f"{uuid.uuid4().hex[:12]}-"
+
+        self._lock = threading.Lock()  # guards _state
+        self._state = _State.OPEN
+        self._lost: BaseException | None = None  # NATS gave up reconnecting
+        # Pending acks, their deadlines on the client's liftbridge-ack-timer,
+        # and the in-flight window.
+        self._window = AckWindow(
+            max_inflight=self._max_inflight,
+            ack_timeout=self._ack_timeout,
+            timer=self._timer,
+            runner=self._runner,
+            inbox=self._inbox,
+        )
+        # Publishes awaiting a partition leader found down fail at once, on
+        # the ack timer (the listener runs on liftbridge-broker-watch).
+        self._router.on_broker_down(self._broker_down)
+        self._acks_inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._acks_thread = threading.Thread(
+            target=self._run_acks, name="liftbridge-nats-acks", daemon=True
+        )
+        self._nats = NatsSocket(self._where, self._inbox, self._deliver, self._on_closed)
+        try:
+            self._nats.connect(
+                url,
+                connect_timeout=connect_timeout,
+                tls=tls,
+                token=token,
+                credentials=credentials,
+                max_reconnect_attempts=max_reconnect_attempts,
+                reconnect_wait=reconnect_wait,
+            )
+        except BaseException:
+            self._close_state()
+            raise
+        self._max_payload = self._nats.max_payload
+        # Values up to _plain_limit bytes fit in max_payload with any correlation id.
+        self._plain = PlainFrames(_PLAIN_MESSAGE_HEADER, self._inbox_field)
+        self._plain_limit = self._max_payload - self._plain.overhead
+        self._acks_thread.start()
+        logger.debug(
+            "NATS stream publisher connected to %s, ack inbox %s", self._where, self._inbox
+        )
+
+    # -------------------------------------------------------------- public --
+
+    @property
+    def ack_inbox(self) -> str:
+        """The NATS subject this publisher receives acks on."""
+        return self._inbox
+
+    @property
+    def max_payload(self) -> int:
+        """The largest envelope the NATS server accepts, in bytes."""
+        return self._max_payload
+
+    @overload
+    def publish_async(
+        self,
+        stream: str,
+        value: bytes,
+        ack_handler: AckHandler | None = None,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        timeout: float | None = None,
+        future: Literal[True] = True,
+    ) -> Future[Ack | None]: ...
+
+    @overload
+    def publish_async(
+        self,
+        stream: str,
+        value: bytes,
+        ack_handler: AckHandler | None = None,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        timeout: float | None = None,
+        future: Literal[False],
+    ) -> None: ...
+
+    def publish_async(
+        self,
+        stream: str,
+        value: bytes,
+        ack_handler: AckHandler | None = None,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        timeout: float | None = None,
+        future: bool = True,
+    ) -> Future[Ack | None] | None:
+        """Publishes a message over NATS without waiting for its ack.
+
+        The partition is ``partition`` when given, else the ``partitioner``'s
+        choice, else the key's partition (:class:`PartitionByKey`) when there
+        is a key, else 0. Blocks only while ``max_inflight`` publishes await
+        acks, until an eighth of the window has freed up (or ``timeout``).
+
+        Args:
+            stream: the stream.
+            value: the payload.
+            ack_handler: ``handler(ack, error)``, called once with the outcome
+                (not for AckPolicy.NONE). Runs on the ``liftbridge-callbacks``
+                thread, as do the future's done-callbacks (even one added
+                after it completed): a handler that blocks holds up later
+                handlers, never acks or timeouts. Exceptions it raises are
+                logged. From there,
+                ``publish_async`` raises :class:`PublishWindowFullError` at
+                once rather than wait on a full window.
+            key: the message key.
+            headers: header name to bytes.
+            partition: explicit partition; wins over ``partitioner``.
+            partitioner: e.g. :class:`PartitionByKey`.
+            ack_policy: LEADER (default), ALL, or NONE (sent, never acked).
+            expected_offset: the offset the message must land at (optimistic
+                concurrency control), else :class:`IncorrectOffsetError`.
+            timeout: seconds to wait for the ack (and for a window slot);
+                None for the publisher's ``ack_timeout``.
+            future: False to get no Future: the outcome then goes to
+                ``ack_handler`` alone (required unless AckPolicy.NONE), which
+                spares the Future's dozen objects per publish (about half
+                of the client's CPU per pipelined message, most of it the
+                garbage collector's passes over the Futures in flight).
+
+        Returns:
+            A Future of the :class:`Ack` (None for AckPolicy.NONE, once handed
+            to NATS). It cannot be cancelled. None with ``future=False``.
+
+        Raises:
+            InvalidArgumentError, ArgumentTypeError: bad input (nothing sent).
+            NoSuchStreamError, NoSuchPartitionError: not in the metadata.
+            MessageTooLargeError: the envelope is over NATS's ``max_payload``.
+            PublishWindowFullError: the window stayed full for ``timeout``.
+            ClientClosedError: the publisher is closed.
+            ConnectionLostError: NATS gave up reconnecting.
+        """
+        if ack_handler is not None and not callable(ack_handler):
+            raise ArgumentTypeError("ack_handler must be callable or None")
+        if timeout is None:
+            timeout = self._ack_timeout
+        else:
+            timeout = _validate.seconds(timeout, arg="timeout")
+        if type(value) is not bytes:
+            value = _validate.data(value)
+        if key is not None:
+            key = _validate.data(key, arg="key")
+        if partition is None and partitioner is None and not key:
+            # Partition 0: its subject and leader are cached per stream name
+            # (checked when cached) for as long as the router's metadata is the same.
+            cached = self._first_subjects.get(stream) if type(stream) is str else None
+            if cached is None or cached[0] is not self._router.metadata:
+                cached = self._first_subject(stream, value)
+            _, subject, leader, prefix = cached
+            partition = 0
+        else:
+            _validate.stream_name(stream)
+            subject, partition = self._subject(stream, key, value, partition, partitioner)
+            leader = None
+            prefix = pub_prefix(subject)
+        wants_ack = ack_policy is not _NONE
+        if expected_offset is not None and not wants_ack:
+            raise InvalidArgumentError(
+                "expected_offset needs an ack (ack_policy LEADER or ALL): the server refuses "
+                "optimistic-concurrency publishes with AckPolicy.NONE"
+            )
+        if not isinstance(ack_policy, AckPolicy):
+            raise ArgumentTypeError(
+                f"ack_policy must be an AckPolicy ({', '.join(p.name for p in AckPolicy)}), "
+                f"got {type(ack_policy).__name__}"
+            )
+        check_future(future, ack_handler, ack_policy)
+        if expected_offset is not None:
+            _validate.positive_int(expected_offset, arg="expected_offset", minimum=0)
+        correlation_id = f"{self._id_prefix}{next(self._ids)}"
+        if (
+            wants_ack
+            and not key
+            and headers is None
+            and expected_offset is None
+            and not self._crc
+            and 0 < len(value) <= self._plain_limit
+        ):
+            # The commonest publish, its whole PUB frame in one operation.
+            frame = self._plain.frame(
+                prefix, value, correlation_id.encode(), _WIRE_POLICIES[ack_policy]
+            )
+        else:
+            frame = self._frame(
+                prefix, value, key, headers, correlation_id, ack_policy, expected_offset
+            )
+        # Running, so it cannot be cancelled; its done-callbacks run on liftbridge-callbacks.
+        outcome: Future[Ack | None] | None = self._runner.future() if future else None
+        entry: Pending | None = None
+        if wants_ack:
+            entry = Pending(correlation_id, outcome, ack_handler, timeout, subject)
+            entry.leader = leader or self._router.leader_address(stream, partition)
+            self._window.admit(entry)
+        else:
+            self._window.check_open()
+        self._nats.send_frame(subject, frame, entry)
+        if not wants_ack and outcome is not None:
+            outcome.set_result(None)
+        return outcome
+
+    def publish(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        timeout: float | None = None,
+    ) -> Ack | None:
+        """Publishes a message and waits for its ack (arguments as for
+        :meth:`publish_async`; raises what its future would end with)."""
+        future = self.publish_async(
+            stream,
+            value,
+            key=key,
+            headers=headers,
+            partition=partition,
+            partitioner=partitioner,
+            ack_policy=ack_policy,
+            expected_offset=expected_offset,
+            timeout=timeout,
+        )
+        # The ack timer ends every future by its deadline; the margin
+        # only covers that thread being late.
+        wait = (self._ack_timeout if timeout is None else timeout) + _CLOSE_TIMEOUT
+        return future.result(wait)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Waits until every publish accepted before the call has its outcome
+        (publishes other threads make meanwhile are not waited for).
+
+        Args:
+            timeout: seconds to wait at most; None to wait until the last ack
+                or ack timeout.
+
+        Returns:
+            True when those publishes all have their outcome, False on timeout.
+        """
+        if timeout is not None:
+            timeout = _validate.seconds(timeout, arg="timeout", allow_zero=True)
+        deadline = None if timeout is None else monotonic() + timeout
+        if not self._window.flush(deadline):
+            return False
+        # AckPolicy.NONE publishes have no ack to wait for: see them written.
+        if self._state is _State.OPEN:
+            self._nats.flush(None if deadline is None else max(0.001, deadline - monotonic()))
+        return True
+
+    def close(self) -> None:
+        """Closes the NATS connection; fails publishes awaiting acks with
+        :class:`ClientClosedError`.
+
+        Idempotent and thread-safe; blocks for about 15 seconds at most (the
+        NATS client's close, then each thread). Call :meth:`flush` first to
+        wait for outstanding acks. May be called from an ack handler.
+        """
+        with self._lock:
+            if self._state is not _State.OPEN:
+                return
+            self._state = _State.CLOSING
+        # Publishers waiting on the window raise.
+        self._window.refuse(self._closed_error, replace=True)
+        self._nats.close()
+        # The acks thread fails what is pending (and what never left the outbox).
+        self._acks_inbox.put(_STOP)
+        self._acks_thread.join(_CLOSE_TIMEOUT)
+        if self._acks_thread.is_alive():
+            logger.warning("liftbridge-nats-acks did not stop within %.0fs", _CLOSE_TIMEOUT)
+        # Runs the handlers of those failures, unless called from one of them.
+        self._runner.close(monotonic() + _CLOSE_TIMEOUT)
+        self._close_state()
+        logger.debug("NATS stream publisher for %s closed", self._where)
+
+    def __enter__(self) -> NatsStreamPublisher:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"NatsStreamPublisher({self._where}, {self._state.value})"
+
+    # ---------------------------------------------------- caller's thread --
+
+    def _subject(
+        self,
+        stream: str,
+        key: bytes | None,
+        value: bytes,
+        partition: int | None,
+        partitioner: Partitioner | None,
+    ) -> tuple[str, int]:
+        """The NATS subject of the partition the message goes to, and the partition."""
+        metadata, info = self._stream_info(stream)
+        count = len(info.partitions)
+        partition = choose_partition(
+            stream,
+            key,
+            value,
+            partition=partition,
+            partitioner=partitioner,
+            metadata=lambda: metadata,
+        )
+        if partition not in info.partitions:
+            raise NoSuchPartitionError(
+                f"stream {stream!r} has no partition {partition} (it has {count})"
+            )
+        subject = info.subject if partition == 0 else f"{info.subject}.{partition}"
+        # Refuse a subject that would break the PUB line it goes on.
+        if not subject or _WHITESPACE.search(subject):
+            raise InvalidArgumentError(
+                f"stream {stream!r} has an unusable NATS subject {subject!r}"
+            )
+        return subject, partition
+
+    def _first_subject(self, stream: str, value: bytes) -> tuple[Metadata, str, str | None, bytes]:
+        """The metadata, subject, leader address and PUB prefix of partition 0
+        of ``stream``, cached together (the leader is watched from now on)."""
+        _validate.stream_name(stream)
+        metadata = self._router.metadata
+        subject, _ = self._subject(stream, None, value, None, None)
+        cached = (metadata, subject, self._router.leader_address(stream, 0), pub_prefix(subject))
+        if len(self._first_subjects) >= _SUBJECTS_CACHED:
+            self._first_subjects.clear()
+        self._first_subjects[stream] = cached
+        return cached
+
+    def _frame(
+        self,
+        prefix: bytes,
+        value: bytes,
+        key: bytes | None,
+        headers: Mapping[str, bytes] | None,
+        correlation_id: str,
+        ack_policy: AckPolicy,
+        expected_offset: int | None,
+    ) -> bytes:
+        """The PUB frame of any publish (arguments checked by publish_async):
+        the envelope of _envelope.new_message, built from arguments checked
+        already (new_message would check the ack inbox again on every call),
+        written byte by byte unless there are headers.
+
+        Raises:
+            InvalidArgumentError: bad headers.
+            MessageTooLargeError: the envelope is over ``max_payload``.
+        """
+        wants_ack = ack_policy is not _NONE
+        header_map = None if headers is None else _validate.headers(headers)
+        offset = -1 if expected_offset is None else expected_offset
+        if header_map:
+            message = api_pb2.Message(
+                value=value,
+                ackInbox=self._inbox if wants_ack else "",
+                correlationId=correlation_id,
+                ackPolicy=_WIRE_POLICIES[ack_policy],
+                offset=offset,
+                headers=header_map,
+            )
+            if key:
+                message.key = key
+            payload = message.SerializeToString()
+        else:
+            payload = message_bytes(
+                value,
+                correlation_id,
+                key=key,
+                ack_inbox=self._inbox_field if wants_ack else b"",
+                ack_policy=_WIRE_POLICIES[ack_policy],
+                offset=offset,
+            )
+        if self._crc:
+            header, payload = b"", encode_envelope(EnvelopeType.MESSAGE, payload, crc=True)
+            size = len(payload)
+        else:
+            header, size = _PLAIN_MESSAGE_HEADER, _PLAIN_HEADER_SIZE + len(payload)
+        if size > self._max_payload:
+            raise MessageTooLargeError(
+                f"the envelope is {size} bytes, over the NATS server's max_payload "
+                f"of {self._max_payload} bytes (nothing was sent)"
+            )
+        # The envelope is the frame's header and payload, written as is by the I/O thread.
+        return b"%s%d\r\n%s%s\r\n" % (prefix, size, header, payload)
+
+    def _stream_info(self, stream: str) -> tuple[Metadata, StreamInfo]:
+        metadata = self._router.metadata
+        info = metadata.get_stream(stream)
+        if info is None:
+            metadata = self._router.refresh()
+            info = metadata.get_stream(stream)
+            if info is None:
+                raise NoSuchStreamError(f"no stream named {stream!r}")
+        return metadata, info
+
+    def _broker_down(self, address: str) -> None:
+        self._timer.schedule(monotonic(), functools.partial(self._window.fail_led_by, address))
+
+    def _close_state(self) -> None:
+        self._router.off_broker_down(self._broker_down)
+        self._window.release_timer()
+        with self._lock:
+            self._state = _State.CLOSED
+
+    def _closed_error(self) -> BaseException:
+        return ClientClosedError(f"NATS stream publisher for {self._where} is closed")
+
+    def _lost_error(self) -> BaseException:
+        return ConnectionLostError(
+            f"NATS connection to {self._where} is lost: {self._lost!r}; close the publisher"
+        )
+
+    # --------------------------------------------------- liftbridge-nats-io --
+
+    def _on_closed(self) -> None:
+        """The NATS connection closed: by :meth:`close`, or because NATS gave
+        up reconnecting (then pending publishes fail)."""
+        lost = UnavailableError("NATS stopped reconnecting")
+        with self._lock:
+            if self._state is not _State.OPEN or self._lost is not None:
+                return
+            self._lost = lost
+        self._window.refuse(self._lost_error, replace=False)
+        self._acks_inbox.put(lost)
+
+    def _deliver(self, item: object) -> None:
+        """What the I/O thread read or failed to write. Acks are settled right
+        here, on the I/O thread (no user code: handlers and done-callbacks
+        go to liftbridge-callbacks), sparing a thread hop per batch; the
+        rest goes to the acks thread."""
+        if type(item) is list:
+            try:
+                self._window.settle_acks(item)
+            except Exception:  # never let the I/O thread die: futures would hang
+                logger.exception("settling acks on %s failed; continuing", self._inbox)
+        else:
+            self._acks_inbox.put(item)
+
+    # --------------------------------------------------------- acks thread --
+
+    def _run_acks(self) -> None:
+        """Resolves publishes; hands user callbacks over. Runs on ``liftbridge-nats-acks``."""
+        inbox, window = self._acks_inbox, self._window
+        while True:
+            item = inbox.get()  # close() ends the loop with _STOP
+            try:
+                if item is _STOP:
+                    self._nats.drop_unsent()
+                    window.fail_all(self._closed_before_ack)
+                    return
+                if isinstance(item, tuple):
+                    entry, error = item
+                    # Never written (held while NATS was away): not stored, so
+                    # retriable, unlike the ConnectionLostError of one written.
+                    window.settle(
+                        entry,
+                        UnavailableError(
+                            f"NATS did not take the message for {entry.subject!r} ({error}): "
+                            "it was never sent, so it was not stored and may be published again"
+                        ),
+                    )
+                elif isinstance(item, BaseException):
+                    window.fail_all(functools.partial(self._lost_before_ack, item))
+            except Exception:  # never let this thread die: futures would hang
+                logger.exception("liftbridge-nats-acks failed; continuing")
+
+    def _lost_before_ack(self, error: BaseException, entry: Pending) -> BaseException:
+        return ConnectionLostError(
+            f"NATS connection to {self._where} lost before the ack for "
+            f"{entry.subject!r} came ({error}); it may or may not have been stored"
+        )
+
+    def _closed_before_ack(self, entry: Pending) -> BaseException:
+        return ClientClosedError(
+            f"NATS stream publisher closed before the ack for the message on "
+            f"{entry.subject!r} came; it may or may not have been stored"
+        )

@@ -1,0 +1,362 @@
+"""The in-flight window and the pending acks of a NATS stream publisher.
+
+:class:`AckWindow` is the table of publishes awaiting their acks, by
+correlation id, and the window that bounds how many there are. Each pending
+publish is resolved exactly once, by whoever takes it out of the table under
+the window's lock: the ack (on ``liftbridge-nats-io``), its deadline (on
+the client's ``liftbridge-ack-timer``), a write NATS refused, the connection
+given up, or close. Futures and ack handlers are resolved here and their
+user code handed to the publisher's ``liftbridge-callbacks`` runner, the
+handlers of one batch of outcomes as one job.
+
+The table keeps admission order, which for publishes with the default ack
+timeout is deadline order: the timer looks at its oldest entries
+(:meth:`AckTimer.watch`) instead of each publish being queued for it a
+second time. Publishes with a timeout of their own go on the timer's heap.
+
+Thread-safe: callers' threads admit, the I/O thread (acks), the acks
+thread (failures) and the ack timer settle, any thread flushes.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from time import monotonic
+
+from liftbridge._core._callbacks import CallbackRunner
+from liftbridge._core._deadlines import AckTimer
+from liftbridge._core._envelope import ack_proto
+from liftbridge._core._messages import Ack, ack_outcome
+from liftbridge._errors import (
+    AckTimeoutError,
+    EnvelopeError,
+    LeaderLostError,
+    PublishWindowFullError,
+)
+from liftbridge_api import api_pb2
+
+logger = logging.getLogger(__name__)
+
+AckHandler = Callable[[Ack | None, BaseException | None], None]
+
+
+@dataclass(slots=True, eq=False)
+class Pending:
+    """A publish waiting for its ack. Whoever takes it out of the window's
+    table (under the window's lock) resolves it."""
+
+    correlation_id: str
+    future: Future[Ack | None] | None  # None: the caller asked for none
+    handler: AckHandler | None
+    timeout: float
+    subject: str
+    deadline: float = 0.0  # time.monotonic(), set when admitted
+    seq: int = 0  # the order publishes were admitted in, for flush()
+    leader: str | None = None  # the partition leader's address when published, if known
+
+
+# An outcome to deliver: the publish, its ack or its error.
+_Outcome = tuple[Pending, Ack | None, BaseException | None]
+
+
+class AckWindow:
+    """Pending acks, their deadlines and the in-flight window. Thread-safe.
+
+    Args:
+        max_inflight: publishes awaiting acks at most.
+        ack_timeout: the default timeout: such publishes expire in admission
+            order, others on the timer's heap.
+        timer: the client's ack timer.
+        runner: where ack handlers and done-callbacks run.
+        inbox: the ack inbox, for log messages.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_inflight: int,
+        ack_timeout: float,
+        timer: AckTimer,
+        runner: CallbackRunner,
+        inbox: str,
+    ) -> None:
+        self._max_inflight = max_inflight
+        self._resume_at = max_inflight - max(1, max_inflight // 8)
+        self._ack_timeout = ack_timeout
+        self._timer = timer
+        self._runner = runner
+        self._inbox = inbox
+        self._lock = threading.Lock()
+        # _lock guards _refusal, _inflight, _admitted, _flushing and _pending.
+        self._settled = threading.Condition(self._lock)  # notified as the window frees up
+        self._refusal: Callable[[], BaseException] | None = None  # makes admit() raise
+        self._inflight = 0
+        self._admitted = 0  # publishes admitted so far: the last one's seq
+        self._flushing = 0  # threads waiting in flush()
+        # In admission order: for publishes with the default ack_timeout
+        # (admitted under _lock) that is deadline order.
+        self._pending: dict[str, Pending] = {}
+        self._watched = timer.watch(self._expire_due, wait=ack_timeout)
+
+    # ------------------------------------------------------ any thread --
+
+    def refuse(self, error: Callable[[], BaseException], *, replace: bool) -> bool:
+        """From now on :meth:`check_open` and :meth:`admit` raise ``error()``
+        (waiting admissions too). Unless ``replace``, an earlier refusal stays.
+
+        Returns:
+            Whether this refusal took effect.
+        """
+        with self._lock:
+            if self._refusal is not None and not replace:
+                return False
+            self._refusal = error
+            self._settled.notify_all()
+            return True
+
+    def check_open(self) -> None:
+        """Raises the refusal, if any."""
+        refusal = self._refusal
+        if refusal is not None:
+            raise refusal()
+
+    def release_timer(self) -> None:
+        """Stops the timer looking at this window's deadlines (closing)."""
+        self._timer.unwatch(self._watched)
+
+    def admit(self, entry: Pending) -> None:
+        """Takes a window slot and registers the publish and its deadline,
+        ``entry.timeout`` from now. Waits (up to that timeout) while the window
+        is full, except on the callbacks thread, where waiting would hold up
+        every other handler.
+
+        Raises:
+            PublishWindowFullError: no slot in time (or none at once there).
+            LiftbridgeError: the refusal (closed, connection lost).
+        """
+        timeout = entry.timeout
+        with self._lock:  # the lock of _settled
+            if self._refusal is not None:
+                raise self._refusal()
+            if self._inflight >= self._max_inflight:
+                self._wait_for_slot(timeout)
+            self._inflight += 1
+            self._admitted += 1
+            entry.seq = self._admitted
+            entry.deadline = monotonic() + timeout
+            self._pending[entry.correlation_id] = entry
+        if timeout != self._ack_timeout:
+            self._timer.schedule(entry.deadline, functools.partial(self._expire, entry))
+
+    def _wait_for_slot(self, timeout: float) -> None:
+        """Waits, holding ``_lock``, until the window has a slot (see :meth:`admit`)."""
+        if self._runner.on_callback_thread:
+            raise PublishWindowFullError(
+                f"all {self._max_inflight} window slots await acks, and "
+                "liftbridge-callbacks does not wait for them"
+            )
+        give_up = monotonic() + timeout
+        while self._inflight >= self._max_inflight:
+            left = give_up - monotonic()
+            if left <= 0:
+                raise PublishWindowFullError(
+                    f"all {self._max_inflight} window slots still awaited acks after {timeout:g}s"
+                )
+            self._settled.wait(left)
+            self.check_open()
+
+    def flush(self, deadline: float | None) -> bool:
+        """Waits until every publish admitted before the call has its outcome,
+        until ``deadline`` (``time.monotonic()``; None: no limit).
+
+        Returns:
+            False when the deadline passed first.
+        """
+        with self._settled:
+            last = self._admitted
+            self._flushing += 1
+            try:
+                # _pending keeps admission order: its first entry is the oldest.
+                while (oldest := next(iter(self._pending.values()), None)) is not None:
+                    if oldest.seq > last:
+                        break
+                    left = None if deadline is None else deadline - monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self._settled.wait(left)
+            finally:
+                self._flushing -= 1
+        return True
+
+    # --------------------------- liftbridge-nats-io, liftbridge-nats-acks --
+
+    def settle_acks(self, payloads: list[bytes]) -> None:
+        """Resolves the publishes a batch of raw ack payloads is for (the
+        window's lock taken once for the batch). An ack is parsed as far as
+        its correlation id; its :class:`Ack` is made only for a publish still
+        pending (:func:`ack_outcome`, as the gRPC path does: an ack policy this
+        SDK does not know fails the publish at once with a ServerError)."""
+        matched: list[tuple[Pending, api_pb2.Ack]] = []
+        late: list[str] = []
+        with self._lock:
+            pop = self._pending.pop
+            for payload in payloads:
+                try:
+                    pb = ack_proto(payload)
+                except EnvelopeError as e:
+                    logger.warning("Dropping a message on ack inbox %s: %s", self._inbox, e)
+                    continue
+                entry = pop(pb.correlationId, None)
+                if entry is None:
+                    late.append(pb.correlationId)
+                else:
+                    matched.append((entry, pb))
+        for correlation_id in late:
+            logger.debug("Dropping an ack for %r: timed out already", correlation_id)
+        calls: list[tuple[AckHandler, Ack | None, BaseException | None]] = []
+        for entry, pb in matched:  # _deliver, inlined: once per publish
+            ack, error = ack_outcome(pb)
+            future = entry.future
+            if error is None:
+                if future is not None:
+                    future.set_result(ack)
+                if entry.handler is not None:
+                    calls.append((entry.handler, ack, None))
+            else:
+                if future is not None:
+                    future.set_exception(error)
+                if entry.handler is not None:
+                    calls.append((entry.handler, None, error))
+        if calls:
+            self._runner.submit(_call_handlers, calls)
+        self._release(len(matched))
+
+    def settle(self, entry: Pending, error: BaseException) -> None:
+        """Fails one publish with ``error``, if it is still pending."""
+        with self._lock:
+            mine = self._pending.get(entry.correlation_id) is entry
+            if mine:
+                del self._pending[entry.correlation_id]
+        if mine:
+            self._deliver([(entry, None, error)])
+            self._release(1)
+
+    def fail_all(self, error: Callable[[Pending], BaseException]) -> None:
+        """Fails every pending publish with ``error(entry)``."""
+        with self._lock:
+            entries = list(self._pending.values())
+            self._pending.clear()
+        self._deliver([(entry, None, error(entry)) for entry in entries])
+        self._release(len(entries))
+
+    # ------------------------------------------- liftbridge-ack-timer --
+
+    def fail_led_by(self, address: str) -> None:
+        """Fails the publishes awaiting acks from the partition leader at
+        ``address``, now found down: their acks can no longer come."""
+        with self._lock:
+            entries = [e for e in self._pending.values() if e.leader == address]
+            for entry in entries:
+                del self._pending[entry.correlation_id]
+        if entries:
+            logger.warning(
+                "partition leader %s is down; failing %d NATS publish(es) awaiting its acks",
+                address,
+                len(entries),
+            )
+        self._deliver(
+            [
+                (
+                    entry,
+                    None,
+                    LeaderLostError(
+                        f"the leader of {entry.subject!r} ({address}) went down before the "
+                        f"ack (correlation id {entry.correlation_id!r}) came; the message may "
+                        "or may not have been stored",
+                        address,
+                    ),
+                )
+                for entry in entries
+            ]
+        )
+        self._release(len(entries))
+
+    def _expire_due(self, now: float) -> float | None:
+        """Fails the publishes with the default timeout whose deadline passed;
+        returns the next one's deadline (None: none pending). The timer's
+        poll (:meth:`AckTimer.watch`): quick, no user code."""
+        default = self._ack_timeout
+        due: list[Pending] = []
+        upcoming = None
+        with self._lock:
+            for entry in self._pending.values():
+                if entry.timeout != default:
+                    continue  # on the timer's heap
+                if entry.deadline > now:
+                    upcoming = entry.deadline
+                    break
+                due.append(entry)
+            for entry in due:
+                del self._pending[entry.correlation_id]
+        if due:
+            self._deliver([(entry, None, _timeout_error(entry)) for entry in due])
+            self._release(len(due))
+        return upcoming
+
+    def _expire(self, entry: Pending) -> None:
+        """Fails a publish with a timeout of its own whose deadline passed,
+        if it is still pending (on the timer's heap)."""
+        with self._lock:
+            if self._pending.get(entry.correlation_id) is not entry:
+                return
+            del self._pending[entry.correlation_id]
+        self._deliver([(entry, None, _timeout_error(entry))])
+        self._release(1)
+
+    # ------------------------------------------------------- internals --
+
+    def _deliver(self, outcomes: list[_Outcome]) -> None:
+        """Resolves futures; hands the handlers to the callbacks thread as one job."""
+        calls: list[tuple[AckHandler, Ack | None, BaseException | None]] = []
+        for entry, ack, error in outcomes:
+            future = entry.future
+            if future is not None:
+                if error is None:
+                    future.set_result(ack)
+                else:
+                    future.set_exception(error)
+            if entry.handler is not None:
+                calls.append((entry.handler, ack, error))
+        if calls:
+            self._runner.submit(_call_handlers, calls)
+
+    def _release(self, count: int) -> None:
+        if not count:
+            return
+        with self._settled:
+            self._inflight -= count
+            if self._inflight <= self._resume_at or self._flushing:
+                self._settled.notify_all()
+
+
+def _timeout_error(entry: Pending) -> AckTimeoutError:
+    return AckTimeoutError(
+        f"no ack within {entry.timeout:g}s for the message published on "
+        f"{entry.subject!r} (correlation id {entry.correlation_id!r}); "
+        "it may or may not have been stored"
+    )
+
+
+def _call_handlers(calls: list[tuple[AckHandler, Ack | None, BaseException | None]]) -> None:
+    """Runs a batch of ack handlers, in order, on ``liftbridge-callbacks``;
+    one that raises is logged and the next one runs."""
+    for handler, ack, error in calls:
+        try:
+            handler(ack, error)
+        except Exception:
+            logger.exception("ack handler %r raised; ignored", handler)

@@ -1,0 +1,715 @@
+"""The PublishAsync stream: one long-lived bidirectional gRPC stream per
+client, the ``liftbridge-acks`` thread that reads its acks, the
+``liftbridge-ack-timer`` thread that enforces ack timeouts, and the in-flight
+window that keeps a fast producer from growing memory without bound.
+
+Life of a publish:
+
+1. :meth:`Publisher.submit` takes a window slot, registers the publish under
+   its correlation id and queues the request. When the window is full it
+   blocks until an eighth of the window has freed up (or, at its timeout,
+   until any slot has).
+2. gRPC's sender pulls requests from :class:`_Outbox` for the current stream
+   generation. A request pulled is "sent": if the stream then breaks before
+   its ack arrives, the publish fails promptly with
+   :class:`ConnectionLostError` (it may or may not be stored; the SDK never
+   re-sends it). Requests still queued when a stream breaks were never sent,
+   and go out on the next stream, in their order: nothing accepted is lost.
+3. The ack (or async error) resolves the publish's Future on the
+   ``liftbridge-acks`` thread; a missing ack resolves it with
+   :class:`AckTimeoutError` on the ``liftbridge-ack-timer`` thread. The ack
+   handler and the Future's done-callbacks (user code) run on the
+   ``liftbridge-callbacks`` thread (:mod:`liftbridge._core._callbacks`), never on
+   those two.
+4. A stream on which nothing at all arrived for two ack timeouts when a
+   publish sent on it times out (its broker hangs) is given up: cancelled,
+   so the publishes sent on it fail with :class:`ConnectionLostError`, and
+   the next stream opens on another broker (after a metadata refresh bounded
+   to a second: no publish goes out until the stream is back).
+5. A publish whose partition leader is another broker (the stream's broker
+   forwards it over NATS) gets no ack if that leader dies, while the stream
+   stays healthy. The router watches every leader publishes are sent to
+   (:mod:`liftbridge._core._liveness`); when one is found down, the publishes sent
+   to it while it was believed up fail at once with :class:`LeaderLostError`
+   (on ``liftbridge-ack-timer``). Those sent after it was known down may
+   still reach a new leader: ``liftbridge-leader-check`` asks fresh metadata
+   and fails them only if it names no other leader.
+
+Speed: every publish crosses three threads (the producer, gRPC's sender, the
+acks thread), and under the GIL their per-message work adds up, so each step
+does as little as it can: the queue between the producer and the sender is a
+``SimpleQueue`` (no Python-level condition per message), the window is a
+count under the lock the producer takes anyway, a producer blocked on a full
+window is woken once per eighth of the window rather than once per ack (per
+ack, a fast producer and the acks thread hand the GIL back and forth for
+every message), and publishes with the
+default timeout wait for the timer in a deque in deadline order instead of a
+heap. ``bench/`` measures the result against the bare gRPC stub.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import itertools
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import CancelledError, Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from dataclasses import dataclass
+from typing import Literal, overload
+
+import grpc
+
+from liftbridge._core._callbacks import CallbackRunner
+from liftbridge._core._deadlines import AckTimer
+from liftbridge._core._messages import Ack, ack_outcome, wire_enum_name
+from liftbridge._core._router import ANY, Deadline, Router
+from liftbridge._errors import (
+    AckTimeoutError,
+    ClientClosedError,
+    ConnectionLostError,
+    DeadlineExceededError,
+    InvalidArgumentError,
+    LeaderLostError,
+    LiftbridgeError,
+    PublishWindowFullError,
+    from_async_error,
+    from_rpc_error,
+)
+from liftbridge._transport._channels import StreamCall
+from liftbridge_api import api_pb2
+
+_log = logging.getLogger(__name__)
+
+AckHandler = Callable[[Ack | None, BaseException | None], None]
+"""``handler(ack, error)``: exactly one of the two is None. See ``Client.publish_async``."""
+
+_HUNG_AFTER = 2
+"""A stream silent for this many ack timeouts while a publish on it times out is given up."""
+_RESUME_FRACTION = 8
+"""A full window lets a blocked producer go once 1/_RESUME_FRACTION of it is free."""
+_NONE = api_pb2.NONE
+_CHECK_EVERY = 0.1
+"""Seconds between metadata checks while publishes sent to a leader known down await acks."""
+_CHECK_IDLE = 5.0
+"""Seconds liftbridge-leader-check idles between looks (a suspect publish wakes it)."""
+_CHECK_REFRESH = 1.0
+"""The deadline of one such metadata check."""
+_REOPEN_REFRESH = 1.0
+"""The deadline of the metadata refresh made between a stream breaking and
+the next one opening. No publish goes out meanwhile, and while a broker is
+down (or hung) a healthy broker's FetchMetadata can block until the caller's
+deadline, whole seconds longer than the failover it waits out."""
+
+
+@dataclass(eq=False, slots=True)
+class _Pending:
+    """One publish waiting for its ack."""
+
+    correlation_id: str
+    request: api_pb2.PublishRequest
+    future: Future[Ack | None] | None  # None: the outcome goes to the handler alone
+    handler: AckHandler | None
+    expects_ack: bool
+    deadline: float = 0.0  # time.monotonic(); set when the publish gets its window slot
+    generation: int = -1  # stream generation it was sent on; -1 = not sent yet
+    leader: str | None = None  # the partition leader's address when submitted, if known
+    suspect: bool = False  # sent while that leader was known to be down
+    done: bool = False  # claimed for completion (under Publisher._lock)
+
+
+def response_outcome(
+    response: api_pb2.PublishResponse,
+) -> tuple[str, Ack | None, LiftbridgeError | None]:
+    """A PublishAsync response as (correlation id, ack, error): exactly one
+    of ack and error is None."""
+    if not response.HasField("asyncError"):
+        ack_pb = response.ack
+        ack, error = ack_outcome(ack_pb)  # never raises: one odd ack fails one publish
+        return response.correlationId or ack_pb.correlationId, ack, error
+    if response.HasField("ack") and response.ack.ackError != api_pb2.Ack.OK:
+        name = wire_enum_name(api_pb2.Ack.Error.Name, response.ack.ackError)
+    else:
+        name = wire_enum_name(api_pb2.PublishAsyncError.Code.Name, response.asyncError.code)
+    return response.correlationId, None, from_async_error(name, response.asyncError.message)
+
+
+class _Outbox:
+    """The request iterator gRPC's sender consumes, one per stream generation.
+
+    Pulls from the publisher's shared queue so unsent requests survive a
+    stream that breaks.
+    """
+
+    def __init__(self, publisher: Publisher, generation: int) -> None:
+        self._publisher = publisher
+        self._generation = generation
+
+    def __iter__(self) -> Iterator[api_pb2.PublishRequest]:
+        return self
+
+    def __next__(self) -> api_pb2.PublishRequest:
+        request = self._publisher._next_request(self._generation, block=True)
+        assert request is not None
+        return request
+
+    def next_ready(self) -> api_pb2.PublishRequest | None:
+        """The next request if one is queued, else None at once: lets a
+        sender gather every ready request into one write."""
+        return self._publisher._next_request(self._generation, block=False)
+
+
+class Publisher:
+    """Owns the PublishAsync stream of one client. Thread-safe.
+
+    Threads: ``liftbridge-acks`` (opens the stream, reads responses, reopens
+    it when it breaks), started on the first publish; ack timeouts run on
+    the client's ``liftbridge-ack-timer`` (:mod:`liftbridge._core._deadlines`).
+    """
+
+    def __init__(
+        self,
+        router: Router,
+        callbacks: CallbackRunner,
+        timer: AckTimer,
+        *,
+        ack_wait: float,
+        max_inflight: int,
+    ) -> None:
+        self._router = router
+        self._callbacks = callbacks
+        self._timer = timer
+        self._ack_wait = ack_wait
+        self._max_inflight = max_inflight
+        # A producer blocked on a full window resumes at this size (see the
+        # module docstring, "Speed").
+        self._resume_at = max_inflight - max(1, max_inflight // _RESUME_FRACTION)
+        self._ids = itertools.count()
+        self._id_prefix = f"{os.getpid():x}-{id(self):x}-"
+
+        # _lock guards _pending (every unresolved publish: its size is the
+        # window in use), _slot_waiters, _flushers, _generation, _closed,
+        # _threads_started and _call. _slot_free (on _lock) is notified when a
+        # publish resolves while a producer waits for a window slot and the
+        # window is down to _resume_at, and on close.
+        self._lock = threading.Lock()
+        self._slot_free = threading.Condition(self._lock)
+        self._pending: dict[str, _Pending] = {}
+        self._slot_waiters = 0
+        # Threads in flush() waiting for publishes without a Future; _claimed
+        # (on _lock) is notified when a publish is claimed while there are any.
+        self._flushers = 0
+        self._claimed = threading.Condition(self._lock)
+        self._generation = 0
+        self._closed = False
+        self._threads_started = False
+        self._call: StreamCall[api_pb2.PublishResponse] | None = None
+        # time.monotonic() of the current stream's last response (or its
+        # opening); written by liftbridge-acks alone, read by the timer.
+        self._heard_at = 0.0
+
+        # Requests gRPC's sender has not pulled yet, in submission order. None
+        # is a wake-up call: a sender blocked on it re-checks its generation.
+        self._outbox: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        # _send_lock is held by the one sender pulling from _outbox at a time
+        # (a stream's sender and an outdated one may overlap), and guards
+        # _carry: requests an outdated sender pulled after its stream broke.
+        # They were never sent, and go first on the next stream.
+        self._send_lock = threading.Lock()
+        self._carry: collections.deque[_Pending] = collections.deque()
+        # _handover_lock makes a sender's "not resolved, same stream: mark it
+        # sent" one step against the stream breaking, an ack timeout deciding
+        # sent-or-not, and close. It is not _lock, which producers and the
+        # acks thread take for every message: the sender would wait on them.
+        # _generation and _closed are written holding both. Lock order:
+        # _handover_lock before _lock.
+        self._handover_lock = threading.Lock()
+
+        # Deadlines, on the client's liftbridge-ack-timer (_deadlines.py):
+        # publishes with the default timeout (nearly all) in _in_order, whose
+        # deadlines never decrease; those with a timeout of their own one by one.
+        self._in_order = timer.ordered(
+            self._expire, wait=ack_wait, compact_at=max(1024, 2 * max_inflight)
+        )
+
+        router.on_broker_down(self._broker_down)
+        # Set when a publish is sent to a partition whose leader is known to
+        # be down, for liftbridge-leader-check (started on the first broker down).
+        self._check_wake = threading.Event()
+        self._checker = threading.Thread(
+            target=self._check_loop, name="liftbridge-leader-check", daemon=True
+        )
+        self._checker_started = False  # guarded by _lock
+
+        self._stop = threading.Event()
+        self._dispatcher = threading.Thread(
+            target=self._dispatch_loop, name="liftbridge-acks", daemon=True
+        )
+
+    # ------------------------------------------------------------ producer --
+
+    def next_correlation_id(self) -> str:
+        """A correlation id unique within this process."""
+        return f"{self._id_prefix}{next(self._ids)}"
+
+    @overload
+    def submit(
+        self,
+        request: api_pb2.PublishRequest,
+        handler: AckHandler | None,
+        timeout: float | None,
+        *,
+        future: Literal[True] = True,
+    ) -> Future[Ack | None]: ...
+
+    @overload
+    def submit(
+        self,
+        request: api_pb2.PublishRequest,
+        handler: AckHandler | None,
+        timeout: float | None,
+        *,
+        future: bool,
+    ) -> Future[Ack | None] | None: ...
+
+    def submit(
+        self,
+        request: api_pb2.PublishRequest,
+        handler: AckHandler | None,
+        timeout: float | None,
+        *,
+        future: bool = True,
+    ) -> Future[Ack | None] | None:
+        """Queues a publish; see the module docstring for its life.
+
+        Args:
+            request: the request, with its correlation id set.
+            handler: called with the outcome, or None.
+            timeout: ack timeout in seconds; None for the client's ``ack_wait``.
+            future: False for no Future (the handler alone hears the outcome).
+
+        Returns:
+            A Future resolving to the Ack (None for AckPolicy.NONE) or failing
+            with the publish's error; None when ``future`` is False.
+
+        Raises:
+            ClientClosedError: the publisher is closed.
+            PublishWindowFullError: no window slot freed up within the timeout.
+            InvalidArgumentError: a publish with the same correlation id is in flight.
+        """
+        wait = self._ack_wait if timeout is None else timeout
+        outcome: Future[Ack | None] | None = self._callbacks.future() if future else None
+        correlation_id = request.correlationId
+        pending = _Pending(correlation_id, request, outcome, handler, request.ackPolicy != _NONE)
+        pending.leader = self._router.leader_address(request.stream, request.partition)
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("the client is closed; the publish was not sent")
+            if len(self._pending) >= self._max_inflight:
+                self._wait_for_slot(wait)
+            if correlation_id in self._pending:
+                raise InvalidArgumentError(
+                    f"correlation_id {correlation_id!r} is already in flight"
+                )
+            if not self._threads_started:
+                self._threads_started = True
+                self._dispatcher.start()
+            # Every publish gets a deadline: for its ack, or (AckPolicy.NONE) to be sent by.
+            pending.deadline = time.monotonic() + wait
+            self._pending[correlation_id] = pending
+            self._outbox.put(pending)
+            if wait == self._ack_wait:
+                self._in_order.append(pending)  # in deadline order: under _lock
+                return outcome
+        self._timer.schedule(pending.deadline, functools.partial(self._expire, pending))
+        return outcome
+
+    def _wait_for_slot(self, wait: float) -> None:
+        """Called with _lock held while the window is full: waits until it is
+        down to ``_resume_at``, or takes any free slot at the deadline.
+
+        Raises:
+            PublishWindowFullError: no slot freed up within ``wait`` seconds.
+            ClientClosedError: the publisher closed meanwhile.
+        """
+        deadline = time.monotonic() + wait
+        self._slot_waiters += 1
+        try:
+            while len(self._pending) > self._resume_at:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    if len(self._pending) < self._max_inflight:
+                        return  # fewer acks came than a resume needs, but a slot is free
+                    raise PublishWindowFullError(
+                        f"{self._max_inflight} publishes are awaiting acks and none completed "
+                        f"within {wait:g}s; raise max_inflight or slow down"
+                    )
+                self._slot_free.wait(remaining)
+                if self._closed:
+                    raise ClientClosedError("the client is closed; the publish was not sent")
+        finally:
+            self._slot_waiters -= 1
+
+    def _next_request(self, generation: int, *, block: bool) -> api_pb2.PublishRequest | None:
+        """Called by the stream's sender thread: the next request of this
+        stream generation, waiting for one if ``block`` (else None when none
+        is queued); StopIteration ends an outdated or closed stream."""
+        pending: _Pending | None
+        with self._send_lock:
+            while True:
+                # Unlocked reads, re-checked under _lock before anything is sent.
+                if self._generation != generation or self._closed:
+                    raise StopIteration
+                if self._carry:
+                    pending = self._carry.popleft()
+                elif block:
+                    pending = self._outbox.get()
+                else:
+                    try:
+                        pending = self._outbox.get_nowait()
+                    except queue.Empty:
+                        return None
+                if pending is None:  # a wake-up call
+                    continue
+                with self._handover_lock:
+                    if self._generation != generation or self._closed:
+                        # Pulled too late for this stream: first in line for the next.
+                        self._carry.appendleft(pending)
+                        raise StopIteration
+                    if pending.done:  # timed out while queued
+                        continue
+                    pending.generation = generation
+                    if pending.leader is not None and self._router.broker_down(pending.leader):
+                        pending.suspect = True
+                        self._check_wake.set()
+                break
+        if not pending.expects_ack and self._claim(pending):
+            # AckPolicy.NONE: the server never answers; done once handed to gRPC.
+            self._complete(pending, None, None)
+        return pending.request
+
+    # ---------------------------------------------------------- completion --
+
+    def _claim(self, pending: _Pending) -> bool:
+        """Marks a publish as being resolved and frees its window slot; False
+        if another thread got there first."""
+        with self._lock:
+            if pending.done:
+                return False
+            pending.done = True
+            self._pending.pop(pending.correlation_id, None)
+            if self._slot_waiters and len(self._pending) <= self._resume_at:
+                self._slot_free.notify()
+            if self._flushers:
+                self._claimed.notify_all()
+            return True
+
+    def _finish(self, pending: _Pending, ack: Ack | None, error: LiftbridgeError | None) -> None:
+        """Resolves a publish exactly once, on the calling thread."""
+        if self._claim(pending):
+            self._complete(pending, ack, error)
+
+    def _complete(self, pending: _Pending, ack: Ack | None, error: LiftbridgeError | None) -> None:
+        handler = pending.handler if pending.expects_ack else None
+        self._callbacks.settle(pending.future, handler, ack, error)
+
+    def _resolve(self, response: api_pb2.PublishResponse) -> None:
+        correlation_id, ack, error = response_outcome(response)
+        # Read without _lock: a dict lookup is atomic, and _claim decides under it.
+        pending = self._pending.get(correlation_id)
+        if pending is None:
+            _log.debug("outcome for unknown or timed-out publish %r: %s", correlation_id, error)
+            return
+        self._finish(pending, ack, error)
+
+    # ------------------------------------------------------ ack dispatcher --
+
+    def _open_stream(self, generation: int) -> StreamCall[api_pb2.PublishResponse] | None:
+        address, call = self._router.open_stream(
+            "PublishAsync",
+            _Outbox(self, generation),
+            target=ANY,
+            deadline=Deadline(self._router.rpc_timeout),
+        )
+        with self._lock:
+            if self._closed:
+                call.cancel()
+                return None
+            self._call = call
+        self._heard_at = time.monotonic()
+        _log.debug("PublishAsync stream %d opened on %s", generation, address)
+        return call
+
+    def _dispatch_loop(self) -> None:
+        """Thread ``liftbridge-acks``: read responses; on a broken stream fail
+        what was sent on it, then reopen with backoff until closed."""
+        failures = 0
+        resolve = self._resolve
+        while not self._stop.is_set():
+            with self._lock:
+                generation = self._generation
+            try:
+                call = self._open_stream(generation)
+                if call is None:
+                    return
+                for response in call:
+                    failures = 0
+                    self._heard_at = time.monotonic()
+                    resolve(response)
+                # The server ended the stream cleanly: treat as broken.
+                error: LiftbridgeError = ConnectionLostError(
+                    "the PublishAsync stream was closed by the server"
+                )
+            except grpc.RpcError as e:
+                error = from_rpc_error(e)
+            except ClientClosedError:
+                return
+            except LiftbridgeError as e:  # no broker to open the stream on
+                error = e
+            except Exception:  # never die silently: log, back off, reopen
+                _log.exception("unexpected error on the PublishAsync stream")
+                error = ConnectionLostError("unexpected error on the PublishAsync stream")
+            if self._stop.is_set():
+                return
+            failures += 1
+            self._stream_broke(generation, error)
+            self._router.broker_failed(error, Deadline(_REOPEN_REFRESH))
+            self._stop.wait(self._router.retry_policy.backoff(failures))
+
+    def _stream_broke(self, generation: int, cause: LiftbridgeError) -> None:
+        with self._handover_lock, self._lock:
+            self._generation = generation + 1
+            self._call = None
+            lost = [p for p in self._pending.values() if p.generation == generation]
+        self._outbox.put(None)  # wakes the outdated sender if it waits for a request
+        if lost:
+            _log.warning(
+                "PublishAsync stream broke (%s); failing %d publish(es) sent on it",
+                cause,
+                len(lost),
+            )
+        for pending in lost:
+            self._finish(
+                pending,
+                None,
+                ConnectionLostError(
+                    f"the PublishAsync stream broke before the ack arrived ({cause}); "
+                    "the message may or may not have been stored"
+                ),
+            )
+
+    # --------------------------------------------------------- ack timer ----
+
+    def _expire(self, pending: _Pending) -> None:
+        """On liftbridge-ack-timer: fails a publish whose deadline passed (if
+        it is still unresolved)."""
+        if pending.done:
+            return
+        with self._handover_lock:  # the sender cannot hand it over meanwhile
+            sent = pending.generation >= 0
+            if not self._claim(pending):
+                return
+            hung = (
+                sent
+                and pending.expects_ack
+                and pending.generation == self._generation
+                and time.monotonic() - self._heard_at >= _HUNG_AFTER * self._ack_wait
+            )
+            call = self._call if hung else None
+        if call is not None:
+            # Nothing at all came back on this stream for two ack timeouts
+            # while it owed an ack: its broker hangs. Give it up, so the
+            # stream reopens on another broker instead of timing out every
+            # publish for as long as the hang lasts.
+            _log.warning(
+                "no response on the PublishAsync stream for %.1fs; moving to another broker",
+                time.monotonic() - self._heard_at,
+            )
+            call.cancel()
+        where = f"{pending.request.stream!r} partition {pending.request.partition}"
+        if sent:
+            error: LiftbridgeError = AckTimeoutError(
+                f"no ack for publish {pending.correlation_id} to {where} within its "
+                "timeout; the message may or may not have been stored"
+            )
+        else:
+            error = DeadlineExceededError(
+                f"publish {pending.correlation_id} to {where} could not be sent within "
+                "its timeout (no PublishAsync stream); it was dropped, never sent"
+            )
+        self._complete(pending, None, error)
+
+    # ------------------------------------------------------- leader lost ----
+
+    def _broker_down(self, address: str) -> None:
+        """The router's broker-down listener (on liftbridge-broker-watch): the work is
+        done on liftbridge-ack-timer and liftbridge-leader-check."""
+        self._timer.schedule(time.monotonic(), functools.partial(self._fail_led_by, address))
+        with self._lock:
+            start = not self._checker_started and not self._closed
+            self._checker_started = True
+        if start:
+            self._checker.start()
+
+    def _fail_led_by(self, address: str) -> None:
+        """On liftbridge-ack-timer: fails the publishes sent to partitions the
+        broker at ``address`` led while it was believed up, now that it is
+        down: their acks can no longer come. Publishes not sent yet are left
+        to go out (by then the partition may have a new leader); those sent
+        after it was known down are left to liftbridge-leader-check."""
+        with self._handover_lock, self._lock:
+            lost = [
+                p
+                for p in self._pending.values()
+                if p.leader == address
+                and p.generation >= 0
+                and p.expects_ack
+                and not p.suspect
+                and not p.done
+            ]
+        if lost:
+            _log.warning(
+                "partition leader %s is down; failing %d publish(es) awaiting its acks",
+                address,
+                len(lost),
+            )
+        for pending in lost:
+            self._leader_lost(pending, address)
+
+    def _leader_lost(self, pending: _Pending, address: str) -> None:
+        where = f"{pending.request.stream!r} partition {pending.request.partition}"
+        self._finish(
+            pending,
+            None,
+            LeaderLostError(
+                f"the leader of {where} ({address}) went down before the ack of publish "
+                f"{pending.correlation_id} arrived; the message may or may not have been stored",
+                address,
+            ),
+        )
+
+    def _check_loop(self) -> None:
+        """Thread ``liftbridge-leader-check``: decides the publishes sent to a
+        partition whose cached leader was already known down (see
+        :meth:`_check_suspects`), until closed."""
+        while not self._stop.is_set():
+            try:
+                busy = self._check_suspects()
+            except Exception:  # never die silently: log and check again later
+                _log.exception("the leader check failed; it goes on")
+                busy = True
+            if not busy:
+                self._check_wake.wait(_CHECK_IDLE)
+            self._check_wake.clear()
+            self._stop.wait(_CHECK_EVERY)
+
+    def _check_suspects(self) -> bool:
+        """Fresh metadata, asked for after the suspect publishes were sent,
+        decides them: if it still names the dead broker (or no leader) for
+        the partition, no other broker was leading it when they were sent,
+        and their acks can never come: they fail with LeaderLostError. If it
+        names a new leader, it may have taken them: they wait for their ack.
+
+        Returns:
+            True while suspect publishes remain to be decided.
+        """
+        with self._lock:
+            suspects = [p for p in self._pending.values() if p.suspect and not p.done]
+        waiting = []
+        for pending in suspects:
+            assert pending.leader is not None
+            if self._router.broker_down(pending.leader):
+                waiting.append(pending)
+            else:
+                pending.suspect = False  # the leader is back: its ack may come
+        if not waiting:
+            return False
+        try:
+            metadata = self._router.refresh(Deadline(_CHECK_REFRESH), shared=False)
+        except LiftbridgeError as e:
+            _log.debug("leader check: no metadata (%s); trying again", e)
+            return True
+        lost = 0
+        for pending in waiting:
+            if pending.leader is None or not self._router.broker_down(pending.leader):
+                pending.suspect = False  # back up while the metadata was fetched
+                continue
+            request = pending.request
+            info = metadata.partition(request.stream, request.partition)
+            broker = metadata.broker(info.leader) if info is not None and info.leader else None
+            if broker is None or broker.address == pending.leader:
+                lost += 1
+                self._leader_lost(pending, pending.leader or "")
+            else:
+                pending.leader = broker.address  # its ack, if any, comes from there
+                pending.suspect = False
+        if lost:
+            _log.warning("failed %d publish(es) sent to partitions whose leader is down", lost)
+        return True
+
+    # ------------------------------------------------------------- closing --
+
+    def close(self, deadline: float) -> None:
+        """Stops the acks thread and fails every unresolved publish with
+        :class:`ClientClosedError`; joins the thread until ``deadline``
+        (``time.monotonic()``) at most. Idempotent; never joins the calling
+        thread."""
+        with self._handover_lock, self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            call = self._call
+            unresolved = list(self._pending.values())
+            self._slot_free.notify_all()
+        self._outbox.put(None)  # wakes a sender waiting for a request: it ends its stream
+        self._stop.set()
+        self._check_wake.set()
+        if call is not None:
+            call.cancel()
+        for pending in unresolved:
+            self._finish(
+                pending, None, ClientClosedError("the client was closed before the ack arrived")
+            )
+        for thread in (self._dispatcher, self._checker):
+            if thread.is_alive() and thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+                if thread.is_alive():
+                    _log.warning("thread %s did not stop in time", thread.name)
+
+    def flush(self, timeout: float | None) -> bool:
+        """Waits until every publish accepted before the call is resolved
+        (publishes accepted meanwhile, from other threads, are not waited for).
+
+        Returns:
+            True when all of them are resolved, False when the timeout passed first.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            left = list(self._pending.values())
+        for pending in left:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if pending.future is None:
+                if not self._wait_claimed(pending, remaining):
+                    return False
+                continue
+            try:
+                pending.future.exception(timeout=remaining)
+            except FutureTimeoutError:
+                return False
+            except CancelledError:
+                pass
+        return True
+
+    def _wait_claimed(self, pending: _Pending, timeout: float | None) -> bool:
+        """Waits until a publish without a Future is resolved; False at the timeout."""
+        with self._lock:
+            self._flushers += 1
+            try:
+                return self._claimed.wait_for(lambda: pending.done, timeout)
+            finally:
+                self._flushers -= 1

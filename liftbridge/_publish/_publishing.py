@@ -1,0 +1,292 @@
+"""From a publish call to the path that carries it.
+
+:class:`Publishing` checks a publish's arguments, picks its partition (an
+explicit one, a partitioner's choice, the key's partition by the Go client's
+formula, else 0), builds the request, and hands it to the path that carries
+it: the calling thread's own stream (:mod:`liftbridge._publish._lanes`) for
+``publish``, the shared PublishAsync stream (:mod:`liftbridge._publish._publisher`)
+for ``publish_async`` and when no lane is free, the unary Publish RPC for a
+publish naming an ack inbox (:mod:`liftbridge._publish._inbox`), and the
+unary PublishToSubject RPC for ``publish_to_subject``. Nothing here is
+retried: a publish is not idempotent.
+
+Thread-safe: it holds no state of its own beyond its settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeoutError
+
+from liftbridge._core import _validate as check
+from liftbridge._core._callbacks import CallbackRunner
+from liftbridge._core._messages import Ack, AckPolicy, ack_outcome
+from liftbridge._core._metadata import Metadata
+from liftbridge._core._partitioner import Partitioner, choose_partition
+from liftbridge._core._router import ANY, Router
+from liftbridge._core._validate import BytesLike
+from liftbridge._errors import (
+    AckTimeoutError,
+    ArgumentTypeError,
+    DeadlineExceededError,
+    InvalidArgumentError,
+)
+from liftbridge._publish import _inbox
+from liftbridge._publish._lanes import Lanes
+from liftbridge._publish._publisher import AckHandler, Publisher
+from liftbridge_api import api_pb2
+
+_RESULT_MARGIN = 10.0
+"""Seconds a blocking publish waits past its ack timeout for the outcome: the
+ack timer resolves it by its deadline; the margin only bounds this wait
+should that thread be starved."""
+
+
+def _check_ack_policy(ack_policy: object) -> AckPolicy:
+    if not isinstance(ack_policy, AckPolicy):
+        raise ArgumentTypeError(f"ack_policy must be an AckPolicy, got {type(ack_policy).__name__}")
+    return ack_policy
+
+
+_FIELD_OVERHEAD = 64
+"""Bytes a PublishRequest without headers adds to its parts at most: the
+field tags and length prefixes, the partition, ack policy and expected offset."""
+_CHECKED_STREAMS = 4096
+"""At most this many stream names are remembered as checked."""
+
+
+def check_future(future: object, ack_handler: object, ack_policy: object) -> None:
+    """``publish_async``'s ``future`` argument.
+
+    Raises:
+        ArgumentTypeError: ``future`` is not a bool.
+        InvalidArgumentError: ``future`` is False with no ack handler to hear
+            the outcome (unless AckPolicy.NONE).
+    """
+    if future is True:
+        return
+    if future is not False:
+        raise ArgumentTypeError(f"future must be a bool, got {type(future).__name__}")
+    if ack_handler is None and ack_policy is not AckPolicy.NONE:
+        raise InvalidArgumentError(
+            "future=False needs an ack_handler (unless ack_policy is AckPolicy.NONE): "
+            "the publish's outcome would reach no one"
+        )
+
+
+class Publishing:
+    """The publish operations of one client, over its router and publish paths.
+
+    Args:
+        router: the client's router.
+        publisher: the shared PublishAsync stream.
+        lanes: the per-thread streams of ``publish``.
+        callbacks: the client's ``liftbridge-callbacks`` runner.
+        ack_wait: default seconds a publish waits for its ack.
+        max_message_size: the server's limit on one message, in bytes.
+    """
+
+    def __init__(
+        self,
+        router: Router,
+        publisher: Publisher,
+        lanes: Lanes,
+        callbacks: CallbackRunner,
+        *,
+        ack_wait: float,
+        max_message_size: int,
+    ) -> None:
+        self._router = router
+        self._publisher = publisher
+        self._lanes = lanes
+        self._callbacks = callbacks
+        self._ack_wait = ack_wait
+        self._max_message_size = max_message_size
+        # Parts (value, key, stream and correlation id at 4 UTF-8 bytes a
+        # character) adding up to at most this make a request within the limit
+        # whatever their encoding; larger ones are measured.
+        self._unchecked_size = max_message_size - check.ENVELOPE_ALLOWANCE - _FIELD_OVERHEAD
+        # Stream names publishes have used that passed check.stream_name.
+        self._checked_streams: set[str] = set()
+
+    def _stream_metadata(self, stream: str) -> Metadata:
+        """Metadata that knows the stream (refreshed if the cache does not).
+
+        Raises:
+            NoSuchStreamError: the stream is unknown even after refreshing.
+        """
+        self._router.partition_info(stream, 0, self._router.deadline(None))
+        return self._router.metadata
+
+    def request(
+        self,
+        stream: str,
+        value: BytesLike,
+        key: BytesLike | None,
+        headers: Mapping[str, BytesLike] | None,
+        partition: int | None,
+        partitioner: Partitioner | None,
+        ack_policy: AckPolicy,
+        expected_offset: int | None,
+        correlation_id: str | None,
+        timeout: float | None,
+        ack_inbox: str | None = None,
+    ) -> api_pb2.PublishRequest:
+        """The request for ``publish`` and ``publish_async``, every argument checked.
+
+        Raises:
+            InvalidArgumentError, ArgumentTypeError: bad input.
+            MessageTooLargeError: over ``max_message_size``.
+            NoSuchStreamError: a partitioner or key needs a missing stream's metadata.
+        """
+        if timeout is not None:
+            check.seconds(timeout, arg="timeout")
+        if type(stream) is not str or stream not in self._checked_streams:
+            check.stream_name(stream)
+            if len(self._checked_streams) >= _CHECKED_STREAMS:
+                self._checked_streams.clear()
+            self._checked_streams.add(stream)
+        value = check.data(value)
+        key = check.optional_bytes(key, arg="key")
+        header_map = check.headers(headers)
+        _check_ack_policy(ack_policy)
+        if expected_offset is not None:
+            check.int64(expected_offset, arg="expected_offset")
+            if ack_policy is AckPolicy.NONE:
+                raise InvalidArgumentError(
+                    "expected_offset needs an ack (ack_policy LEADER or ALL): the server refuses "
+                    "optimistic-concurrency publishes with AckPolicy.NONE"
+                )
+        if correlation_id is None:
+            correlation_id = self._publisher.next_correlation_id()
+        else:
+            check.optional_text(correlation_id, arg="correlation_id")
+        request = api_pb2.PublishRequest(
+            stream=stream,
+            partition=choose_partition(
+                stream,
+                key,
+                value,
+                partition=partition,
+                partitioner=partitioner,
+                metadata=lambda: self._stream_metadata(stream),
+            ),
+            value=value,
+            correlationId=correlation_id,
+            ackPolicy=ack_policy.value,
+            expectedOffset=-1 if expected_offset is None else expected_offset,
+        )
+        # Set only when present: filling an empty map field is surprisingly slow.
+        if key:
+            request.key = key
+        if header_map:
+            request.headers.update(header_map)
+        if ack_inbox is not None:
+            request.ackInbox = check.subject(ack_inbox, arg="ack_inbox")
+        # Serializing to count takes a while; the sizes of the parts bound it.
+        if (
+            header_map
+            or ack_inbox is not None
+            or len(value) + len(key or b"") + 4 * (len(stream) + len(correlation_id))
+            > self._unchecked_size
+        ):
+            check.message_size(request, limit=self._max_message_size)
+        return request
+
+    def publish_async(
+        self,
+        request: api_pb2.PublishRequest,
+        ack_handler: AckHandler | None,
+        timeout: float | None,
+        future: bool,
+    ) -> Future[Ack | None] | None:
+        """Sends a checked request (and ``future``, see :func:`check_future`)
+        without waiting for its ack; returns its Future, or None when
+        ``future`` is False."""
+        if request.ackInbox:
+            wait = self._ack_wait if timeout is None else timeout
+            outcome = _inbox.publish_async(
+                self._invoke_publish, request, wait, ack_handler, self._callbacks
+            )
+            return outcome if future else None
+        return self._publisher.submit(request, ack_handler, timeout, future=future)
+
+    def publish(self, request: api_pb2.PublishRequest, timeout: float | None) -> Ack | None:
+        """Sends a checked request and waits for its outcome.
+
+        Raises:
+            AckTimeoutError: no outcome within the timeout (maybe stored).
+        """
+        wait = self._ack_wait if timeout is None else timeout
+        if request.ackInbox:
+            return _inbox.publish(self._invoke_publish, request, wait)
+        if request.ackPolicy != AckPolicy.NONE.value:
+            ack = self._lanes.publish(request, timeout)
+            if ack is not None:
+                return ack
+        future = self._publisher.submit(request, None, timeout)
+        try:
+            return future.result(wait + _RESULT_MARGIN)
+        except FutureTimeoutError:
+            raise AckTimeoutError(
+                f"no outcome for the publish to {request.stream!r} within {wait:g}s; "
+                "the message may or may not have been stored"
+            ) from None
+
+    def _invoke_publish(
+        self, request: api_pb2.PublishRequest, wait: float
+    ) -> api_pb2.PublishResponse:
+        """One unary Publish (for publishes naming an ack inbox); not retried."""
+        deadline = self._router.deadline(wait)
+        response: api_pb2.PublishResponse = self._router.call(
+            "Publish", request, target=ANY, deadline=deadline, retry=False
+        )
+        return response
+
+    def publish_to_subject(
+        self,
+        subject: str,
+        value: BytesLike,
+        *,
+        key: BytesLike | None,
+        headers: Mapping[str, BytesLike] | None,
+        ack_inbox: str | None,
+        correlation_id: str | None,
+        ack_policy: AckPolicy,
+        timeout: float | None,
+    ) -> Ack | None:
+        """One PublishToSubject RPC, its first ack awaited (arguments as for
+        :meth:`Client.publish_to_subject`)."""
+        check.subject(subject)
+        _check_ack_policy(ack_policy)
+        if ack_inbox is not None:
+            check.subject(ack_inbox, arg="ack_inbox")
+        request = api_pb2.PublishToSubjectRequest(
+            subject=subject,
+            key=check.optional_bytes(key, arg="key") or b"",
+            value=check.data(value),
+            headers=check.headers(headers),
+            ackInbox=ack_inbox or "",
+            correlationId=check.optional_text(correlation_id, arg="correlation_id") or "",
+            ackPolicy=ack_policy.value,
+        )
+        check.message_size(request, limit=self._max_message_size)
+        wait = self._ack_wait if timeout is None else check.seconds(timeout, arg="timeout")
+        deadline = self._router.deadline(wait)
+        try:
+            # Not retried: a publish is not idempotent.
+            response = self._router.call(
+                "PublishToSubject", request, target=ANY, deadline=deadline, retry=False
+            )
+        except DeadlineExceededError as e:
+            raise AckTimeoutError(
+                f"no ack for the publish to {subject!r} within {wait:g}s; "
+                "the message may or may not have been stored"
+            ) from e
+        if ack_policy is AckPolicy.NONE or not response.HasField("ack"):
+            return None
+        ack, error = ack_outcome(response.ack)
+        if error is not None:
+            raise error
+        return ack

@@ -1,0 +1,216 @@
+"""gRPC channels: one per broker address, opened lazily, closed all at once.
+
+Channels are thread-safe and multiplex any number of calls and streams, so
+one per broker is all a client needs (the Go client's per-broker connection
+pools exist because its connections are not). A plaintext client's
+PublishAsync and Subscribe streams are the exception: each runs on a
+connection of its own (:mod:`liftbridge._transport._http2`), which ``close`` cancels too.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import grpc
+import grpc.experimental
+
+from liftbridge._errors import ArgumentTypeError, ClientClosedError, InvalidArgumentError
+from liftbridge._transport._http2 import Http2Call
+from liftbridge_api import api_pb2, api_pb2_grpc
+
+T_co = TypeVar("T_co", covariant=True)
+
+# The server sends GOAWAY (too_many_pings) to clients that ping more often
+# than every 5 minutes, so keepalive pings stay at that bound.
+_CHANNEL_OPTIONS: list[tuple[str, int]] = [
+    ("grpc.keepalive_time_ms", 300_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    # Reconnect quickly after a broker restart (defaults back off to 120 s).
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+    # Subscribe (the only unary-stream RPC; on TLS clients and for direct
+    # reads) reads its stream on the iterating thread instead of handing every
+    # message over from gRPC's own thread: about 8x the subscribe throughput
+    # measured by `make bench`. The SDK uses no Future methods of such calls,
+    # which this option makes non-blocking.
+    (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
+]
+
+
+_OWN_CONNECTION: dict[str, Callable[[bytes], Any]] = {
+    "PublishAsync": api_pb2.PublishResponse.FromString,
+    "Subscribe": api_pb2.Message.FromString,
+}
+"""The streaming RPCs a plaintext client runs on connections of their own,
+and how their responses are parsed."""
+
+
+class StreamCall(Protocol[T_co]):
+    """What the SDK uses of a gRPC response-streaming call (grpc's own stubs
+    type these calls too loosely to be useful)."""
+
+    def __iter__(self) -> Iterator[T_co]: ...
+
+    def __next__(self) -> T_co: ...
+
+    def cancel(self) -> bool: ...
+
+    def done(self) -> bool: ...
+
+
+def _read(value: bytes | str | Path | None, what: str) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, (str, Path)):
+        try:
+            return Path(value).read_bytes()
+        except OSError as e:
+            raise InvalidArgumentError(f"TLS {what}: cannot read {str(value)!r}: {e}") from e
+    raise ArgumentTypeError(
+        f"TLS {what} must be PEM bytes or a file path, got {type(value).__name__}"
+    )
+
+
+@dataclass(frozen=True)
+class TLSConfig:
+    """TLS settings for every connection the client makes. Verification is always on.
+
+    Each field takes PEM bytes or a path to a PEM file.
+
+    Attributes:
+        ca: certificates that sign the server's; ``None`` uses the system roots.
+        cert: client certificate chain, for servers that require client
+            authentication (mTLS); needs ``key``.
+        key: the client certificate's private key; needs ``cert``.
+        server_name: check the server certificate against this name instead
+            of the host dialed (for example when dialing an IP address).
+    """
+
+    ca: bytes | str | Path | None = None
+    cert: bytes | str | Path | None = None
+    key: bytes | str | Path | None = None
+    server_name: str | None = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """Builds the gRPC credentials, reading any files now.
+
+        Raises:
+            InvalidArgumentError: a file cannot be read, or only one of cert/key is set.
+        """
+        cert, key = _read(self.cert, "cert"), _read(self.key, "key")
+        if (cert is None) != (key is None):
+            raise InvalidArgumentError("TLS cert and key must be given together (mTLS)")
+        return grpc.ssl_channel_credentials(
+            root_certificates=_read(self.ca, "ca"), private_key=key, certificate_chain=cert
+        )
+
+
+class Channels:
+    """The client's channels, keyed by "host:port". Thread-safe."""
+
+    def __init__(self, tls: TLSConfig | None) -> None:
+        self._credentials = tls.credentials() if tls is not None else None
+        self._options = list(_CHANNEL_OPTIONS)
+        if tls is not None and tls.server_name:
+            self._options.append(("grpc.ssl_target_name_override", tls.server_name))  # type: ignore[arg-type]
+        self._lock = threading.Lock()  # guards _stubs, _own and _closed
+        self._stubs: dict[str, tuple[grpc.Channel, api_pb2_grpc.APIStub]] = {}
+        # Calls on connections of their own, cancelled by close() like the
+        # calls on the channels; an ended call is dropped with its last user.
+        self._own: weakref.WeakSet[Http2Call[Any]] = weakref.WeakSet()
+        self._closed = False
+
+    def stub(self, address: str) -> api_pb2_grpc.APIStub:
+        """The API stub for a broker, opening its channel on first use.
+
+        Raises:
+            ClientClosedError: after :meth:`close`.
+        """
+        return self._entry(address)[1]
+
+    def open_stream(
+        self, address: str, method: str, request: Any, *, connect_timeout: float
+    ) -> StreamCall[Any]:
+        """Starts a streaming RPC on a broker. PublishAsync and Subscribe on
+        a plaintext client get a connection of their own
+        (:mod:`liftbridge._transport._http2`, which writes and reads many messages per
+        system call); everything else goes through the broker's gRPC channel.
+
+        Raises:
+            ClientClosedError: after :meth:`close`.
+            grpc.RpcError: the broker could not be reached (own connections only).
+        """
+        parse = _OWN_CONNECTION.get(method)
+        if parse is None or self._credentials is not None:
+            call: StreamCall[Any] = getattr(self.stub(address), method)(request)
+            return call
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("the client is closed")
+        own = Http2Call(
+            address, f"/proto.API/{method}", request, parse, connect_timeout=connect_timeout
+        )
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._own.add(own)
+        if closed:  # close() ran while this one connected
+            own.cancel()
+            raise ClientClosedError("the client is closed")
+        return own
+
+    def open_private(self, address: str, options: list[tuple[str, int]]) -> grpc.Channel:
+        """A new channel to a broker, with ``options`` added to (or replacing)
+        the client's, on a connection of its own (not shared with the client's
+        channel to it). The caller closes it.
+
+        Raises:
+            ClientClosedError: after :meth:`close`.
+        """
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("the client is closed")
+        replaced = {key for key, _ in options}
+        kept = [(key, value) for key, value in self._options if key not in replaced]
+        merged = [*kept, ("grpc.use_local_subchannel_pool", 1), *options]
+        if self._credentials is not None:
+            return grpc.secure_channel(address, self._credentials, options=merged)
+        return grpc.insecure_channel(address, options=merged)
+
+    def _entry(self, address: str) -> tuple[grpc.Channel, api_pb2_grpc.APIStub]:
+        entry = self._stubs.get(address)
+        if entry is not None:
+            return entry
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("the client is closed")
+            entry = self._stubs.get(address)
+            if entry is None:
+                if self._credentials is not None:
+                    channel = grpc.secure_channel(address, self._credentials, options=self._options)
+                else:
+                    channel = grpc.insecure_channel(address, options=self._options)
+                entry = (channel, api_pb2_grpc.APIStub(channel))
+                self._stubs[address] = entry
+            return entry
+
+    def close(self) -> None:
+        """Closes every channel; calls in flight on them end with CANCELLED. Idempotent."""
+        with self._lock:
+            self._closed = True
+            entries = list(self._stubs.values())
+            self._stubs.clear()
+            own = list(self._own)
+            self._own.clear()
+        for channel, _ in entries:
+            channel.close()
+        for call in own:
+            call.cancel()

@@ -1,0 +1,165 @@
+"""The wire pieces of the SDK's HTTP/2 calls (:mod:`liftbridge._transport._http2`):
+frame types, flags and settings (RFC 9113), how an HTTP/2 ending maps to a
+gRPC status (gRPC's doc/PROTOCOL-HTTP2.md and http-grpc-status-mapping.md),
+the error a call ends with, and the socket options of its connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import struct
+from collections.abc import Callable
+
+import grpc
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (
+    0x0,
+    0x1,
+    0x3,
+    0x4,
+    0x6,
+    0x7,
+    0x8,
+    0x9,
+)
+END_STREAM = 0x1
+ACK = 0x1
+END_HEADERS = 0x4
+PADDED = 0x8
+PRIORITY = 0x20
+SETTINGS_ENABLE_PUSH = 0x2
+SETTINGS_INITIAL_WINDOW_SIZE = 0x4
+SETTINGS_MAX_FRAME_SIZE = 0x5
+STREAM = 1  # the connection's one stream
+
+KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_PROBES = 300, 20, 3
+"""TCP keepalive where the platform lets us set it: a connection silent for
+5 minutes is probed, and given up after 3 probes 20 s apart (the client's
+gRPC channels ping on that schedule; the kernel's default waits 2 hours), so
+a subscription idle on a vanished broker ends with UNAVAILABLE and resubscribes."""
+MAX_FRAME_IN = 16_384
+"""The largest frame the peer may send us (RFC 9113 4.2: we never raise
+SETTINGS_MAX_FRAME_SIZE). A bigger one is no HTTP/2: waiting for up to
+16 MiB of it would hang the call on a peer that speaks something else."""
+RESET_STATUS = {
+    0x7: grpc.StatusCode.UNAVAILABLE,  # REFUSED_STREAM: not processed, may go elsewhere
+    0x8: grpc.StatusCode.CANCELLED,  # CANCEL
+    0xB: grpc.StatusCode.RESOURCE_EXHAUSTED,  # ENHANCE_YOUR_CALM
+    0xC: grpc.StatusCode.PERMISSION_DENIED,  # INADEQUATE_SECURITY
+}
+"""The gRPC code of an RST_STREAM's HTTP/2 error code (gRPC's
+doc/PROTOCOL-HTTP2.md, "Errors", as grpcio reported them); any other,
+NO_ERROR included: INTERNAL."""
+HTTP_STATUS = {
+    "400": grpc.StatusCode.INTERNAL,
+    "401": grpc.StatusCode.UNAUTHENTICATED,
+    "403": grpc.StatusCode.PERMISSION_DENIED,
+    "404": grpc.StatusCode.UNIMPLEMENTED,
+    "429": grpc.StatusCode.UNAVAILABLE,
+    "502": grpc.StatusCode.UNAVAILABLE,
+    "503": grpc.StatusCode.UNAVAILABLE,
+    "504": grpc.StatusCode.UNAVAILABLE,
+}
+"""The gRPC code of a response whose HTTP status is not 200 and that has no
+grpc-status (gRPC's doc/http-grpc-status-mapping.md); any other: UNKNOWN.
+An intermediary may answer so: a 404 is no broker outage to retry."""
+
+
+FRAME_HEAD = struct.Struct(">IBI")
+"""A frame's 9-byte header: length (24 bits) and type in one word, flags, stream."""
+MESSAGE_PREFIX = struct.Struct(">BI")
+"""A gRPC message's 5-byte prefix: the compressed flag and the length."""
+
+
+def compressed_error() -> StreamError:
+    return StreamError(grpc.StatusCode.INTERNAL, "a compressed response, never asked for")
+
+
+def keep_alive(sock: socket.socket) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL),
+        ("TCP_KEEPCNT", KEEPALIVE_PROBES),
+    ):
+        if hasattr(socket, option):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+
+
+def frame_bytes(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    return (
+        len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big") + payload
+    )
+
+
+def host_port(address: str) -> tuple[str, int]:
+    """``"host:port"`` or ``"[v6 address]:port"`` as a (host, port) pair.
+
+    Raises:
+        ValueError: no port number.
+    """
+    host, _, port = address.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+class StreamError(grpc.RpcError, grpc.Call):
+    """How an HTTP/2 stream ended when it did not end well: a gRPC status
+    code and its details, read by :func:`liftbridge._errors.from_rpc_error`
+    like grpcio's own errors."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self._code = code
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    def initial_metadata(self) -> tuple[()]:
+        return ()
+
+    def trailing_metadata(self) -> tuple[()]:
+        return ()
+
+    def is_active(self) -> bool:
+        return False
+
+    def time_remaining(self) -> float:
+        return 0.0
+
+    def cancel(self) -> bool:
+        return False
+
+    def add_callback(self, callback: Callable[[], None]) -> bool:
+        return False
+
+
+def readable(sock: socket.socket) -> bool:
+    """True if a recv on ``sock`` would not wait. poll where there is one:
+    select refuses descriptors past FD_SETSIZE (1024), which a process with
+    many files open hands out."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([sock], [], [], 0)[0])
+
+
+def grpc_status(value: bytes | str | None) -> grpc.StatusCode:
+    try:
+        number = int(value or b"")
+    except ValueError:
+        return grpc.StatusCode.UNKNOWN
+    for code in grpc.StatusCode:
+        if code.value[0] == number:
+            return code
+    return grpc.StatusCode.UNKNOWN
