@@ -44,7 +44,9 @@ _READ_OPTIONS = frozenset(
         *_TLS_OPTIONS,
     }
 )
-_WRITE_OPTIONS = frozenset({"servers", "stream", "ackpolicy", "acktimeoutms", *_TLS_OPTIONS})
+_WRITE_OPTIONS = frozenset(
+    {"servers", "stream", "ackpolicy", "acktimeoutms", "exactlyonce", "writeid", *_TLS_OPTIONS}
+)
 # Options Spark itself reads from the same map (they reach the source too).
 _SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
 
@@ -56,7 +58,8 @@ class Mode(enum.Enum):
     STREAMING = "streaming"
 
 
-def _lower(options: Mapping[str, str]) -> dict[str, str]:
+def lower(options: Mapping[str, str]) -> dict[str, str]:
+    """The options with lower-case names (Spark's are case-insensitive)."""
     return {str(k).lower(): str(v) for k, v in options.items()}
 
 
@@ -336,7 +339,7 @@ def read_options(raw_options: Mapping[str, str], mode: Mode | None) -> ReadOptio
         InvalidArgumentError: an option is missing, malformed, or not allowed
             with another option or in this mode; the message names it.
     """
-    options = _lower(raw_options)
+    options = lower(raw_options)
     _warn_unknown(options, _READ_OPTIONS, "source")
     client = client_config(options)
     stream_option, assign_option = options.get("stream"), options.get("assign")
@@ -424,12 +427,19 @@ class WriteOptions:
         stream: the stream every row goes to; None takes each row's ``stream`` column.
         ack_policy: which acks a publish waits for.
         ack_timeout: seconds each publish waits for its ack.
+        exactly_once: store each row once however often Spark retries.
+        write_id: names the write for ``exactly_once`` (stable across re-runs).
     """
 
     client: ClientConfig
     stream: str | None
     ack_policy: AckPolicy
     ack_timeout: float
+    exactly_once: bool = False
+    write_id: str | None = None
+
+
+_WRITE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 
 def write_options(raw_options: Mapping[str, str]) -> WriteOptions:
@@ -438,7 +448,7 @@ def write_options(raw_options: Mapping[str, str]) -> WriteOptions:
     Raises:
         InvalidArgumentError: an option is missing or malformed; the message names it.
     """
-    options = _lower(raw_options)
+    options = lower(raw_options)
     _warn_unknown(options, _WRITE_OPTIONS, "sink")
     stream = options.get("stream")
     if stream is not None:
@@ -450,9 +460,32 @@ def write_options(raw_options: Mapping[str, str]) -> WriteOptions:
             f"option ackPolicy must be leader, all or none, got {options['ackpolicy']!r}"
         )
     ack_timeout_ms = _int(options, "ackTimeoutMs", 1)
+    exactly_once = _bool(options, "exactlyOnce", False)
+    write_id = options.get("writeid")
+    if write_id is not None:
+        write_id = write_id.strip()
+        if not _WRITE_ID.match(write_id):
+            raise InvalidArgumentError(
+                "option writeId must be 1-100 letters, digits, '_', '.' or '-', "
+                f"got {options['writeid']!r}"
+            )
+        if not exactly_once:
+            raise InvalidArgumentError("option writeId needs option exactlyOnce=true")
+    if exactly_once:
+        if stream is None:
+            raise InvalidArgumentError(
+                "option exactlyOnce needs the stream option (one target stream, "
+                "not a stream column)"
+            )
+        if policy == "none":
+            raise InvalidArgumentError(
+                "option exactlyOnce needs acks: use ackPolicy leader or all, not none"
+            )
     return WriteOptions(
         client=client_config(options),
         stream=stream,
         ack_policy=_ACK_POLICIES[policy],
         ack_timeout=(ack_timeout_ms if ack_timeout_ms is not None else 30_000) / 1000,
+        exactly_once=exactly_once,
+        write_id=write_id,
     )

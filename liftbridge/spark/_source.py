@@ -14,7 +14,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from liftbridge import InvalidArgumentError
-from liftbridge.spark._options import Mode, read_options, write_options
+from liftbridge.spark._exactly_once import write_id_for
+from liftbridge.spark._options import Mode, lower, read_options, write_options
 from liftbridge.spark._reader import LiftbridgeReader, LiftbridgeStreamReader
 from liftbridge.spark._schema import read_schema
 from liftbridge.spark._writer import LiftbridgeStreamWriter, LiftbridgeWriter, check_schema
@@ -82,4 +83,5 @@ class LiftbridgeDataSource(DataSource):
             )
         options = write_options(self.options)
         check_schema(schema, options)
-        return LiftbridgeStreamWriter(options)
+        write_id = write_id_for(lower(self.options), options.write_id)
+        return LiftbridgeStreamWriter(options, write_id)

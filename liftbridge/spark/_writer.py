@@ -37,7 +37,13 @@ from pyspark.sql.types import (
 )
 
 from liftbridge import Ack, Client, InvalidArgumentError
-from liftbridge.spark._clients import client_for
+from liftbridge.spark._clients import client_for, router_for
+from liftbridge.spark._exactly_once import (
+    ExactlyOncePlan,
+    plan_bounds,
+    record_batch_end,
+    write_exactly_once,
+)
 from liftbridge.spark._options import WriteOptions
 
 _log = logging.getLogger(__name__)
@@ -121,11 +127,13 @@ class LiftbridgeCommitMessage(WriterCommitMessage):
         rows: rows published (all acked, unless ackPolicy is none).
         partitions: per Liftbridge partition, the acked rows and last offset
             (empty with ackPolicy none, which gets no acks).
+        skipped: rows an exactly-once write found stored by an earlier attempt.
     """
 
     task: int
     rows: int
     partitions: tuple[PartitionWrite, ...]
+    skipped: int = 0
 
 
 def _bytes(value: Any) -> Any:
@@ -239,6 +247,31 @@ def publish_batches(
     return tally.message(task)
 
 
+def _exactly_once(
+    options: WriteOptions,
+    plan: ExactlyOncePlan,
+    batches: Iterable[pa.RecordBatch],
+    batch: int,
+    task: int,
+) -> LiftbridgeCommitMessage:
+    config = options.client
+    rows, skipped, written = write_exactly_once(
+        client_for(config), router_for(config), options, plan, batches, batch, task
+    )
+    assert options.stream is not None
+    parts = tuple(
+        PartitionWrite(options.stream, partition, published, end - 1)
+        for partition, (published, end) in sorted(written.items())
+    )
+    return LiftbridgeCommitMessage(task=task, rows=rows, partitions=parts, skipped=skipped)
+
+
+def _plan(options: WriteOptions, write_id: str) -> ExactlyOncePlan:
+    assert options.stream is not None
+    bounds = plan_bounds(client_for(options.client), options.stream, write_id)
+    return ExactlyOncePlan(write_id, bounds)
+
+
 def _task() -> tuple[int, TaskContext | None]:
     context = TaskContext.get()
     return (context.partitionId() if context is not None else 0), context
@@ -273,11 +306,14 @@ class LiftbridgeWriter(DataSourceArrowWriter):
     def __init__(self, options: WriteOptions) -> None:
         self._options = options
         # Made on the driver and pickled to every task, so retries reuse it.
-        self._write_id = uuid.uuid4().hex
+        self._write_id = options.write_id or uuid.uuid4().hex
+        self._plan = _plan(options, self._write_id) if options.exactly_once else None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LiftbridgeCommitMessage:
         """Publishes one task's rows (executor)."""
         task, _ = _task()
+        if self._plan is not None:
+            return _exactly_once(self._options, self._plan, iterator, -1, task)
         return publish_batches(
             client_for(self._options.client),
             self._options,
@@ -301,9 +337,17 @@ class LiftbridgeStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("liftbridge")``: like :class:`LiftbridgeWriter`
     per micro-batch; correlation ids use the query id and batch id."""
 
-    def __init__(self, options: WriteOptions) -> None:
+    def __init__(self, options: WriteOptions, write_id: str | None = None) -> None:
         self._options = options
         self._fallback_id = uuid.uuid4().hex  # when Spark names no query
+        self._plan: ExactlyOncePlan | None = None
+        if options.exactly_once:
+            if write_id is None:
+                raise InvalidArgumentError(
+                    "option exactlyOnce on writeStream needs option writeId or "
+                    "checkpointLocation (to recognise rows after a restart)"
+                )
+            self._plan = _plan(options, write_id)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LiftbridgeCommitMessage:
         """Publishes one task's rows of a micro-batch (executor)."""
@@ -312,6 +356,9 @@ class LiftbridgeStreamWriter(DataSourceStreamArrowWriter):
         if context is not None:
             query = context.getLocalProperty(_QUERY_ID)
             batch = context.getLocalProperty(_BATCH_ID)
+        if self._plan is not None:
+            number = int(batch) if batch is not None else 0
+            return _exactly_once(self._options, self._plan, iterator, number, task)
         return publish_batches(
             client_for(self._options.client),
             self._options,
@@ -321,8 +368,24 @@ class LiftbridgeStreamWriter(DataSourceStreamArrowWriter):
         )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Logs what the micro-batch wrote (driver); idempotent."""
+        """Logs what the micro-batch wrote (driver); idempotent. With
+        exactlyOnce, records where the batch's rows end, so the next batch
+        reads back only from there."""
         _log_commit(messages, f"liftbridge micro-batch {batchId}")
+        if self._plan is None or self._options.stream is None:
+            return
+        ends: dict[int, int] = {}
+        for message in messages:
+            if isinstance(message, LiftbridgeCommitMessage):
+                for p in message.partitions:
+                    ends[p.partition] = max(ends.get(p.partition, 0), p.last_offset + 1)
+        record_batch_end(
+            client_for(self._options.client),
+            self._options.stream,
+            self._plan.write_id,
+            batchId,
+            ends,
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Logs the failure (driver); rows already acked stay stored."""

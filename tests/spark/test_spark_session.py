@@ -1,0 +1,84 @@
+"""How the connector meets the user's session: the Python Spark starts its
+workers with, and queries started from threads other than the main one."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark", reason="needs the spark extra: pip install -e '.[spark]'")
+pytest.importorskip("pyarrow", reason="needs the spark extra: pip install -e '.[spark]'")
+
+from pyspark.sql import SparkSession
+
+import liftbridge
+import liftbridge.spark
+from liftbridge import MissingDependencyError
+from liftbridge.testing import LocalServer
+from tests.spark.helpers import fill, sdk_rows
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]
+
+
+def test_register_names_a_worker_python_that_cannot_import_the_connector(
+    spark: SparkSession, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A Python without this checkout or the venv's packages (isolated, no site).
+    other = tmp_path / "python3"
+    other.write_text(f'#!/bin/sh\nexec "{sys.executable}" -I -S "$@"\n')
+    other.chmod(0o755)
+    monkeypatch.setenv("PYSPARK_PYTHON", str(other))
+    with pytest.raises(MissingDependencyError) as failure:
+        liftbridge.spark.register(spark)
+    text = str(failure.value)
+    assert str(other) in text and f"PYSPARK_PYTHON={sys.executable}" in text
+    assert "No module named" in text
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    liftbridge.spark.register(spark)  # the right Python: no error
+
+
+def test_a_stream_to_stream_query_started_from_another_thread_runs(
+    spark: SparkSession,
+    server: LocalServer,
+    client: liftbridge.Client,
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    source, sink = f"{unique_name}-in", f"{unique_name}-out"
+    client.create_stream(source)
+    client.create_stream(sink)
+    fill(client, source, 10)
+    liftbridge.spark.register(spark)
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            query = (
+                spark.readStream.format("liftbridge")
+                .option("servers", server.address)
+                .option("stream", source)
+                .option("startingOffsets", "earliest")
+                .load()
+                .select("key", "value")
+                .writeStream.format("liftbridge")
+                .option("servers", server.address)
+                .option("stream", sink)
+                .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                .trigger(availableNow=True)
+                .start()
+            )
+            query.awaitTermination(120)
+            query.stop()
+        except BaseException as e:
+            failures.append(e)
+
+    thread = threading.Thread(target=run, name="not-main")
+    thread.start()
+    thread.join(180)
+    assert failures == []
+    assert sorted(r[1] for r in sdk_rows(client, sink)) == sorted(
+        r[1] for r in sdk_rows(client, source)
+    )
