@@ -50,6 +50,7 @@ from liftbridge import (
 from liftbridge._core._router import Router
 from liftbridge.spark._fetch import FetchSettings, OffsetRange, read_range
 from liftbridge.spark._options import WriteOptions
+from liftbridge.spark._schema import header_pairs
 
 _log = logging.getLogger(__name__)
 
@@ -194,8 +195,7 @@ def _group(
             rows.indices.append(row)
             rows.values.append(_bytes(value))
             rows.keys.append(key)
-            pairs = headers[i]
-            rows.headers.append({k: _bytes(v) or b"" for k, v in pairs} if pairs else {})
+            rows.headers.append(header_pairs(headers[i]) or {})
             row += 1
     return row, parts
 

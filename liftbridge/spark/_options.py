@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from liftbridge import AckPolicy, InvalidArgumentError, TLSConfig
+from liftbridge._core._validate import SERVER_MAX_MESSAGE
 
 _log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ _READ_OPTIONS = frozenset(
         "minpartitions",
         "failondataloss",
         "includeheaders",
+        "headersformat",
         "readreplica",
         "polltimeoutms",
         *_TLS_OPTIONS,
@@ -63,8 +65,51 @@ def lower(options: Mapping[str, str]) -> dict[str, str]:
     return {str(k).lower(): str(v) for k, v in options.items()}
 
 
+_CLIENT_PREFIX = "liftbridge."
+_CLIENT_TIMES = {
+    "connectTimeoutMs": "connect_timeout",
+    "rpcTimeoutMs": "rpc_timeout",
+    "ackWaitMs": "ack_wait",
+    "resubscribeWaitMs": "resubscribe_wait",
+}
+_CLIENT_COUNTS = {"maxInflight": "max_inflight", "maxMessageSize": "max_message_size"}
+_CLIENT_SETTINGS = frozenset(n.lower() for n in (*_CLIENT_TIMES, *_CLIENT_COUNTS))
+_CLIENT_ALIASES = frozenset({*_TLS_OPTIONS, "readreplica"})
+"""``liftbridge.<name>`` options that are another option's second name."""
+_CLIENT_NAMES = (
+    "liftbridge.connectTimeoutMs, liftbridge.rpcTimeoutMs, liftbridge.ackWaitMs, "
+    "liftbridge.resubscribeWaitMs, liftbridge.maxInflight, liftbridge.maxMessageSize, "
+    "liftbridge.readReplica, liftbridge.tls.ca, liftbridge.tls.cert, liftbridge.tls.key, "
+    "liftbridge.tls.serverName"
+)
+
+
+def _client_passthrough(options: dict[str, str]) -> dict[str, str]:
+    """Folds ``liftbridge.<option>`` aliases into their plain names.
+
+    Raises:
+        InvalidArgumentError: an unknown ``liftbridge.`` option, or one given
+            under both names.
+    """
+    for name in [n for n in options if n.startswith(_CLIENT_PREFIX)]:
+        short = name[len(_CLIENT_PREFIX) :]
+        if short in _CLIENT_SETTINGS:
+            continue
+        if short not in _CLIENT_ALIASES:
+            raise InvalidArgumentError(
+                f"option {name} is not a client option; the liftbridge.* options are "
+                f"{_CLIENT_NAMES}"
+            )
+        if short in options:
+            raise InvalidArgumentError(f"options {short} and {name} are one option: give one")
+        options[short] = options.pop(name)
+    return options
+
+
 def _warn_unknown(options: Mapping[str, str], known: frozenset[str], what: str) -> None:
     for name in sorted(set(options) - known - _SPARK_OPTIONS):
+        if name.startswith(_CLIENT_PREFIX):
+            continue  # checked by _client_passthrough
         _log.warning("liftbridge %s ignores the unknown option %r", what, name)
 
 
@@ -130,6 +175,9 @@ class ClientConfig:
         tls_cert: PEM of the client certificate chain (mTLS).
         tls_key: PEM of the client key (mTLS).
         tls_server_name: name to check the server certificate against.
+        connect_timeout, rpc_timeout, ack_wait, resubscribe_wait, max_inflight,
+            max_message_size: the :class:`~liftbridge.Client` settings of the
+            same names (``liftbridge.<name>`` options; times in seconds here).
     """
 
     servers: tuple[str, ...]
@@ -137,6 +185,12 @@ class ClientConfig:
     tls_cert: bytes | None = None
     tls_key: bytes | None = None
     tls_server_name: str | None = None
+    connect_timeout: float = 5.0
+    rpc_timeout: float = 10.0
+    ack_wait: float = 5.0
+    resubscribe_wait: float = 30.0
+    max_inflight: int = 1024
+    max_message_size: int = SERVER_MAX_MESSAGE
 
     @property
     def tls(self) -> TLSConfig | None:
@@ -192,12 +246,22 @@ def client_config(options: Mapping[str, str]) -> ClientConfig:
     if (cert is None) != (key is None):
         raise InvalidArgumentError("options tls.cert and tls.key must be given together (mTLS)")
     server_name = options.get("tls.servername")
+    settings: dict[str, float | int] = {}
+    for name, field in _CLIENT_TIMES.items():
+        ms = _int(options, _CLIENT_PREFIX + name, 1)
+        if ms is not None:
+            settings[field] = ms / 1000
+    for name, field in _CLIENT_COUNTS.items():
+        count = _int(options, _CLIENT_PREFIX + name, 1)
+        if count is not None:
+            settings[field] = count
     return ClientConfig(
         servers=servers,
         tls_ca=_pem(options, "tls.ca"),
         tls_cert=cert,
         tls_key=key,
         tls_server_name=server_name.strip() if server_name else None,
+        **settings,  # type: ignore[arg-type]
     )
 
 
@@ -225,6 +289,7 @@ class ReadOptions:
         min_partitions: fewest Spark partitions a read is split into.
         fail_on_data_loss: fail when offsets a read needs are gone.
         include_headers: add the ``headers`` column.
+        headers_array: make it Kafka's ``array<struct<key,value>>`` instead of a map.
         read_replica: read from a random in-sync replica instead of the leader.
         poll_timeout: seconds an executor waits for the next message of its range.
     """
@@ -243,6 +308,7 @@ class ReadOptions:
     include_headers: bool
     read_replica: bool
     poll_timeout: float
+    headers_array: bool = False
 
 
 def _assign(raw: str) -> dict[str, tuple[int, ...]]:
@@ -339,7 +405,7 @@ def read_options(raw_options: Mapping[str, str], mode: Mode | None) -> ReadOptio
         InvalidArgumentError: an option is missing, malformed, or not allowed
             with another option or in this mode; the message names it.
     """
-    options = lower(raw_options)
+    options = _client_passthrough(lower(raw_options))
     _warn_unknown(options, _READ_OPTIONS, "source")
     client = client_config(options)
     stream_option, assign_option = options.get("stream"), options.get("assign")
@@ -395,6 +461,15 @@ def read_options(raw_options: Mapping[str, str], mode: Mode | None) -> ReadOptio
             f"maxOffsetsPerTrigger ({max_per_trigger})"
         )
     poll_timeout_ms = _int(options, "pollTimeoutMs", 1)
+    include_headers = _bool(options, "includeHeaders", False)
+    headers_format = options.get("headersformat", "map").strip().lower()
+    if headers_format not in ("map", "array"):
+        raise InvalidArgumentError(
+            "option headersFormat must be map (map<string,binary>) or array (Kafka's "
+            f"array<struct<key:string,value:binary>>), got {options['headersformat']!r}"
+        )
+    if "headersformat" in options and not include_headers:
+        raise InvalidArgumentError("option headersFormat needs option includeHeaders=true")
     return ReadOptions(
         client=client,
         streams=streams,
@@ -407,7 +482,8 @@ def read_options(raw_options: Mapping[str, str], mode: Mode | None) -> ReadOptio
         max_trigger_delay=_duration(options, "maxTriggerDelay", 15 * 60.0),
         min_partitions=_int(options, "minPartitions", 1),
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
-        include_headers=_bool(options, "includeHeaders", False),
+        include_headers=include_headers,
+        headers_array=headers_format == "array",
         read_replica=_bool(options, "readReplica", False),
         poll_timeout=(poll_timeout_ms if poll_timeout_ms is not None else 120_000) / 1000,
     )
@@ -448,7 +524,7 @@ def write_options(raw_options: Mapping[str, str]) -> WriteOptions:
     Raises:
         InvalidArgumentError: an option is missing or malformed; the message names it.
     """
-    options = lower(raw_options)
+    options = _client_passthrough(lower(raw_options))
     _warn_unknown(options, _WRITE_OPTIONS, "sink")
     stream = options.get("stream")
     if stream is not None:

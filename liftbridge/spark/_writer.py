@@ -25,6 +25,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     ByteType,
     DataType,
@@ -45,6 +46,7 @@ from liftbridge.spark._exactly_once import (
     write_exactly_once,
 )
 from liftbridge.spark._options import WriteOptions
+from liftbridge.spark._schema import header_pairs
 
 _log = logging.getLogger(__name__)
 
@@ -63,6 +65,20 @@ def _type_error(column: str, wanted: str, found: DataType) -> InvalidArgumentErr
     return InvalidArgumentError(
         f"column {column} must be {wanted} to write to Liftbridge, got {found.simpleString()}"
     )
+
+
+def _headers_type(headers: DataType) -> bool:
+    """A map of string to bytes, or Kafka's array of key/value structs."""
+    if isinstance(headers, MapType):
+        return isinstance(headers.keyType, StringType) and isinstance(headers.valueType, _BYTES)
+    if isinstance(headers, ArrayType) and isinstance(headers.elementType, StructType):
+        fields = {f.name.lower(): f.dataType for f in headers.elementType.fields}
+        return (
+            set(fields) == {"key", "value"}
+            and isinstance(fields["key"], StringType)
+            and isinstance(fields["value"], _BYTES)
+        )
+    return False
 
 
 def check_schema(schema: StructType, options: WriteOptions) -> None:
@@ -87,14 +103,12 @@ def check_schema(schema: StructType, options: WriteOptions) -> None:
         raise _type_error("stream", "string", columns["stream"])
     if "partition" in columns and not isinstance(columns["partition"], _INTS):
         raise _type_error("partition", "an integer", columns["partition"])
-    if "headers" in columns:
-        headers = columns["headers"]
-        if not (
-            isinstance(headers, MapType)
-            and isinstance(headers.keyType, StringType)
-            and isinstance(headers.valueType, _BYTES)
-        ):
-            raise _type_error("headers", "map<string,binary> or map<string,string>", headers)
+    if "headers" in columns and not _headers_type(columns["headers"]):
+        raise _type_error(
+            "headers",
+            "map<string,binary>, map<string,string> or array<struct<key:string,value:binary>>",
+            columns["headers"],
+        )
     if options.stream is None and "stream" not in columns:
         raise InvalidArgumentError(
             "writing to Liftbridge needs the stream option or a stream column"
@@ -226,12 +240,11 @@ def publish_batches(
             if value is None or stream is None:
                 what = "value" if value is None else "stream"
                 raise InvalidArgumentError(f"row {row} of task {task} has a null {what}")
-            pairs = headers[i]
             future = client.publish_async(
                 stream,
                 _bytes(value),
                 key=_bytes(keys[i]),
-                headers={k: _bytes(v) or b"" for k, v in pairs} if pairs else None,
+                headers=header_pairs(headers[i]),
                 partition=partitions[i],
                 ack_policy=options.ack_policy,
                 correlation_id=f"{id_prefix}-{row}",

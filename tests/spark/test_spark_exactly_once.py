@@ -22,10 +22,10 @@ from liftbridge.testing import LocalServer
 from tests.spark.conftest import REPO_ROOT, need_java, python_path
 from tests.spark.helpers import fill
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1800)]
 
-ROWS = 8_000
-RUN_TIMEOUT = 300.0
+ROWS = 4_000
+RUN_TIMEOUT = 600.0
 
 
 def _processes() -> dict[int, tuple[int, str]]:

@@ -186,3 +186,32 @@ def test_bad_exactly_once_options_name_the_option(options: dict[str, str], messa
         write_options({"servers": "127.0.0.1:9292", "stream": "s", **options})
     with pytest.raises(InvalidArgumentError, match="needs the stream option"):
         write_options({"servers": "127.0.0.1:9292", "exactlyOnce": "true"})
+
+
+def test_client_options_reach_the_client_config_and_bad_ones_name_themselves() -> None:
+    options = write_options(
+        {
+            "servers": "127.0.0.1:9292",
+            "stream": "s",
+            "liftbridge.rpcTimeoutMs": "2500",
+            "liftbridge.ackWaitMs": "700",
+            "liftbridge.maxInflight": "64",
+            "liftbridge.tls.serverName": "broker",
+        }
+    )
+    config = options.client
+    assert (config.rpc_timeout, config.ack_wait, config.max_inflight) == (2.5, 0.7, 64)
+    assert config.tls_server_name == "broker"
+    with pytest.raises(
+        InvalidArgumentError, match=r"tls\.servername and liftbridge\.tls\.servername"
+    ):
+        write_options(
+            {
+                "servers": "127.0.0.1:9292",
+                "stream": "s",
+                "tls.serverName": "a",
+                "liftbridge.tls.serverName": "b",
+            }
+        )
+    with pytest.raises(InvalidArgumentError, match=r"option liftbridge\.maxInflight must be >= 1"):
+        write_options({"servers": "127.0.0.1:9292", "stream": "s", "liftbridge.maxInflight": "0"})
