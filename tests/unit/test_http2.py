@@ -168,7 +168,7 @@ def test_the_client_opens_a_grpc_stream_and_sends_length_prefixed_requests(
     assert headers["content-type"] == "application/grpc"
     assert headers["te"] == "trailers"
     # Our receive windows are opened wide, and push is refused.
-    assert peer.client_settings() == {0x2: 0, INITIAL_WINDOW_SIZE: 1 << 24}
+    assert peer.client_settings() == {0x2: 0, INITIAL_WINDOW_SIZE: 1 << 24, 0x6: 1 << 16}
     opening_update = next(f for f in peer.frames if f.kind == WINDOW_UPDATE)
     assert opening_update.stream == 0
     assert int.from_bytes(opening_update.payload, "big") == (1 << 24) - 65_535
@@ -405,11 +405,19 @@ def test_rst_stream(connection: Connection, error_code: int, status: grpc.Status
     assert f"HTTP/2 error {error_code}" in details
 
 
-def test_rst_stream_of_another_stream_is_ignored(connection: Connection) -> None:
+def test_rst_stream_of_a_stream_never_opened_is_a_connection_error(
+    connection: Connection,
+) -> None:
+    """RFC 9113 5.1: a frame other than HEADERS or PRIORITY on an idle
+    stream is a connection error (PROTOCOL_ERROR), not an answer."""
     call, peer, _ = connection.open()
     peer.accept()
     peer.write(frame(RST_STREAM, 0, 3, (0x8).to_bytes(4, "big")) + peer.trailers(0))
-    assert isinstance(ended_with(call), StopIteration)
+    code, details = status_of(ended_with(call))
+    assert code == grpc.StatusCode.INTERNAL
+    assert "stream 3" in details
+    goaway = peer.read_until(GOAWAY)
+    assert int.from_bytes(goaway.payload[4:8], "big") == 0x1  # PROTOCOL_ERROR
 
 
 def test_goaway_that_drops_our_stream_is_unavailable(connection: Connection) -> None:
@@ -780,7 +788,7 @@ def test_cancel_wakes_a_blocked_reader_and_ends_the_sender(connection: Connectio
     requests.put(request(b"waits for window"))
     sender = _sender_thread()
     deadline = time.monotonic() + WAIT
-    while call._send_window != 0 or not requests.empty():  # taken, waiting
+    while call._peer.stream != 0 or not requests.empty():  # taken, waiting
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert call.cancel()
@@ -907,7 +915,7 @@ def test_an_end_done_reads_meanwhile_keeps_the_responses_before_it(
                 other.join(WAIT)
             return size
 
-    call._ready = Interleaved()
+    call._ready = call._reader.ready = Interleaved()
     assert next(call) == b"last ack"
     assert isinstance(ended_with(call), StopIteration)
 
