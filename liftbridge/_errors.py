@@ -125,6 +125,12 @@ class UnavailableError(LiftbridgeError, ConnectionError):
     retriable = True
 
 
+class StreamRefusedError(UnavailableError):
+    """The broker refused the stream before processing anything sent on it
+    (HTTP/2 REFUSED_STREAM, or a GOAWAY naming a lower last stream: RFC 9113
+    §8.7). Nothing sent on it was applied: sending again is safe."""
+
+
 class ConnectionLostError(UnavailableError):
     """The stream a request was sent on broke before its answer arrived.
 
@@ -295,6 +301,8 @@ def from_rpc_error(err: grpc.RpcError) -> LiftbridgeError:
     text = details.lower()
     message = f"{details} (gRPC {code.name})" if details else f"gRPC {code.name}"
     error = _from_status(code, text, message)
+    if code == grpc.StatusCode.UNAVAILABLE and getattr(err, "unprocessed", False):
+        error = StreamRefusedError(f"refused before processing: {message}")
     refusal = _refusal(text)
     if refusal is not None:
         error.refusal = refusal

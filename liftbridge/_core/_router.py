@@ -45,7 +45,9 @@ from liftbridge._errors import (
     UnavailableError,
     from_rpc_error,
 )
-from liftbridge._transport._channels import Channels, StreamCall, TLSConfig
+from liftbridge._transport._channels import DEFAULT_KEEPALIVE, Channels, StreamCall, TLSConfig
+from liftbridge._transport._http2 import Keepalive
+from liftbridge._transport._http2_reader import DEFAULT_MAX_MESSAGE
 from liftbridge_api import api_pb2, api_pb2_grpc
 
 _log = logging.getLogger(__name__)
@@ -140,6 +142,8 @@ class Router:
         tls: TLS settings, or None for plaintext.
         rpc_timeout: the longest one attempt of an RPC may take.
         retry_policy: attempts and backoff of resilient calls.
+        max_receive: the largest message a broker may send, in bytes.
+        keepalive: PINGs on streams the broker is silent on, or None.
     """
 
     def __init__(
@@ -149,8 +153,10 @@ class Router:
         tls: TLSConfig | None,
         rpc_timeout: float,
         retry_policy: RetryPolicy,
+        max_receive: int = DEFAULT_MAX_MESSAGE,
+        keepalive: Keepalive | None = DEFAULT_KEEPALIVE,
     ) -> None:
-        self._channels = Channels(tls)
+        self._channels = Channels(tls, max_receive=max_receive, keepalive=keepalive)
         self._watch = BrokerWatch(self._channels.open_private)
         self._cache = MetadataCache(seeds)
         self._rpc_timeout = rpc_timeout

@@ -62,6 +62,7 @@ from liftbridge._errors import (
     LeaderLostError,
     LiftbridgeError,
     NoSuchPartitionError,
+    StreamRefusedError,
     from_rpc_error,
 )
 from liftbridge._publish._publisher import response_outcome
@@ -90,13 +91,10 @@ class _Lane:
     """One thread's PublishAsync stream. Only its thread sends on it and
     reads it; the timer and ``close`` only cancel it."""
 
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: Router, deadline: Deadline) -> None:
         self._outbox: queue.SimpleQueue[api_pb2.PublishRequest | None] = queue.SimpleQueue()
         self.address, self._call = router.open_stream(
-            "PublishAsync",
-            iter(self._outbox.get, None),
-            target=ANY,
-            deadline=Deadline(router.rpc_timeout),
+            "PublishAsync", iter(self._outbox.get, None), target=ANY, deadline=deadline
         )
         # On the SDK's own HTTP/2 connection this thread writes a request
         # itself when the server's window takes it whole; otherwise (and on a
@@ -165,6 +163,11 @@ class _Lane:
                 f"{request.correlationId} arrived; the message may or may not have been stored",
                 lost,
             )
+        if isinstance(cause, StreamRefusedError):
+            return StreamRefusedError(
+                f"the broker refused the stream of publish {request.correlationId} to {where} "
+                f"before processing it ({cause}); the message was not stored"
+            )
         if timed_out:
             return AckTimeoutError(
                 f"no ack for publish {request.correlationId} to {where} within its "
@@ -223,8 +226,9 @@ class Lanes:
         self._ack_wait = ack_wait
         self._max_lanes = max_lanes
         self._local = threading.local()
-        self._lock = threading.Lock()  # guards _lanes and _closed
+        self._lock = threading.Lock()  # guards _lanes, _opening and _closed
         self._lanes: weakref.WeakSet[_Lane] = weakref.WeakSet()
+        self._opening = 0  # lanes being connected
         self._closed = False
         router.on_broker_down(self._broker_down)
 
@@ -232,11 +236,11 @@ class Lanes:
         """Publishes on this thread's lane and returns the Ack; None when no
         lane is available (too many threads), so the caller uses the shared
         stream. Raises like :meth:`_Lane.publish`."""
-        lane = self._lane()
-        if lane is None:
-            return None
         wait = self._ack_wait if timeout is None else timeout
         due = time.monotonic() + wait
+        lane = self._lane(Deadline(wait))  # its connect is bounded by the publish's timeout
+        if lane is None:
+            return None
         leader = self._router.leader_address(request.stream, request.partition)
         if leader is not None and self._router.broker_down(leader):
             leader = self._live_leader(request, leader, due)
@@ -312,7 +316,7 @@ class Lanes:
         for lane in lanes:
             lane.lose_leader(address)
 
-    def _lane(self) -> _Lane | None:
+    def _lane(self, deadline: Deadline) -> _Lane | None:
         lane: _Lane | None = getattr(self._local, "lane", None)
         if lane is not None and lane.usable():
             return lane
@@ -322,10 +326,21 @@ class Lanes:
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the client is closed; the publish was not sent")
-            if len(self._lanes) >= self._max_lanes:
+            if len(self._lanes) + self._opening >= self._max_lanes:
                 return None
-            lane = _Lane(self._router)
-            self._lanes.add(lane)
+            self._opening += 1
+        try:  # connecting outside the lock: one slow broker holds up no other thread
+            lane = _Lane(self._router, deadline)
+        finally:
+            with self._lock:
+                self._opening -= 1
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._lanes.add(lane)
+        if closed:
+            lane.close()
+            raise ClientClosedError("the client is closed; the publish was not sent")
         _log.debug(
             "publish lane opened on %s for thread %s", lane.address, threading.current_thread()
         )

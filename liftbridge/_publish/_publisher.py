@@ -78,6 +78,7 @@ from liftbridge._errors import (
     LeaderLostError,
     LiftbridgeError,
     PublishWindowFullError,
+    StreamRefusedError,
     from_async_error,
     from_rpc_error,
 )
@@ -497,7 +498,9 @@ class Publisher:
             self._finish(
                 pending,
                 None,
-                ConnectionLostError(
+                StreamRefusedError(f"{cause}; the message was not stored")
+                if isinstance(cause, StreamRefusedError)
+                else ConnectionLostError(
                     f"the PublishAsync stream broke before the ack arrived ({cause}); "
                     "the message may or may not have been stored"
                 ),

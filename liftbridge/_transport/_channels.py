@@ -20,17 +20,18 @@ import grpc
 import grpc.experimental
 
 from liftbridge._errors import ArgumentTypeError, ClientClosedError, InvalidArgumentError
-from liftbridge._transport._http2 import Http2Call
+from liftbridge._transport._http2 import Http2Call, Keepalive
+from liftbridge._transport._http2_reader import DEFAULT_MAX_MESSAGE
 from liftbridge_api import api_pb2, api_pb2_grpc
 
 T_co = TypeVar("T_co", covariant=True)
 
-# The server sends GOAWAY (too_many_pings) to clients that ping more often
-# than every 5 minutes, so keepalive pings stay at that bound.
+DEFAULT_KEEPALIVE = Keepalive(interval=300.0, timeout=20.0)
+"""The server sends GOAWAY (too_many_pings) to clients that ping more often
+than every 5 minutes (with no data from it in between), so keepalive pings
+stay at that bound by default."""
+
 _CHANNEL_OPTIONS: list[tuple[str, int]] = [
-    ("grpc.keepalive_time_ms", 300_000),
-    ("grpc.keepalive_timeout_ms", 20_000),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     # Reconnect quickly after a broker restart (defaults back off to 120 s).
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -116,9 +117,23 @@ class TLSConfig:
 class Channels:
     """The client's channels, keyed by "host:port". Thread-safe."""
 
-    def __init__(self, tls: TLSConfig | None) -> None:
+    def __init__(
+        self,
+        tls: TLSConfig | None,
+        *,
+        max_receive: int = DEFAULT_MAX_MESSAGE,
+        keepalive: Keepalive | None = DEFAULT_KEEPALIVE,
+    ) -> None:
         self._credentials = tls.credentials() if tls is not None else None
-        self._options = list(_CHANNEL_OPTIONS)
+        self._max_receive = max_receive
+        self._keepalive = keepalive
+        # The same receive limit and keepalive on both transports.
+        self._options = [*_CHANNEL_OPTIONS, ("grpc.max_receive_message_length", max_receive)]
+        if keepalive is not None:
+            self._options += [
+                ("grpc.keepalive_time_ms", int(keepalive.interval * 1000)),
+                ("grpc.keepalive_timeout_ms", int(keepalive.timeout * 1000)),
+            ]
         if tls is not None and tls.server_name:
             self._options.append(("grpc.ssl_target_name_override", tls.server_name))  # type: ignore[arg-type]
         self._lock = threading.Lock()  # guards _stubs, _own and _closed
@@ -156,7 +171,13 @@ class Channels:
             if self._closed:
                 raise ClientClosedError("the client is closed")
         own = Http2Call(
-            address, f"/proto.API/{method}", request, parse, connect_timeout=connect_timeout
+            address,
+            f"/proto.API/{method}",
+            request,
+            parse,
+            connect_timeout=connect_timeout,
+            max_message=self._max_receive,
+            keepalive=self._keepalive,
         )
         with self._lock:
             closed = self._closed
