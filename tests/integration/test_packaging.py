@@ -73,7 +73,7 @@ def test_wheel_carries_license_metadata_and_typing(wheel: Path) -> None:
     assert "liftbridge/py.typed" in names
     assert "liftbridge_api/api.proto" in names
     assert not any(n.startswith(("tests/", "examples/", "bench/")) for n in names)
-    assert b"liftbridge = liftbridge.cli._main:main" in entry_points
+    assert b"liftbridge = liftbridge.cli:main" in entry_points
 
 
 def _readme_tour(stream: str, address: str) -> str:
