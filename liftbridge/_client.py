@@ -60,9 +60,7 @@ from liftbridge._groups._pin import PinCallback, unpin_cursor
 from liftbridge._publish._lanes import Lanes
 from liftbridge._publish._publisher import AckHandler, Publisher
 from liftbridge._publish._publishing import Publishing, check_future
-from liftbridge._transport._channels import TLSConfig
-from liftbridge._transport._http2 import Keepalive
-from liftbridge._transport._http2_reader import DEFAULT_MAX_MESSAGE
+from liftbridge._transport._channels import DEFAULT_MAX_MESSAGE, Keepalive, TLSConfig
 from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)

@@ -29,8 +29,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
-
 from liftbridge._core import _retry
 from liftbridge._core._liveness import BrokerWatch, DownListener
 from liftbridge._core._metadata import Metadata, MetadataCache, PartitionInfo, metadata_from_proto
@@ -43,11 +41,15 @@ from liftbridge._errors import (
     NoSuchStreamError,
     NotLeaderError,
     UnavailableError,
-    from_rpc_error,
 )
-from liftbridge._transport._channels import DEFAULT_KEEPALIVE, Channels, StreamCall, TLSConfig
-from liftbridge._transport._http2 import Keepalive
-from liftbridge._transport._http2_reader import DEFAULT_MAX_MESSAGE
+from liftbridge._transport._channels import (
+    DEFAULT_KEEPALIVE,
+    DEFAULT_MAX_MESSAGE,
+    Channels,
+    Keepalive,
+    TLSConfig,
+)
+from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2, api_pb2_grpc
 
 _log = logging.getLogger(__name__)
@@ -453,12 +455,11 @@ class Router:
             LiftbridgeError: the mapped gRPC failure.
         """
         self._check_open()
-        rpc = getattr(self._channels.stub(address), method)
         try:
-            return rpc(request, timeout=timeout)
-        except grpc.RpcError as e:
+            return self._channels.invoke(address, method, request, timeout)
+        except LiftbridgeError:
             self._check_open()
-            raise from_rpc_error(e) from e
+            raise
         except ValueError:  # grpc raises it for a call on a channel closed meanwhile
             self._check_open()
             raise
@@ -536,14 +537,22 @@ class Router:
         )
 
     def open_stream(
-        self, method: str, request: Any, *, target: Target, deadline: Deadline
-    ) -> tuple[str, StreamCall[Any]]:
+        self,
+        method: str,
+        request: Any,
+        *,
+        target: Target,
+        deadline: Deadline,
+        shared: bool = False,
+    ) -> tuple[str, Stream[Any]]:
         """Starts a streaming RPC (Subscribe, PublishAsync) on the broker
-        ``target`` names. The call has no deadline of its own: the caller
-        owns its lifetime (and cancels it).
+        ``target`` names, connecting within ``deadline``. Without ``shared``
+        the call has no deadline of its own: the caller owns its lifetime
+        (and cancels it). ``shared`` (short reads) puts it on the broker's
+        shared channel, ending at ``deadline``.
 
         Returns:
-            The broker's address and the call.
+            The broker's address and the stream.
 
         Raises:
             UnavailableError: the broker could not be reached (a call on a
@@ -552,13 +561,15 @@ class Router:
         """
         self._check_open()
         address = self.address(target, deadline)
-        try:
-            call = self._channels.open_stream(
-                address, method, request, connect_timeout=max(0.05, deadline.remaining())
-            )
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from e
-        return address, call
+        stream = self._channels.open_stream(
+            address,
+            method,
+            request,
+            connect_timeout=max(0.05, deadline.remaining()),
+            shared=shared,
+            timeout=max(0.0, deadline.remaining()) if shared else None,
+        )
+        return address, stream
 
     def broker_failed(self, error: BaseException, deadline: Deadline | None = None) -> None:
         """A stream's broker failed: rotate, and refresh the metadata quietly."""

@@ -80,6 +80,7 @@ from liftbridge._transport._http2_wire import (
     send_nowait,
     wait_ready,
 )
+from liftbridge._transport._status import from_rpc_error
 
 _log = logging.getLogger(__name__)
 
@@ -116,7 +117,10 @@ class Http2Call(Generic[T]):
     """One bidirectional gRPC call on a connection of its own.
 
     Iterating it yields the responses (parsed by ``parse``) and ends with
-    StopIteration on an OK status, or raises :class:`StreamError`.
+    StopIteration on an OK status, or raises the
+    :class:`~liftbridge._errors.LiftbridgeError` its status maps to (the
+    :class:`StreamError` as ``__cause__``): a
+    :class:`~liftbridge._transport._stream.Stream`.
     ``cancel`` ends it from any thread. Only one thread iterates it.
 
     ``requests`` is an iterator of request messages, sent by a thread of the
@@ -275,7 +279,7 @@ class Http2Call(Generic[T]):
         if some is there), fed to the reader; the call's end recorded."""
         with self._flow:
             if self._finished:
-                self._end = self._error or StopIteration()
+                self._end = self._ending()
                 return
             self._reading = True
         data: bytes | None = b""
@@ -295,12 +299,12 @@ class Http2Call(Generic[T]):
                 self._reading = False
         if data is None:  # nothing read: a keepalive, cancel or done() without data
             if self._finished:
-                self._end = self._error or StopIteration()
+                self._end = self._ending()
                 self._close_when_idle()
             return
         if not data:
             self._finish(StreamError(grpc.StatusCode.UNAVAILABLE, failure))
-            self._end = self._error or StopIteration()
+            self._end = self._ending()
             self._close_when_idle()
             return
         self._heard = time.monotonic()
@@ -320,7 +324,7 @@ class Http2Call(Generic[T]):
         self._flush()
         if self._finished:
             self._shutdown()
-            self._end = self._error or StopIteration()
+            self._end = self._ending()
             self._close_when_idle()
 
     def _until_readable(self) -> bool:
@@ -525,6 +529,16 @@ class Http2Call(Generic[T]):
         return True
 
     # ------------------------------------------------------------------- ends --
+
+    def _ending(self) -> BaseException:
+        """What iterating the ended call raises: StopIteration after an OK
+        status, else the SDK's error for the status."""
+        error = self._error
+        if error is None:
+            return StopIteration()
+        mapped = from_rpc_error(error)
+        mapped.__cause__ = error
+        return mapped
 
     def _finish(self, error: StreamError | None) -> bool:
         """Records how the call ended; False if it had ended already."""

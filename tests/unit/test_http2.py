@@ -23,10 +23,11 @@ import grpc
 import pytest
 
 import liftbridge
-from liftbridge._errors import from_rpc_error
+from liftbridge._errors import LiftbridgeError
 from liftbridge._transport import _http2_wire
 from liftbridge._transport._http2 import Http2Call
 from liftbridge._transport._http2_wire import StreamError
+from liftbridge._transport._status import from_rpc_error
 from liftbridge_api import api_pb2
 from tests.unit.h2_peer import (
     ACK,
@@ -144,11 +145,14 @@ def ended_with(call: Http2Call[bytes]) -> BaseException:
     try:
         while True:
             next(call)
-    except (StopIteration, StreamError) as e:
+    except (StopIteration, LiftbridgeError) as e:
         return e
 
 
 def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status of a call's end: the SDK's error, caused by a StreamError."""
+    if isinstance(error, LiftbridgeError):
+        error = error.__cause__  # type: ignore[assignment]
     assert isinstance(error, StreamError), error
     return error.code(), error.details()
 
@@ -306,8 +310,8 @@ def test_header_blocks_continued_in_continuation_frames(connection: Connection) 
     )
     error = ended_with(call)
     assert status_of(error) == (grpc.StatusCode.NOT_FOUND, "no such stream")
-    assert isinstance(error, StreamError)
-    assert isinstance(from_rpc_error(error), liftbridge.NoSuchStreamError)
+    assert isinstance(error.__cause__, StreamError)
+    assert isinstance(error, liftbridge.NoSuchStreamError)
 
 
 # ------------------------------------------------------------------ ends --
@@ -328,11 +332,10 @@ def test_trailers_only_unavailable_with_a_percent_encoded_message(
     peer.write(settings() + frame(HEADERS, END_HEADERS | END_STREAM, STREAM, block))
     error = ended_with(call)
     assert status_of(error) == (grpc.StatusCode.UNAVAILABLE, "broker going away: 100% \u2713")
-    assert isinstance(error, StreamError)
-    assert isinstance(error, grpc.RpcError)
-    mapped = from_rpc_error(error)
-    assert isinstance(mapped, liftbridge.UnavailableError)
-    assert "broker going away" in str(mapped)
+    assert isinstance(error.__cause__, StreamError)
+    assert isinstance(error.__cause__, grpc.RpcError)
+    assert isinstance(error, liftbridge.UnavailableError)  # the stream raises the SDK's errors
+    assert "broker going away" in str(error)
     # The end is kept: iterating again says the same.
     assert ended_with(call) is error
 
@@ -429,8 +432,8 @@ def test_goaway_that_drops_our_stream_is_unavailable(connection: Connection) -> 
     code, details = status_of(error)
     assert code == grpc.StatusCode.UNAVAILABLE
     assert "GOAWAY" in details
-    assert isinstance(error, StreamError)
-    assert isinstance(from_rpc_error(error), liftbridge.UnavailableError)
+    assert isinstance(error.__cause__, StreamError)
+    assert isinstance(error, liftbridge.UnavailableError)
 
 
 def test_goaway_with_an_error_code_is_unavailable(connection: Connection) -> None:
@@ -471,8 +474,8 @@ def test_the_server_closing_mid_stream_is_unavailable(connection: Connection, cu
     assert reader.responses == [b"whole"]
     assert code == grpc.StatusCode.UNAVAILABLE
     assert "closed the connection" in details
-    assert isinstance(error, StreamError)
-    assert isinstance(from_rpc_error(error), liftbridge.UnavailableError)
+    assert isinstance(error.__cause__, StreamError)
+    assert isinstance(error, liftbridge.UnavailableError)
 
 
 def test_a_compressed_message_is_internal(connection: Connection) -> None:
@@ -522,9 +525,9 @@ def test_an_unparsable_response_is_internal(connection: Connection) -> None:
         peer.opening()
         peer.accept()
         peer.write(frame(DATA, 0, STREAM, grpc_message(b"\xff\xff\xff not protobuf")))
-        with pytest.raises(StreamError) as caught:
+        with pytest.raises(liftbridge.ServerError) as caught:
             next(call)
-        assert caught.value.code() == grpc.StatusCode.INTERNAL
+        assert status_of(caught.value)[0] == grpc.StatusCode.INTERNAL
     finally:
         requests.put(None)
         call.cancel()
@@ -795,8 +798,8 @@ def test_cancel_wakes_a_blocked_reader_and_ends_the_sender(connection: Connectio
     assert not call.cancel()  # idempotent
     error = reader.finish()
     assert status_of(error)[0] == grpc.StatusCode.CANCELLED
-    assert isinstance(error, StreamError)
-    assert isinstance(from_rpc_error(error), liftbridge.ConnectionLostError)
+    assert isinstance(error.__cause__, StreamError)
+    assert isinstance(error, liftbridge.ConnectionLostError)
     sender.join(WAIT)
     assert not sender.is_alive()
     assert call.done()
