@@ -438,7 +438,10 @@ class FrameReader(Generic[T]):
         except hpack.OversizedHeaderListError as e:
             raise connection_error(PROTOCOL_ERROR, f"a header list too large: {e}") from e
         except Exception as e:  # hpack's own errors, and any a malformed block provokes
-            raise connection_error(COMPRESSION_ERROR, f"an undecodable header block: {e}") from e
+            # Named by type: hpack's texts may hold a memoryview's address.
+            raise connection_error(
+                COMPRESSION_ERROR, f"an undecodable header block ({type(e).__name__})"
+            ) from e
         # Not UTF-8 (a grpc-message should be percent-encoded, not all are):
         # the status still counts.
         return {
