@@ -232,11 +232,16 @@ class Lanes:
         stream. Raises like :meth:`_Lane.publish`."""
         wait = self._ack_wait if timeout is None else timeout
         due = time.monotonic() + wait
-        lane = self._lane(Deadline(wait))  # its connect is bounded by the publish's timeout
+        # Opening a lane connects: a broker that refuses was sent nothing, and
+        # the router tries the next live one within the publish's timeout.
+        lane = self._lane(Deadline(min(wait, self._router.rpc_timeout)))
         if lane is None:
             return None
         leader = self._router.leader_address(request.stream, request.partition)
-        if leader is not None and self._router.broker_down(leader):
+        if leader is not None and (
+            self._router.broker_down(leader) or self._router.suspect(leader)
+        ):
+            # Known down, or it just refused a connection of ours.
             leader = self._live_leader(request, leader, due)
         lane.leader = leader
         lane.deadline = due
@@ -247,8 +252,14 @@ class Lanes:
                 return lane.publish(request)
             except LeaderLostError:
                 raise  # the lane's own broker is fine
+            except AckTimeoutError as e:
+                # The lane's broker may be the hung one: the next lane opens
+                # on another (harmless if the hung one was the leader).
+                self._router.failed(lane.address, e)
+                raise
             except ConnectionLostError as e:
-                self._router.broker_failed(e, Deadline(_REFRESH))  # the caller waits on it
+                # The caller waits on the refresh.
+                self._router.broker_failed(e, Deadline(_REFRESH), address=lane.address)
                 raise
             except NoSuchPartitionError:
                 # Refused, so not stored: sent again if the cluster's metadata
@@ -295,9 +306,33 @@ class Lanes:
             except LiftbridgeError as e:
                 _log.debug("no metadata while the leader of %s is down: %s", where, e)
             leader = self._router.leader_address(request.stream, request.partition)
-            if leader is not None and not self._router.broker_down(leader):
+            if (
+                leader is not None
+                and not self._router.broker_down(leader)
+                and (leader != down or not self._router.suspect(leader))
+                and self._leads(leader, request, due)
+            ):
                 return leader
             time.sleep(min(_RECHECK, max(0.0, due - time.monotonic())))
+
+    def _leads(self, address: str, request: api_pb2.PublishRequest, due: float) -> bool:
+        """Whether the broker the metadata names as the new leader says so
+        itself: the cluster's metadata can name it before it serves the
+        partition, and a publish forwarded to it then would be dropped."""
+        ask = api_pb2.FetchPartitionMetadataRequest(
+            stream=request.stream, partition=request.partition
+        )
+        try:
+            self._router.invoke(
+                address,
+                "FetchPartitionMetadata",
+                ask,
+                min(_REFRESH, max(0.05, due - time.monotonic())),
+            )
+        except LiftbridgeError as e:
+            _log.debug("the new leader %s does not serve the partition yet: %s", address, e)
+            return False
+        return True
 
     def _broker_down(self, address: str) -> None:
         """The router's broker-down listener (on liftbridge-broker-watch): the lanes
