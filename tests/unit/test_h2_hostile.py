@@ -299,3 +299,47 @@ def test_a_lane_connects_within_the_publish_timeout_not_the_rpc_timeout() -> Non
         filler.close()
         full.close()
     assert took <= 1.0 + SLACK, f"the publish took {took:.2f} s"
+
+
+def huge_subscribe_message(peer: Peer) -> None:
+    peer.accept()
+    handshake = grpc_message(api_pb2.Message().SerializeToString())
+    peer.write(frame(DATA, 0, STREAM, handshake + b"\0" + (1 << 31).to_bytes(4, "big")))
+    _flood(peer, frame(DATA, 0, STREAM, b"x" * 16_000), 256 << 20)
+
+
+def test_a_subscription_fed_a_2_31_byte_message_fails_typed_at_once(front: H2Front) -> None:
+    """A Subscribe stream has no deadline to end a hostile read: the size
+    check must. The handler hears a typed error; nothing else breaks."""
+    before_threads = set(_sdk_threads())
+    heard: list[tuple[object, BaseException | None]] = []
+    failed = threading.Event()
+
+    def handler(message: object, error: BaseException | None) -> None:
+        heard.append((message, error))
+        if error is not None:
+            failed.set()
+
+    client = liftbridge.Client(f"127.0.0.1:{front.port}", ack_wait=10.0)
+    try:
+        front.arm("Subscribe", huge_subscribe_message)
+        grown_from = rss()
+        start = time.monotonic()
+        client.subscribe(TOPIC, handler, start=liftbridge.StartPosition.EARLIEST)
+        assert failed.wait(TIMEOUT + SLACK), "the subscription never reported the hostile read"
+        took = time.monotonic() - start
+        grown = rss() - grown_from
+        assert front.played == 1
+        message, error = heard[-1]
+        assert message is None
+        assert isinstance(error, liftbridge.LiftbridgeError), repr(error)
+        assert "larger than max" in str(error)
+        assert took <= TIMEOUT + SLACK
+        assert grown < RSS_BOUND, f"the process grew by {grown >> 20} MiB"
+        assert client.publish(TOPIC, b"after", timeout=10) is not None
+    finally:
+        client.close()
+    deadline = time.monotonic() + 2.0
+    while set(_sdk_threads()) - before_threads and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not set(_sdk_threads()) - before_threads
