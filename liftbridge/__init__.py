@@ -68,6 +68,7 @@ from liftbridge._errors import (
     StopPositionReached,
     StreamDeletedError,
     StreamExistsError,
+    StreamRefusedError,
     UnavailableError,
 )
 from liftbridge._groups._consumer import (
@@ -157,6 +158,7 @@ __all__ = [
     "StreamExistsError",
     "StreamInfo",
     "StreamPartition",
+    "StreamRefusedError",
     "Subscription",
     "TLSConfig",
     "Table",
