@@ -142,6 +142,9 @@ def run(argv: list[str] | None = None) -> tuple[int, Path]:
     if suite.targets:
         print("\nSDK paths against each other (msgs/s, client CPU per message):")
         print(report.target_table(suite.targets))
+    if suite.latency:
+        print("\nEnd-to-end latency, publish to handler, SDK against Go (ms):")
+        print(report.latency_table(suite.latency))
     for error in suite.errors:
         print(f"FAILED {error['workload']}: {error['error']}")
 
@@ -161,6 +164,7 @@ def run(argv: list[str] | None = None) -> tuple[int, Path]:
             "results": [result.as_json() for result in suite.results],
             "comparisons": comparisons,
             "targets": suite.targets,
+            "latency": suite.latency,
             "rss": suite.rss,
             "rss_nats": suite.rss_nats,
             "errors": suite.errors,

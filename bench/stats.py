@@ -60,8 +60,8 @@ class Run:
 
     def metrics(self) -> dict[str, float]:
         """The figures this run contributes: msgs/s, MB/s, client CPU
-        microseconds per message and, when timed per message, p50/p99
-        latency in milliseconds."""
+        microseconds per message and, when timed per message, p50, p99,
+        p99.9 and the highest latency in milliseconds."""
         seconds = max(self.seconds, 1e-9)
         figures = {
             "msgs_per_s": self.count / seconds,
@@ -72,6 +72,8 @@ class Run:
             ordered = sorted(self.latencies)
             figures["p50_ms"] = percentile(ordered, 50) * 1e3
             figures["p99_ms"] = percentile(ordered, 99) * 1e3
+            figures["p999_ms"] = percentile(ordered, 99.9) * 1e3
+            figures["max_ms"] = ordered[-1] * 1e3
         return figures
 
 

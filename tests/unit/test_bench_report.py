@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from bench.report import Result, ratio_changes, target_row, target_table
+from bench.report import (
+    GO,
+    SDK,
+    Result,
+    latency_row,
+    latency_table,
+    ratio_changes,
+    target_row,
+    target_table,
+)
 from bench.stats import Run, summarise
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -86,3 +95,33 @@ def test_a_target_row_compares_two_sdk_paths_and_says_whether_the_goal_is_met() 
     assert lines[2].endswith(">= 0.9 met") and "90,000 (10.00 us)" in lines[2]
     assert "100,000 (9.00 us)" in lines[2] and " 0.90 " in lines[2]
     assert lines[3].endswith(">= 0.9 NOT met") and " 0.80 " in lines[3]
+
+
+def _latencies(variant: str, *seconds: float) -> Result:
+    runs = [Run(len(seconds), 1.0, 100, 0.01, tuple(seconds))]
+    return Result(
+        workload="e2e latency",
+        setting="1,000 msgs/s",
+        value_size=100,
+        variant=variant,
+        count=len(seconds),
+        metrics=summarise(runs),
+        shown=("p50_ms", "p99_ms", "p999_ms", "max_ms"),
+    )
+
+
+def test_a_latency_row_bounds_the_sdk_p99_by_a_multiple_of_go() -> None:
+    # 1,000 latencies of 1..1000 ms: p50 500.5 ms, p99 990.01, p99.9 999.001, max 1000
+    go = _latencies(GO, *(n / 1000 for n in range(1, 1001)))
+    close = _latencies(SDK, *(1.1 * n / 1000 for n in range(1, 1001)))
+    far = _latencies(SDK, *(1.3 * n / 1000 for n in range(1, 1001)))
+    assert go.metrics["p999_ms"].median == pytest.approx(999.001)
+    assert go.metrics["max_ms"].median == pytest.approx(1000.0)
+    met, missed = (latency_row(r, go, goal=1.2) for r in (close, far))
+    assert met["p99_ratio"] == pytest.approx(1.1) and met["met"] is True
+    assert missed["p99_ratio"] == pytest.approx(1.3) and missed["met"] is False
+    assert met["go_p50_ms"] == pytest.approx(500.5)
+    lines = latency_table([met, missed]).splitlines()
+    assert lines[2].endswith("<= 1.2 met") and " 1.10 " in lines[2]
+    assert "500.50 / 990.01 / 999.00 / 1000.00" in lines[2]
+    assert lines[3].endswith("<= 1.2 NOT met") and " 1.30 " in lines[3]
