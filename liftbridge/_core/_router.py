@@ -28,8 +28,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import grpc
-
 from liftbridge._core import _retry
 from liftbridge._core._liveness import BrokerWatch, DownListener
 from liftbridge._core._metadata import Metadata, MetadataCache, PartitionInfo, metadata_from_proto
@@ -49,9 +47,15 @@ from liftbridge._errors import (
     NoSuchStreamError,
     NotLeaderError,
     UnavailableError,
-    from_rpc_error,
 )
-from liftbridge._transport._channels import Channels, StreamCall, TLSConfig
+from liftbridge._transport._channels import (
+    DEFAULT_KEEPALIVE,
+    DEFAULT_MAX_MESSAGE,
+    Channels,
+    Keepalive,
+    TLSConfig,
+)
+from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2, api_pb2_grpc
 
 _log = logging.getLogger(__name__)
@@ -85,6 +89,8 @@ class Router:
         tls: TLS settings, or None for plaintext.
         rpc_timeout: the longest one attempt of an RPC may take.
         retry_policy: attempts and backoff of resilient calls.
+        max_receive: the largest message a broker may send, in bytes.
+        keepalive: PINGs on streams the broker is silent on, or None.
     """
 
     def __init__(
@@ -94,8 +100,10 @@ class Router:
         tls: TLSConfig | None,
         rpc_timeout: float,
         retry_policy: RetryPolicy,
+        max_receive: int = DEFAULT_MAX_MESSAGE,
+        keepalive: Keepalive | None = DEFAULT_KEEPALIVE,
     ) -> None:
-        self._channels = Channels(tls)
+        self._channels = Channels(tls, max_receive=max_receive, keepalive=keepalive)
         self._watch = BrokerWatch(self._channels.open_private)
         self._cache = MetadataCache(seeds)
         self._rpc_timeout = rpc_timeout
@@ -429,12 +437,11 @@ class Router:
             LiftbridgeError: the mapped gRPC failure.
         """
         self._check_open()
-        rpc = getattr(self._channels.stub(address), method)
         try:
-            return rpc(request, timeout=timeout)
-        except grpc.RpcError as e:
+            return self._channels.invoke(address, method, request, timeout)
+        except LiftbridgeError:
             self._check_open()
-            raise from_rpc_error(e) from e
+            raise
         except ValueError:  # grpc raises it for a call on a channel closed meanwhile
             self._check_open()
             raise
@@ -522,14 +529,22 @@ class Router:
         )
 
     def open_stream(
-        self, method: str, request: Any, *, target: Target, deadline: Deadline
-    ) -> tuple[str, StreamCall[Any]]:
+        self,
+        method: str,
+        request: Any,
+        *,
+        target: Target,
+        deadline: Deadline,
+        shared: bool = False,
+    ) -> tuple[str, Stream[Any]]:
         """Starts a streaming RPC (Subscribe, PublishAsync) on the broker
-        ``target`` names. The call has no deadline of its own: the caller
-        owns its lifetime (and cancels it).
+        ``target`` names, connecting within ``deadline``. Without ``shared``
+        the call has no deadline of its own: the caller owns its lifetime
+        (and cancels it). ``shared`` (short reads) puts it on the broker's
+        shared channel, ending at ``deadline``.
 
         Returns:
-            The broker's address and the call.
+            The broker's address and the stream.
 
         A broker that cannot be reached was sent nothing: it is marked (see
         :meth:`failed`) and, for an :class:`AnyBroker` target, the next live
@@ -545,13 +560,15 @@ class Router:
             self._check_open()
             address = self.address(target, deadline)
             try:
-                call = self._channels.open_stream(
-                    address, method, request, connect_timeout=max(0.05, deadline.remaining())
+                stream = self._channels.open_stream(
+                    address,
+                    method,
+                    request,
+                    connect_timeout=max(0.05, deadline.remaining()),
+                    shared=shared,
+                    timeout=max(0.0, deadline.remaining()) if shared else None,
                 )
-            except grpc.RpcError as e:
-                error = from_rpc_error(e)
-                if not isinstance(error, UnavailableError) or isinstance(error, ClientClosedError):
-                    raise error from e
+            except UnavailableError as error:
                 self.failed(address, error)
                 tried.add(address)
                 if (
@@ -559,9 +576,9 @@ class Router:
                     or deadline.expired
                     or tried.issuperset(self._cache.addresses())
                 ):
-                    raise error from e
+                    raise
                 continue
-            return address, call
+            return address, stream
 
     def broker_failed(
         self, error: BaseException, deadline: Deadline | None = None, *, address: str | None = None
