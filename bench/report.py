@@ -28,6 +28,9 @@ _LABELS = {
     "p99_ms": "p99 ms",
     "p999_ms": "p99.9 ms",
     "max_ms": "max ms",
+    "server_cpu_us_per_msg": "server CPU us/msg",
+    "bound_msgs_per_s": "machine bound msgs/s",
+    "of_bound": "of the bound",
 }
 
 LATENCY = ("p50_ms", "p99_ms", "p999_ms", "max_ms")
@@ -218,6 +221,59 @@ def latency_table(rows: Sequence[Mapping[str, object]]) -> str:
             )
         )
     return _layout(lines, left=2)
+
+
+def ceiling_rows(results: Sequence[Result], *, goal: float) -> list[dict[str, object]]:
+    """The SDK's pipelined publish rows (``publish_async``, over gRPC or
+    NATS) as fractions of the machine's bound, each with the goal."""
+    rows: list[dict[str, object]] = []
+    for result in results:
+        share = result.metrics.get("of_bound")
+        if result.variant != SDK or "publish_async" not in result.workload or share is None:
+            continue
+        bound = result.metrics["bound_msgs_per_s"]
+        rows.append(
+            {
+                "workload": result.workload,
+                "setting": result.setting,
+                "value_size": result.value_size,
+                "msgs_per_s": result.metrics["msgs_per_s"].median,
+                "cpu_us_per_msg": result.metrics["cpu_us_per_msg"].median,
+                "server_cpu_us_per_msg": result.metrics["server_cpu_us_per_msg"].median,
+                "bound_msgs_per_s": bound.median,
+                "of_bound": share.median,
+                "of_bound_range": [share.low, share.high],
+                "goal": goal,
+                "met": share.median >= goal,
+            }
+        )
+    return rows
+
+
+def ceiling_table(rows: Sequence[Mapping[str, object]]) -> str:
+    """The rows of :func:`ceiling_rows` as a fixed-width table."""
+    header = ("workload", "setting", "size", "msgs/s", "client+server us", "bound", "share", "goal")
+    lines: list[tuple[str, ...]] = [header]
+    for row in rows:
+        size, share, goal = row["value_size"], row["of_bound"], row["goal"]
+        client, server = row["cpu_us_per_msg"], row["server_cpu_us_per_msg"]
+        rate, bound = row["msgs_per_s"], row["bound_msgs_per_s"]
+        assert isinstance(share, float) and isinstance(client, float)
+        assert isinstance(server, float) and isinstance(rate, float)
+        assert isinstance(bound, float)
+        lines.append(
+            (
+                str(row["workload"]),
+                str(row["setting"]),
+                _size(size) if isinstance(size, int) else "-",
+                f"{rate:,.0f}",
+                f"{client:.1f} + {server:.1f}",
+                f"{bound:,.0f}",
+                f"{share:.2f}",
+                f">= {goal:g} {'met' if row['met'] else 'NOT met'}",
+            )
+        )
+    return _layout(lines, left=3)
 
 
 def _figure(spread: Spread | None) -> str:

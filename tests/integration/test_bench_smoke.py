@@ -92,6 +92,11 @@ def test_quick_bench_writes_figures_for_every_workload(tmp_path: Path) -> None:
     assert all("Go's highest" in document["latency"][i]["setting"] for i in (2, 5))
     assert all(row["p99_ratio"] > 0 for row in document["latency"])
     assert "End-to-end latency, publish to handler" in done.stdout
+    # each throughput row with the server's CPU and the machine's bound
+    pipelined = {(row["workload"], row["value_size"]) for row in document["ceiling"]}
+    assert {("publish_async", 100), ("nats publish_async", 1024)} <= pipelined
+    assert all(row["of_bound"] > 0 and row["bound_msgs_per_s"] > 0 for row in document["ceiling"])
+    assert "against the machine's bound" in done.stdout
     settings = {(r["workload"], r["setting"], r["variant"]) for r in document["results"]}
     assert ("subscribe", "iterated", "sdk") in settings  # the same read, without a handler
     # pull: fetch and the handler subscribe, each next to the bare floor, and
