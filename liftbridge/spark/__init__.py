@@ -29,6 +29,7 @@ except ImportError as e:  # pragma: no cover - exercised without the extra only
 from typing import TYPE_CHECKING
 
 from liftbridge.spark._fetch import DataLossError
+from liftbridge.spark._progress import offsets_behind_latest
 from liftbridge.spark._python import check_worker_python
 from liftbridge.spark._source import LiftbridgeDataSource
 from liftbridge.spark._writer import LiftbridgeCommitMessage, PartitionWrite
@@ -59,5 +60,6 @@ __all__ = [
     "LiftbridgeCommitMessage",
     "LiftbridgeDataSource",
     "PartitionWrite",
+    "offsets_behind_latest",
     "register",
 ]

@@ -72,6 +72,12 @@ def partitions_read(client: Client, options: ReadOptions, *, must_exist: bool) -
     """
     metadata = client.fetch_metadata()
     found: list[Partition] = []
+    if options.pattern is not None:
+        for stream in metadata.stream_names():
+            info = metadata.get_stream(stream)
+            if info is not None and options.reads(stream):
+                found.extend((stream, p) for p in sorted(info.partitions))
+        return found
     for stream in options.streams:
         info = metadata.get_stream(stream)
         option = "stream" if options.assign is None else "assign"

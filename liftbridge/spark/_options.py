@@ -31,6 +31,7 @@ _READ_OPTIONS = frozenset(
         "servers",
         "stream",
         "assign",
+        "streampattern",
         "startingoffsets",
         "endingoffsets",
         "startingtimestamp",
@@ -277,7 +278,7 @@ class ReadOptions:
 
     Attributes:
         client: servers and TLS.
-        streams: the streams read, in the order given.
+        streams: the streams read, in the order given (empty with ``pattern``).
         assign: per stream the partitions read; None reads every partition.
         starting: where reading starts (an :data:`OffsetSpec`).
         ending: where a batch read ends (an :data:`OffsetSpec`).
@@ -309,6 +310,13 @@ class ReadOptions:
     read_replica: bool
     poll_timeout: float
     headers_array: bool = False
+    pattern: str | None = None
+
+    def reads(self, stream: str) -> bool:
+        """Whether ``stream`` is one of the streams read."""
+        if self.pattern is not None:
+            return not stream.startswith("__") and re.fullmatch(self.pattern, stream) is not None
+        return stream in self.streams
 
 
 def _assign(raw: str) -> dict[str, tuple[int, ...]]:
@@ -339,7 +347,11 @@ def _assign(raw: str) -> dict[str, tuple[int, ...]]:
 
 
 def _offsets(
-    options: Mapping[str, str], name: str, streams: tuple[str, ...], default: int
+    options: Mapping[str, str],
+    name: str,
+    streams: tuple[str, ...],
+    default: int,
+    pattern: str | None = None,
 ) -> OffsetSpec:
     raw = options.get(name.lower())
     if raw is None:
@@ -362,7 +374,12 @@ def _offsets(
         )
     spec: dict[str, dict[int, int]] = {}
     for stream, per_partition in value.items():
-        if stream not in streams:
+        if pattern is not None and re.fullmatch(pattern, stream) is None:
+            raise InvalidArgumentError(
+                f"option {name} names stream {stream!r}, which streamPattern {pattern!r} "
+                "does not match"
+            )
+        if pattern is None and stream not in streams:
             raise InvalidArgumentError(
                 f"option {name} names stream {stream!r}, which is not read "
                 f"(streams read: {', '.join(streams)})"
@@ -409,13 +426,23 @@ def read_options(raw_options: Mapping[str, str], mode: Mode | None) -> ReadOptio
     _warn_unknown(options, _READ_OPTIONS, "source")
     client = client_config(options)
     stream_option, assign_option = options.get("stream"), options.get("assign")
-    if (stream_option is None) == (assign_option is None):
+    pattern = options.get("streampattern")
+    if sum(o is not None for o in (stream_option, assign_option, pattern)) != 1:
         raise InvalidArgumentError(
-            "give exactly one of the options stream (one stream or a comma-separated list) "
-            'and assign (JSON such as {"orders": [0, 1]})'
+            "give exactly one of the options stream (one stream or a comma-separated list), "
+            'assign (JSON such as {"orders": [0, 1]}) and streamPattern (a regular '
+            "expression matching whole stream names)"
         )
     assign: dict[str, tuple[int, ...]] | None = None
-    if stream_option is not None:
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise InvalidArgumentError(
+                f"option streamPattern is not a regular expression ({e}): {pattern!r}"
+            ) from None
+        streams: tuple[str, ...] = ()
+    elif stream_option is not None:
         streams = tuple(_stream_name(s.strip(), "stream") for s in stream_option.split(","))
         if len(set(streams)) != len(streams):
             raise InvalidArgumentError(f"option stream names a stream twice: {stream_option!r}")
@@ -425,10 +452,12 @@ def read_options(raw_options: Mapping[str, str], mode: Mode | None) -> ReadOptio
         streams = tuple(assign)
     streaming = mode is Mode.STREAMING
     batch = mode is Mode.BATCH
-    starting = _offsets(options, "startingOffsets", streams, LATEST if streaming else EARLIEST)
+    starting = _offsets(
+        options, "startingOffsets", streams, LATEST if streaming else EARLIEST, pattern
+    )
     if "endingoffsets" in options and streaming:
         raise InvalidArgumentError("option endingOffsets is for batch reads only (not readStream)")
-    ending = _offsets(options, "endingOffsets", streams, LATEST)
+    ending = _offsets(options, "endingOffsets", streams, LATEST, pattern)
     if batch and _uses(starting, LATEST):
         raise InvalidArgumentError(
             "option startingOffsets: latest (-1) is not allowed in a batch read, which would "
@@ -484,6 +513,7 @@ def read_options(raw_options: Mapping[str, str], mode: Mode | None) -> ReadOptio
         fail_on_data_loss=_bool(options, "failOnDataLoss", True),
         include_headers=include_headers,
         headers_array=headers_format == "array",
+        pattern=pattern,
         read_replica=_bool(options, "readReplica", False),
         poll_timeout=(poll_timeout_ms if poll_timeout_ms is not None else 120_000) / 1000,
     )

@@ -139,3 +139,85 @@ def test_client_options_pass_through_and_unknown_ones_fail_at_load(
         spark.createDataFrame([("v",)], "value string").write.format("liftbridge").option(
             "servers", server.address
         ).option("stream", unique_name).option("liftbridge.ackWaitMs", "soon").mode("append").save()
+
+
+def test_stream_pattern_reads_matching_streams_and_picks_up_new_ones(
+    spark: SparkSession,
+    server: LocalServer,
+    client: liftbridge.Client,
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    first, later, other = f"{unique_name}-a", f"{unique_name}-b", f"x{unique_name}"
+    client.create_stream(first, partitions=2)
+    client.create_stream(other)
+    fill(client, first, 6)
+    fill(client, other, 4)
+    df = (
+        spark.readStream.format("liftbridge")
+        .option("servers", server.address)
+        .option("streamPattern", f"{unique_name}-.*")
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    def run() -> None:
+        query = (
+            df.writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            assert query.awaitTermination(120), "the availableNow query did not finish"
+        finally:
+            query.stop()
+
+    run()
+    client.create_stream(later)  # created after the query started: read from its start
+    fill(client, later, 3)
+    run()
+    got = sorted((r.stream, bytes(r.value)) for r in spark.read.parquet(str(out)).collect())
+    expected = sorted((r[2], r[1]) for stream in (first, later) for r in sdk_rows(client, stream))
+    assert got == expected
+    with pytest.raises(Exception, match="option streamPattern is not a regular expression"):
+        spark.read.format("liftbridge").option("servers", server.address).option(
+            "streamPattern", "(unclosed"
+        ).load()
+
+
+def test_progress_gives_kafkas_offsets_behind_latest(
+    spark: SparkSession,
+    server: LocalServer,
+    client: liftbridge.Client,
+    unique_name: str,
+    tmp_path: Path,
+) -> None:
+    client.create_stream(unique_name)
+    fill(client, unique_name, 30)
+    query = (
+        spark.readStream.format("liftbridge")
+        .option("servers", server.address)
+        .option("stream", unique_name)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "10")
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        assert query.awaitTermination(120), "the availableNow query did not finish"
+    finally:
+        query.stop()
+    reports = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    behind = [liftbridge.spark.offsets_behind_latest(p) for p in reports]
+    assert [b["maxOffsetsBehindLatest"] for b in behind] == [20.0, 10.0, 0.0]
+    assert behind[0] == {
+        "avgOffsetsBehindLatest": 20.0,
+        "maxOffsetsBehindLatest": 20.0,
+        "minOffsetsBehindLatest": 20.0,
+    }
