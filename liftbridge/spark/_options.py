@@ -35,6 +35,9 @@ _READ_OPTIONS = frozenset(
         "startingoffsets",
         "endingoffsets",
         "startingtimestamp",
+        "startingoffsetsbytimestamp",
+        "endingoffsetsbytimestamp",
+        "endingtimestamp",
         "maxoffsetspertrigger",
         "minoffsetspertrigger",
         "maxtriggerdelay",
@@ -311,6 +314,21 @@ class ReadOptions:
     poll_timeout: float
     headers_array: bool = False
     pattern: str | None = None
+    starting_timestamps: Mapping[str, Mapping[int, int]] | None = None
+    ending_timestamps: Mapping[str, Mapping[int, int]] | None = None
+    ending_timestamp_ms: int | None = None
+
+    def start_time(self, stream: str, partition: int) -> int | None:
+        """The time (unix ms) a partition's read starts at, if one is set."""
+        if self.starting_timestamps is not None:
+            return self.starting_timestamps.get(stream, {}).get(partition)
+        return self.starting_timestamp_ms
+
+    def end_time(self, stream: str, partition: int) -> int | None:
+        """The time (unix ms) a partition's batch read ends before, if one is set."""
+        if self.ending_timestamps is not None:
+            return self.ending_timestamps.get(stream, {}).get(partition)
+        return self.ending_timestamp_ms
 
     def reads(self, stream: str) -> bool:
         """Whether ``stream`` is one of the streams read."""
@@ -408,6 +426,49 @@ def _offsets(
     return spec
 
 
+def _timestamps(
+    options: Mapping[str, str], name: str, streams: tuple[str, ...], pattern: str | None
+) -> dict[str, dict[int, int]] | None:
+    """Kafka's ``{"stream": {"partition": unix_ms}}`` JSON."""
+    raw = options.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict) or not value:
+        raise InvalidArgumentError(
+            f'option {name} must be JSON such as {{"orders": {{"0": 1700000000000}}}} '
+            f"(unix milliseconds per partition), got {raw!r}"
+        )
+    found: dict[str, dict[int, int]] = {}
+    for stream, per_partition in value.items():
+        read = (
+            re.fullmatch(pattern, stream) is not None if pattern is not None else stream in streams
+        )
+        if not read:
+            raise InvalidArgumentError(f"option {name} names stream {stream!r}, which is not read")
+        if not isinstance(per_partition, dict):
+            raise InvalidArgumentError(
+                f"option {name}: stream {stream!r} needs an object of partition to timestamp"
+            )
+        times: dict[int, int] = {}
+        for partition, when in per_partition.items():
+            if not str(partition).isdigit():
+                raise InvalidArgumentError(
+                    f"option {name}: {partition!r} of stream {stream!r} is not a partition number"
+                )
+            if isinstance(when, bool) or not isinstance(when, int) or when < 0:
+                raise InvalidArgumentError(
+                    f"option {name}: the timestamp of {stream}/{partition} must be unix "
+                    f"milliseconds >= 0, got {when!r}"
+                )
+            times[int(partition)] = when
+        found[stream] = times
+    return found
+
+
 def _uses(spec: OffsetSpec, offset: int) -> bool:
     if isinstance(spec, int):
         return spec == offset
@@ -470,6 +531,29 @@ def read_options(raw_options: Mapping[str, str], mode: Mode | None) -> ReadOptio
         raise InvalidArgumentError(
             "options startingTimestamp and startingOffsets exclude each other: give one"
         )
+    starting_timestamps = _timestamps(options, "startingOffsetsByTimestamp", streams, pattern)
+    ending_timestamps = _timestamps(options, "endingOffsetsByTimestamp", streams, pattern)
+    ending_timestamp = _int(options, "endingTimestamp", 0)
+    starts = [
+        n
+        for n in ("startingoffsets", "startingtimestamp", "startingoffsetsbytimestamp")
+        if n in options
+    ]
+    if len(starts) > 1:
+        raise InvalidArgumentError(
+            "options startingOffsets, startingTimestamp and startingOffsetsByTimestamp "
+            f"exclude each other: give one (got {', '.join(starts)})"
+        )
+    ends = [
+        n for n in ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp") if n in options
+    ]
+    if len(ends) > 1:
+        raise InvalidArgumentError(
+            "options endingOffsets, endingTimestamp and endingOffsetsByTimestamp exclude "
+            f"each other: give one (got {', '.join(ends)})"
+        )
+    if streaming and ends:
+        raise InvalidArgumentError(f"option {ends[0]} is for batch reads only (not readStream)")
     max_per_trigger = _int(options, "maxOffsetsPerTrigger", 1)
     min_per_trigger = _int(options, "minOffsetsPerTrigger", 1)
     if batch:
@@ -514,6 +598,9 @@ def read_options(raw_options: Mapping[str, str], mode: Mode | None) -> ReadOptio
         include_headers=include_headers,
         headers_array=headers_format == "array",
         pattern=pattern,
+        starting_timestamps=starting_timestamps,
+        ending_timestamps=ending_timestamps,
+        ending_timestamp_ms=ending_timestamp,
         read_replica=_bool(options, "readReplica", False),
         poll_timeout=(poll_timeout_ms if poll_timeout_ms is not None else 120_000) / 1000,
     )

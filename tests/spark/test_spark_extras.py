@@ -4,8 +4,10 @@ the main one (``local[2]``, the session's real server)."""
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,8 @@ from pyspark.sql import SparkSession
 
 import liftbridge
 import liftbridge.spark
-from liftbridge import MissingDependencyError
+from liftbridge import InvalidArgumentError, MissingDependencyError
+from liftbridge.spark._options import Mode, read_options
 from liftbridge.testing import LocalServer
 from tests.spark.helpers import fill, sdk_rows
 
@@ -221,3 +224,44 @@ def test_progress_gives_kafkas_offsets_behind_latest(
         "maxOffsetsBehindLatest": 20.0,
         "minOffsetsBehindLatest": 20.0,
     }
+
+
+def test_offsets_by_timestamp_per_partition_and_ending_timestamp(
+    spark: SparkSession, server: LocalServer, client: liftbridge.Client, unique_name: str
+) -> None:
+    client.create_stream(unique_name, partitions=2)
+    marks = []
+    for block in range(3):
+        for i in range(10):
+            client.publish(unique_name, b"%d-%d" % (block, i), partition=i % 2)
+        time.sleep(0.05)
+        marks.append(int(time.time() * 1000))
+        time.sleep(0.05)
+    t1, t2 = marks[0], marks[1]
+
+    def values(**options: str) -> list[bytes]:
+        reader = spark.read.format("liftbridge").option("servers", server.address)
+        for name, value in {"stream": unique_name, **options}.items():
+            reader = reader.option(name, value)
+        return sorted(bytes(r.value) for r in reader.load().select("value").collect())
+
+    block = {n: sorted(b"%d-%d" % (n, i) for i in range(10)) for n in range(3)}
+    both = json.dumps({unique_name: {"0": t1, "1": t1}})
+    assert values(startingOffsetsByTimestamp=both, endingTimestamp=str(t2)) == block[1]
+    # Per partition: partition 1 from the start, partition 0 from t1; both end at t2.
+    per_partition = json.dumps({unique_name: {"0": t1}})
+    ending = json.dumps({unique_name: {"0": t2, "1": t2}})
+    got = values(startingOffsetsByTimestamp=per_partition, endingOffsetsByTimestamp=ending)
+    expected = block[1] + [v for v in block[0] if int(v.split(b"-")[1]) % 2 == 1]
+    assert got == sorted(expected)
+    with pytest.raises(InvalidArgumentError, match=r"option endingtimestamp is for batch reads"):
+        read_options(
+            {"servers": server.address, "stream": unique_name, "endingTimestamp": str(t2)},
+            Mode.STREAMING,
+        )
+    with pytest.raises(InvalidArgumentError, match=r"exclude each other"):
+        read_options(
+            {"servers": server.address, "stream": unique_name, "endingTimestamp": "1",
+             "endingOffsetsByTimestamp": ending},
+            Mode.BATCH,
+        )  # fmt: skip
