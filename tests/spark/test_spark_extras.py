@@ -245,14 +245,14 @@ def test_offsets_by_timestamp_per_partition_and_ending_timestamp(
             reader = reader.option(name, value)
         return sorted(bytes(r.value) for r in reader.load().select("value").collect())
 
-    block = {n: sorted(b"%d-%d" % (n, i) for i in range(10)) for n in range(3)}
+    blocks = {n: sorted(b"%d-%d" % (n, i) for i in range(10)) for n in range(3)}
     both = json.dumps({unique_name: {"0": t1, "1": t1}})
-    assert values(startingOffsetsByTimestamp=both, endingTimestamp=str(t2)) == block[1]
+    assert values(startingOffsetsByTimestamp=both, endingTimestamp=str(t2)) == blocks[1]
     # Per partition: partition 1 from the start, partition 0 from t1; both end at t2.
     per_partition = json.dumps({unique_name: {"0": t1}})
     ending = json.dumps({unique_name: {"0": t2, "1": t2}})
     got = values(startingOffsetsByTimestamp=per_partition, endingOffsetsByTimestamp=ending)
-    expected = block[1] + [v for v in block[0] if int(v.split(b"-")[1]) % 2 == 1]
+    expected = blocks[1] + [v for v in blocks[0] if int(v.split(b"-")[1]) % 2 == 1]
     assert got == sorted(expected)
     with pytest.raises(InvalidArgumentError, match=r"option endingtimestamp is for batch reads"):
         read_options(
