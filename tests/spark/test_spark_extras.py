@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -42,50 +41,6 @@ def test_register_names_a_worker_python_that_cannot_import_the_connector(
     assert "No module named" in text
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
     liftbridge.spark.register(spark)  # the right Python: no error
-
-
-def test_a_stream_to_stream_query_started_from_another_thread_runs(
-    spark: SparkSession,
-    server: LocalServer,
-    client: liftbridge.Client,
-    unique_name: str,
-    tmp_path: Path,
-) -> None:
-    source, sink = f"{unique_name}-in", f"{unique_name}-out"
-    client.create_stream(source)
-    client.create_stream(sink)
-    fill(client, source, 10)
-    liftbridge.spark.register(spark)
-    failures: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            query = (
-                spark.readStream.format("liftbridge")
-                .option("servers", server.address)
-                .option("stream", source)
-                .option("startingOffsets", "earliest")
-                .load()
-                .select("key", "value")
-                .writeStream.format("liftbridge")
-                .option("servers", server.address)
-                .option("stream", sink)
-                .option("checkpointLocation", str(tmp_path / "checkpoint"))
-                .trigger(availableNow=True)
-                .start()
-            )
-            query.awaitTermination(120)
-            query.stop()
-        except BaseException as e:
-            failures.append(e)
-
-    thread = threading.Thread(target=run, name="not-main")
-    thread.start()
-    thread.join(180)
-    assert failures == []
-    assert sorted(r[1] for r in sdk_rows(client, sink)) == sorted(
-        r[1] for r in sdk_rows(client, source)
-    )
 
 
 def test_kafka_shaped_headers_read_and_write_back(
