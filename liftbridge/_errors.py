@@ -19,7 +19,7 @@ from typing import ClassVar
 class Refusal(enum.Enum):
     """Why the server refused a consumer-group request, told apart by its text
     (Liftbridge v1.9.0 sends them all as FAILED_PRECONDITION or NOT_FOUND).
-    :func:`from_rpc_error` sets it as the ``refusal`` of the error it returns."""
+    :func:`from_status` sets it as the ``refusal`` of the error it returns."""
 
     STALE_EPOCH = "client-provided group epoch differs from broker group epoch"
     NOT_COORDINATOR = "broker is not the consumer group coordinator"

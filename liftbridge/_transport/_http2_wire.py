@@ -110,7 +110,7 @@ def host_port(address: str) -> tuple[str, int]:
 
 class StreamError(grpc.RpcError, grpc.Call):
     """How an HTTP/2 stream ended when it did not end well: a gRPC status
-    code and its details, read by :func:`liftbridge._errors.from_rpc_error`
+    code and its details, read by :func:`liftbridge._transport._status.from_rpc_error`
     like grpcio's own errors.
 
     Attributes:
