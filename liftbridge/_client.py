@@ -1108,11 +1108,13 @@ class Client:
                 (default 512); give this or ``max_buffered_bytes``, not both.
             max_buffered_bytes: bound of the buffer in bytes of values and keys.
             refill_threshold: reading from the server resumes once a full
-                buffer has fallen to this level (same unit as the bound;
-                default half the bound; 0 means empty).
+                buffer has fallen to this level (same unit as the bound, at
+                most the bound; default half the bound; 0 means empty; equal
+                to the bound: as soon as anything was handed out).
             stall_timeout: seconds without a message, while the partition's
-                high watermark says there is one, before the partition is
-                resubscribed from its leader; None turns the check off.
+                high watermark says there is one (or its leader does not
+                answer), before the partition is resubscribed from its
+                leader; None turns the check off.
             on_stall: ``on_stall(stall)`` with a :class:`Stall` after each
                 such resubscribe; runs on ``liftbridge-pull-<stream>-calls``
                 and should return quickly.
@@ -1168,7 +1170,9 @@ class Client:
 
         Raises:
             OffsetNotFoundError: the offset was removed by retention or
-                compaction, or is beyond the newest offset.
+                compaction, or is beyond the newest offset (told at once,
+                from the oldest offset the partition holds, not after
+                ``timeout``).
             NotLeaderError: the partition has no leader.
             DeadlineExceededError: the read did not finish within ``timeout``.
             NoSuchPartitionError: the stream or partition does not exist.
@@ -1197,7 +1201,9 @@ class Client:
         """Reads a page of a partition from offset ``start``: up to
         ``max_messages`` messages (default 100) or up to ``max_bytes`` bytes
         of values and keys (at least one message), never past the high
-        watermark. Offsets removed by compaction are skipped.
+        watermark. Offsets removed by compaction or retention are skipped;
+        when retention removed every message up to the watermark, the page
+        is empty with ``pending`` 0 (at once, not an error).
 
         Page through a partition with ``start = batch.last_offset + 1``
         while ``batch.pending``. ``read_replica`` and ``timeout`` as in

@@ -47,8 +47,6 @@ MAX_LINES = 600
 OVERSIZE: set[str] = {
     "liftbridge._client",
     "liftbridge._consume._subscription",
-    "liftbridge._groups._consumer",
-    "liftbridge._groups._member",
     "liftbridge._publish._nats",
     "liftbridge._publish._nats_stream",
     "liftbridge._publish._publisher",
