@@ -1170,9 +1170,7 @@ class Client:
 
         Raises:
             OffsetNotFoundError: the offset was removed by retention or
-                compaction, or is beyond the newest offset (told at once,
-                from the oldest offset the partition holds, not after
-                ``timeout``).
+                compaction, or is beyond the newest offset.
             NotLeaderError: the partition has no leader.
             DeadlineExceededError: the read did not finish within ``timeout``.
             NoSuchPartitionError: the stream or partition does not exist.
@@ -1201,9 +1199,7 @@ class Client:
         """Reads a page of a partition from offset ``start``: up to
         ``max_messages`` messages (default 100) or up to ``max_bytes`` bytes
         of values and keys (at least one message), never past the high
-        watermark. Offsets removed by compaction or retention are skipped;
-        when retention removed every message up to the watermark, the page
-        is empty with ``pending`` 0 (at once, not an error).
+        watermark. Offsets removed by compaction are skipped.
 
         Page through a partition with ``start = batch.last_offset + 1``
         while ``batch.pending``. ``read_replica`` and ``timeout`` as in

@@ -12,13 +12,7 @@ that ends as soon as the wanted messages arrived. Three server facts shape it:
 * a start offset that was removed (compaction, retention) is served from the
   next offset the partition holds, which tells a removed offset apart;
 * a stop offset before the start offset is refused (INVALID_ARGUMENT), which
-  tells an offset beyond the newest apart without another RPC;
-* a read that starts at a time before the first message starts at the
-  oldest offset the partition holds, or, when retention removed every
-  message, at the next offset to be assigned, past the newest: refused at
-  once. That probe (:func:`_oldest_held`) is the partition's low watermark,
-  which the server's metadata does not carry; without it a read of removed
-  offsets would wait for the next publish, i.e. until its deadline.
+  tells an offset beyond the newest apart without another RPC.
 
 ``read_replica=True`` reads from a random in-sync replica instead of the
 leader. A follower may not have every committed message yet: there is no
@@ -34,7 +28,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from liftbridge._consume._subscription import (
     Start,
@@ -70,8 +64,6 @@ _log = logging.getLogger(__name__)
 _BY_KEY = PartitionByKey()
 _REFRESH_WAIT = 2.0
 """Deadline of one metadata refresh between attempts."""
-_BEFORE_ALL = datetime(1970, 1, 2, tzinfo=UTC)
-"""A start time before every message (see :func:`_oldest_held`)."""
 
 
 @dataclass(frozen=True)
@@ -196,35 +188,6 @@ def _require_leader(router: Router, stream: str, partition: int, deadline: Deadl
         raise NotLeaderError(f"partition {partition} of {stream!r} has no leader")
 
 
-def _oldest_held(
-    router: Router, stream: str, partition: int, read_replica: bool, deadline: Deadline
-) -> tuple[Message | None, str | None]:
-    """The oldest message the partition holds now (None when retention
-    removed every one, or none was ever published), and the broker asked."""
-    found: list[Message] = []
-
-    def take(message: Message) -> bool:
-        found.append(message)
-        return False
-
-    try:
-        scan = _scan(
-            router,
-            stream,
-            partition,
-            start=_BEFORE_ALL,
-            stop=StopPosition.LATEST,
-            read_replica=read_replica,
-            deadline=deadline,
-            take=take,
-        )
-    except InvalidArgumentError as e:
-        if "before start offset" in str(e):
-            return None, None  # it would start past the newest offset: nothing held
-        raise
-    return (found[0] if found else None), scan.broker
-
-
 def _offset(value: object, arg: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ArgumentTypeError(f"{arg} must be an int offset, got {type(value).__name__}")
@@ -255,28 +218,6 @@ def get(
     _offset(offset, "offset")
     _flag(read_replica, "read_replica")
     _require_leader(router, stream, partition, deadline)
-    oldest, _ = _oldest_held(router, stream, partition, read_replica, deadline)
-    if oldest is None:
-        newest = admin.fetch_partition_metadata(stream, partition, deadline).newest_offset
-        if offset > newest:
-            raise OffsetNotFoundError(stream, partition, offset, "beyond the newest offset")
-        if newest < 0:
-            raise OffsetNotFoundError(stream, partition, offset, "the partition is empty")
-        raise OffsetNotFoundError(
-            stream,
-            partition,
-            offset,
-            f"removed by retention (the partition holds no message now; newest was {newest})",
-        )
-    if oldest.offset == offset:
-        return oldest
-    if offset < oldest.offset:
-        raise OffsetNotFoundError(
-            stream,
-            partition,
-            offset,
-            f"removed by retention or compaction (oldest held offset: {oldest.offset})",
-        )
     found: list[Message] = []
 
     def take(message: Message) -> bool:
@@ -346,9 +287,6 @@ def get_batch(
     high_watermark = admin.fetch_partition_metadata(stream, partition, deadline).high_watermark
     if start > high_watermark:
         return Batch((), 0, None, None)
-    oldest, broker = _oldest_held(router, stream, partition, read_replica, deadline)
-    if oldest is None:
-        return Batch((), 0, None, broker)  # retention removed everything up to the watermark
     messages: list[Message] = []
     size = 0
 
@@ -435,8 +373,8 @@ def get_last_by_key(
         _require_leader(router, stream, partition, deadline)
         high_watermark = admin.fetch_partition_metadata(stream, partition, deadline).high_watermark
         last = high_watermark if bounds is None else min(high_watermark, bounds[partition])
-        if last < 0 or _oldest_held(router, stream, partition, read_replica, deadline)[0] is None:
-            continue  # nothing published, or retention removed all of it
+        if last < 0:
+            continue
 
         def take(message: Message, last: int = last) -> bool:
             if message.offset > last:

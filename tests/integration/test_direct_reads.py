@@ -172,39 +172,3 @@ def test_get_last_by_key_across_partitions_as_of_a_time(
     assert len({m.partition for m in now.values()}) > 1
     then = client.get_last_by_key(unique_name, keys=[b"key1", b"key4"], up_to_time=cut)
     assert {k: m.value for k, m in then.items()} == {b"key1": b"a1", b"key4": b"a4"}
-
-
-def test_reads_of_offsets_retention_removed_answer_at_once(
-    client: liftbridge.Client, unique_name: str
-) -> None:
-    # Short retention: every 0.5 s a segment rolls and a cleaner deletes what
-    # is older than 1 s, so the twelve messages all age away.
-    client.create_stream(
-        unique_name, retention_max_age=1.0, segment_max_age=0.5, cleaner_interval=0.5
-    )
-    for i in range(12):
-        client.publish(unique_name, f"v{i}".encode())
-    assert client.get(unique_name, 11, timeout=10).value == b"v11"
-    deadline = time.monotonic() + 30
-    while True:  # until retention removed offset 0
-        try:
-            client.get(unique_name, 0, timeout=10)
-        except liftbridge.OffsetNotFoundError:
-            break
-        assert time.monotonic() < deadline, "retention did not remove offset 0 within 30s"
-        time.sleep(0.2)
-    # Not a DeadlineExceededError after the full timeout: told from the
-    # partition's oldest held offset.
-    with pytest.raises(liftbridge.OffsetNotFoundError, match="retention"):
-        client.get(unique_name, 11, timeout=10)
-    with pytest.raises(liftbridge.OffsetNotFoundError, match="beyond the newest"):
-        client.get(unique_name, 12, timeout=10)
-    page = client.get_batch(unique_name, 0, timeout=10)
-    assert page.messages == () and page.pending == 0 and page.last_offset is None
-    assert client.get_last_by_key(unique_name, timeout=10) == {}
-    client.publish(unique_name, b"v12", key=b"k")
-    page = client.get_batch(unique_name, 0, timeout=10)
-    assert [m.offset for m in page.messages] == [12] and page.pending == 0
-    assert client.get(unique_name, 12, timeout=10).value == b"v12"
-    with pytest.raises(liftbridge.OffsetNotFoundError, match="oldest held offset: 12"):
-        client.get(unique_name, 3, timeout=10)
