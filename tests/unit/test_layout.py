@@ -54,7 +54,6 @@ OVERSIZE: set[str] = {
     "liftbridge._publish._nats_stream",
     "liftbridge._publish._publisher",
     "liftbridge._transport._nats_socket",
-    "liftbridge.cli._main",
 }
 
 
