@@ -75,8 +75,9 @@ from liftbridge._errors import (
 from liftbridge._publish._bytes import PlainFrames, ack_inbox_field, message_bytes
 from liftbridge._publish._nats_window import AckHandler, AckWindow, Pending
 from liftbridge._publish._publishing import check_future
+from liftbridge._transport._nats_frames import pub_prefix
 from liftbridge._transport._nats_socket import CLOSE_TIMEOUT as _CLOSE_TIMEOUT
-from liftbridge._transport._nats_socket import NatsSocket, check_tls_required, pub_prefix
+from liftbridge._transport._nats_socket import NatsSocket, check_tls_required
 from liftbridge_api import api_pb2
 
 logger = logging.getLogger(__name__)

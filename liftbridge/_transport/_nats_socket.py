@@ -20,7 +20,6 @@ function, called on the I/O thread; it never runs user code.
 
 from __future__ import annotations
 
-import base64
 import collections
 import contextlib
 import json
@@ -30,13 +29,14 @@ import socket
 import ssl
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from time import monotonic
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from liftbridge.__version__ import __version__
-from liftbridge._errors import LiftbridgeError, MissingDependencyError, UnavailableError
+from liftbridge._errors import UnavailableError
+from liftbridge._transport._nats_creds import Credentials
+from liftbridge._transport._nats_frames import FrameParser, ProtocolError, pub_prefix
 from liftbridge._transport._nats_info import DEFAULT_PORT, server_info
 
 logger = logging.getLogger(__name__)
@@ -60,119 +60,7 @@ _WRITE_CHUNK = 1024 * 1024
 _READ_SIZE = 1024 * 1024
 """Bytes asked of one ``recv``."""
 
-_MAX_CONTROL_LINE = 64 * 1024
-"""The longest protocol line accepted (INFO included)."""
-
 _INBOX_SID = b"1"
-
-
-def pub_prefix(subject: str) -> bytes:
-    """``PUB <subject> ``: how every frame to ``subject`` starts (the
-    payload's size, CRLF, the payload and CRLF follow)."""
-    return b"PUB " + subject.encode() + b" "
-
-
-class ProtocolError(LiftbridgeError):
-    """What the server sent is not the NATS protocol (the connection is then
-    treated as lost; users see :class:`UnavailableError`)."""
-
-
-class FrameParser:
-    """Cuts server frames out of the bytes read, keeping a partial one for later.
-
-    Not thread-safe (the I/O thread's alone).
-
-    Args:
-        sid: the subscription id whose MSG/HMSG payloads are wanted; other
-            subscriptions' messages are skipped.
-        subject: the subject subscribed to as ``sid`` (for a fast path on
-            the usual frame ``MSG <subject> <sid> <size>``).
-    """
-
-    def __init__(self, sid: bytes, subject: bytes = b"") -> None:
-        self._sid = sid
-        self._usual = b"MSG " + subject + b" " + sid + b" " if subject else b""
-        self._rest = b""
-        self.pings = 0
-        """PINGs read and not answered yet (the owner answers and zeroes it)."""
-        self.pongs = 0
-        """PONGs read and not accounted for yet (the owner zeroes it)."""
-        self.errors: list[str] = []
-        """``-ERR`` texts read (the owner empties it)."""
-        self.infos: list[dict[str, Any]] = []
-        """INFO objects read (the owner empties it)."""
-
-    def feed(self, data: bytes) -> list[bytes]:
-        """Parses ``data`` after what was left over; returns the payloads of
-        the wanted subscription, in order.
-
-        Raises:
-            ProtocolError: a frame the protocol does not have.
-        """
-        buf = self._rest + data if self._rest else data
-        size = len(buf)
-        usual, usual_size = self._usual, len(self._usual)
-        payloads: list[bytes] = []
-        pos = 0
-        while pos < size:
-            end = buf.find(b"\r\n", pos)
-            if end < 0:
-                if size - pos > _MAX_CONTROL_LINE:
-                    raise ProtocolError(f"a protocol line longer than {_MAX_CONTROL_LINE} bytes")
-                break
-            if usual and buf.startswith(usual, pos):
-                count = buf[pos + usual_size : end]
-                if count.isdigit():  # else a reply subject: the general case below
-                    stop = end + 2 + int(count)
-                    if stop + 2 > size:
-                        break  # the payload is still on its way
-                    payloads.append(buf[end + 2 : stop])
-                    pos = stop + 2
-                    continue
-            head = buf[pos : pos + 4].upper()
-            if head == b"MSG ":
-                fields = buf[pos + 4 : end].split()
-                if len(fields) not in (3, 4):
-                    raise ProtocolError(f"a bad MSG line: {buf[pos:end][:80]!r}")
-                stop = end + 2 + int(fields[-1])
-                if stop + 2 > size:
-                    break
-                if fields[1] == self._sid:
-                    payloads.append(buf[end + 2 : stop])
-                pos = stop + 2
-            elif head == b"HMSG":
-                fields = buf[pos + 5 : end].split()
-                if len(fields) not in (4, 5):
-                    raise ProtocolError(f"a bad HMSG line: {buf[pos:end][:80]!r}")
-                headers, total = int(fields[-2]), int(fields[-1])
-                stop = end + 2 + total
-                if stop + 2 > size:
-                    break
-                if fields[1] == self._sid:
-                    payloads.append(buf[end + 2 + headers : stop])
-                pos = stop + 2
-            elif head == b"PING":
-                self.pings += 1
-                pos = end + 2
-            elif head == b"PONG":
-                self.pongs += 1
-                pos = end + 2
-            elif head[:3] == b"+OK":
-                pos = end + 2
-            elif head == b"-ERR":
-                self.errors.append(buf[pos + 4 : end].strip().strip(b"'").decode(errors="replace"))
-                pos = end + 2
-            elif head == b"INFO":
-                try:
-                    info = json.loads(buf[pos + 5 : end])
-                except ValueError as e:
-                    raise ProtocolError(f"a bad INFO line: {e}") from e
-                self.infos.append(info if isinstance(info, dict) else {})
-                pos = end + 2
-            else:
-                raise ProtocolError(f"an unknown frame: {buf[pos:end][:80]!r}")
-        self._rest = buf[pos:]
-        return payloads
 
 
 def check_tls_required(url: str, timeout: float) -> None:
@@ -193,25 +81,6 @@ def _no_tls_message(where: str) -> str:
         f"TLS was asked for, but the NATS server at {where} does not require it "
         "(the connection would be in plain text): enable TLS on the server"
     )
-
-
-def _read_credentials(path: str) -> tuple[str, bytes]:
-    """The user JWT and NKey seed of a ``.creds`` file."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise UnavailableError(f"cannot read the NATS credentials file {path!r}: {e}") from e
-    blocks: list[str] = []
-    lines = iter(text.splitlines())
-    for line in lines:
-        if line.strip().startswith("-----BEGIN"):
-            for inner in lines:
-                if inner.strip() and not inner.strip().startswith("---"):
-                    blocks.append(inner.strip())
-                    break
-    if len(blocks) < 2:
-        raise UnavailableError(f"{path!r} is not a NATS credentials file (JWT and NKey seed)")
-    return blocks[0], blocks[1].encode()
 
 
 class _Lost(Exception):
@@ -269,7 +138,7 @@ class NatsSocket:
         self._port = DEFAULT_PORT
         self._tls: ssl.SSLContext | None = None
         self._auth: dict[str, Any] = {}
-        self._credentials: tuple[str, bytes] | None = None
+        self._credentials: Credentials | None = None
         self._timeout = 5.0
         self._attempts = 0
         self._wait = 0.5
@@ -334,13 +203,7 @@ class NatsSocket:
         if token is not None:
             self._auth["auth_token"] = token
         if credentials is not None:
-            try:
-                import nkeys  # noqa: F401
-            except ImportError as e:
-                raise MissingDependencyError(
-                    "NATS credentials files need the nkeys package: pip install 'liftbridge[nats]'"
-                ) from e
-            self._credentials = _read_credentials(credentials)
+            self._credentials = Credentials.read(credentials)
 
     @property
     def max_payload(self) -> int:
@@ -434,7 +297,7 @@ class NatsSocket:
                 **self._auth,
             }
             if self._credentials is not None:
-                connect.update(self._sign(str(info.get("nonce", ""))))
+                connect.update(self._credentials.sign(str(info.get("nonce", ""))))
             sock.sendall(
                 b"CONNECT "
                 + json.dumps(connect, separators=(",", ":")).encode()
@@ -480,18 +343,6 @@ class NatsSocket:
                 )
             payloads += parser.feed(data)
         return payloads
-
-    def _sign(self, nonce: str) -> dict[str, str]:
-        import nkeys
-
-        assert self._credentials is not None
-        jwt, seed = self._credentials
-        keys = nkeys.from_seed(bytearray(seed))
-        signature = keys.sign(nonce.encode())
-        return {
-            "jwt": jwt,
-            "sig": base64.urlsafe_b64encode(signature).decode().rstrip("="),
-        }
 
     # -------------------------------------------------------------- I/O thread --
 

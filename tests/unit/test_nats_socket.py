@@ -13,7 +13,8 @@ import pytest
 
 from liftbridge import MissingDependencyError, UnavailableError
 from liftbridge._transport import _nats_socket
-from liftbridge._transport._nats_socket import FrameParser, NatsSocket, ProtocolError
+from liftbridge._transport._nats_frames import FrameParser, ProtocolError
+from liftbridge._transport._nats_socket import NatsSocket
 
 INBOX = b"_INBOX.abc"
 
