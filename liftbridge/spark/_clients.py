@@ -20,7 +20,7 @@ import threading
 
 from liftbridge import DEFAULT_RETRY_POLICY, Client, ClientState
 from liftbridge._core._router import Router
-from liftbridge.spark._options import ClientConfig
+from liftbridge.spark._client_options import ClientConfig
 
 _log = logging.getLogger(__name__)
 

@@ -13,10 +13,18 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-from liftbridge import AckPolicy, InvalidArgumentError, TLSConfig
-from liftbridge._core._validate import SERVER_MAX_MESSAGE
+from liftbridge import AckPolicy, InvalidArgumentError
+from liftbridge.spark._client_options import (
+    CLIENT_PREFIX,
+    TLS_OPTIONS,
+    ClientConfig,
+    bool_option,
+    client_config,
+    client_passthrough,
+    int_option,
+    lower,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -25,7 +33,6 @@ EARLIEST = -2
 LATEST = -1
 """An offset in offsets JSON meaning the partition's end (after its newest committed message)."""
 
-_TLS_OPTIONS = ("tls.ca", "tls.cert", "tls.key", "tls.servername")
 _READ_OPTIONS = frozenset(
     {
         "servers",
@@ -47,11 +54,11 @@ _READ_OPTIONS = frozenset(
         "headersformat",
         "readreplica",
         "polltimeoutms",
-        *_TLS_OPTIONS,
+        *TLS_OPTIONS,
     }
 )
 _WRITE_OPTIONS = frozenset(
-    {"servers", "stream", "ackpolicy", "acktimeoutms", "exactlyonce", "writeid", *_TLS_OPTIONS}
+    {"servers", "stream", "ackpolicy", "acktimeoutms", "exactlyonce", "writeid", *TLS_OPTIONS}
 )
 # Options Spark itself reads from the same map (they reach the source too).
 _SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
@@ -64,80 +71,11 @@ class Mode(enum.Enum):
     STREAMING = "streaming"
 
 
-def lower(options: Mapping[str, str]) -> dict[str, str]:
-    """The options with lower-case names (Spark's are case-insensitive)."""
-    return {str(k).lower(): str(v) for k, v in options.items()}
-
-
-_CLIENT_PREFIX = "liftbridge."
-_CLIENT_TIMES = {
-    "connectTimeoutMs": "connect_timeout",
-    "rpcTimeoutMs": "rpc_timeout",
-    "ackWaitMs": "ack_wait",
-    "resubscribeWaitMs": "resubscribe_wait",
-}
-_CLIENT_COUNTS = {"maxInflight": "max_inflight", "maxMessageSize": "max_message_size"}
-_CLIENT_SETTINGS = frozenset(n.lower() for n in (*_CLIENT_TIMES, *_CLIENT_COUNTS))
-_CLIENT_ALIASES = frozenset({*_TLS_OPTIONS, "readreplica"})
-"""``liftbridge.<name>`` options that are another option's second name."""
-_CLIENT_NAMES = (
-    "liftbridge.connectTimeoutMs, liftbridge.rpcTimeoutMs, liftbridge.ackWaitMs, "
-    "liftbridge.resubscribeWaitMs, liftbridge.maxInflight, liftbridge.maxMessageSize, "
-    "liftbridge.readReplica, liftbridge.tls.ca, liftbridge.tls.cert, liftbridge.tls.key, "
-    "liftbridge.tls.serverName"
-)
-
-
-def _client_passthrough(options: dict[str, str]) -> dict[str, str]:
-    """Folds ``liftbridge.<option>`` aliases into their plain names.
-
-    Raises:
-        InvalidArgumentError: an unknown ``liftbridge.`` option, or one given
-            under both names.
-    """
-    for name in [n for n in options if n.startswith(_CLIENT_PREFIX)]:
-        short = name[len(_CLIENT_PREFIX) :]
-        if short in _CLIENT_SETTINGS:
-            continue
-        if short not in _CLIENT_ALIASES:
-            raise InvalidArgumentError(
-                f"option {name} is not a client option; the liftbridge.* options are "
-                f"{_CLIENT_NAMES}"
-            )
-        if short in options:
-            raise InvalidArgumentError(f"options {short} and {name} are one option: give one")
-        options[short] = options.pop(name)
-    return options
-
-
 def _warn_unknown(options: Mapping[str, str], known: frozenset[str], what: str) -> None:
     for name in sorted(set(options) - known - _SPARK_OPTIONS):
-        if name.startswith(_CLIENT_PREFIX):
+        if name.startswith(CLIENT_PREFIX):
             continue  # checked by _client_passthrough
         _log.warning("liftbridge %s ignores the unknown option %r", what, name)
-
-
-def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = options.get(name.lower())
-    if raw is None:
-        return default
-    value = raw.strip().lower()
-    if value not in ("true", "false"):
-        raise InvalidArgumentError(f"option {name} must be true or false, got {raw!r}")
-    return value == "true"
-
-
-def _int(options: Mapping[str, str], name: str, minimum: int) -> int | None:
-    raw = options.get(name.lower())
-    if raw is None:
-        return None
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise InvalidArgumentError(f"option {name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise InvalidArgumentError(f"option {name} must be >= {minimum}, got {value}")
-    return value
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -162,111 +100,6 @@ def _stream_name(value: str, option: str) -> str:
             f"option {option}: {value!r} is not a stream name (empty or has whitespace)"
         )
     return value
-
-
-# ----------------------------------------------------------------- clients --
-
-
-@dataclass(frozen=True)
-class ClientConfig:
-    """What an executor needs to open a client: picklable, hashable (the key of
-    each worker process's client cache) and free of file paths, because the
-    PEM files named by the TLS options are read on the driver.
-
-    Attributes:
-        servers: seed addresses, ``host:port``.
-        tls_ca: PEM of the certificates that sign the servers'.
-        tls_cert: PEM of the client certificate chain (mTLS).
-        tls_key: PEM of the client key (mTLS).
-        tls_server_name: name to check the server certificate against.
-        connect_timeout, rpc_timeout, ack_wait, resubscribe_wait, max_inflight,
-            max_message_size: the :class:`~liftbridge.Client` settings of the
-            same names (``liftbridge.<name>`` options; times in seconds here).
-    """
-
-    servers: tuple[str, ...]
-    tls_ca: bytes | None = None
-    tls_cert: bytes | None = None
-    tls_key: bytes | None = None
-    tls_server_name: str | None = None
-    connect_timeout: float = 5.0
-    rpc_timeout: float = 10.0
-    ack_wait: float = 5.0
-    resubscribe_wait: float = 30.0
-    max_inflight: int = 1024
-    max_message_size: int = SERVER_MAX_MESSAGE
-
-    @property
-    def tls(self) -> TLSConfig | None:
-        """The SDK's TLS settings, None for plaintext."""
-        if (
-            self.tls_ca is None
-            and self.tls_cert is None
-            and self.tls_server_name is None
-            and self.tls_key is None
-        ):
-            return None
-        return TLSConfig(
-            ca=self.tls_ca, cert=self.tls_cert, key=self.tls_key, server_name=self.tls_server_name
-        )
-
-    def __repr__(self) -> str:
-        # Never show key material, not even in a log line.
-        tls = "tls" if self.tls is not None else "plaintext"
-        return f"ClientConfig({','.join(self.servers)}, {tls})"
-
-
-def _pem(options: Mapping[str, str], name: str) -> bytes | None:
-    raw = options.get(name.lower())
-    if raw is None:
-        return None
-    if raw.lstrip().startswith("-----BEGIN"):
-        return raw.encode()
-    try:
-        return Path(raw).read_bytes()
-    except OSError as e:
-        raise InvalidArgumentError(f"option {name}: cannot read {raw!r}: {e.strerror}") from None
-
-
-def client_config(options: Mapping[str, str]) -> ClientConfig:
-    """The ``servers`` and TLS options (keys already lower-case).
-
-    Raises:
-        InvalidArgumentError: ``servers`` is missing or malformed, a TLS file
-            cannot be read, or only one of ``tls.cert`` / ``tls.key`` is set.
-    """
-    raw = options.get("servers")
-    if raw is None or not raw.strip():
-        raise InvalidArgumentError(
-            "option servers is required: one or more Liftbridge addresses, "
-            "e.g. .option('servers', 'host1:9292,host2:9292')"
-        )
-    servers = tuple(s.strip() for s in raw.split(","))
-    for server in servers:
-        host, _, port = server.rpartition(":")
-        if not host or not port.isdigit():
-            raise InvalidArgumentError(f"option servers: {server!r} is not host:port (in {raw!r})")
-    cert, key = _pem(options, "tls.cert"), _pem(options, "tls.key")
-    if (cert is None) != (key is None):
-        raise InvalidArgumentError("options tls.cert and tls.key must be given together (mTLS)")
-    server_name = options.get("tls.servername")
-    settings: dict[str, float | int] = {}
-    for name, field in _CLIENT_TIMES.items():
-        ms = _int(options, _CLIENT_PREFIX + name, 1)
-        if ms is not None:
-            settings[field] = ms / 1000
-    for name, field in _CLIENT_COUNTS.items():
-        count = _int(options, _CLIENT_PREFIX + name, 1)
-        if count is not None:
-            settings[field] = count
-    return ClientConfig(
-        servers=servers,
-        tls_ca=_pem(options, "tls.ca"),
-        tls_cert=cert,
-        tls_key=key,
-        tls_server_name=server_name.strip() if server_name else None,
-        **settings,  # type: ignore[arg-type]
-    )
 
 
 # ----------------------------------------------------------------- reading --
@@ -483,7 +316,7 @@ def read_options(raw_options: Mapping[str, str], mode: Mode | None) -> ReadOptio
         InvalidArgumentError: an option is missing, malformed, or not allowed
             with another option or in this mode; the message names it.
     """
-    options = _client_passthrough(lower(raw_options))
+    options = client_passthrough(lower(raw_options))
     _warn_unknown(options, _READ_OPTIONS, "source")
     client = client_config(options)
     stream_option, assign_option = options.get("stream"), options.get("assign")
@@ -526,14 +359,14 @@ def read_options(raw_options: Mapping[str, str], mode: Mode | None) -> ReadOptio
         )
     if _uses(ending, EARLIEST):
         raise InvalidArgumentError("option endingOffsets: earliest (-2) is not allowed")
-    starting_timestamp = _int(options, "startingTimestamp", 0)
+    starting_timestamp = int_option(options, "startingTimestamp", 0)
     if starting_timestamp is not None and "startingoffsets" in options:
         raise InvalidArgumentError(
             "options startingTimestamp and startingOffsets exclude each other: give one"
         )
     starting_timestamps = _timestamps(options, "startingOffsetsByTimestamp", streams, pattern)
     ending_timestamps = _timestamps(options, "endingOffsetsByTimestamp", streams, pattern)
-    ending_timestamp = _int(options, "endingTimestamp", 0)
+    ending_timestamp = int_option(options, "endingTimestamp", 0)
     starts = [
         n
         for n in ("startingoffsets", "startingtimestamp", "startingoffsetsbytimestamp")
@@ -554,8 +387,8 @@ def read_options(raw_options: Mapping[str, str], mode: Mode | None) -> ReadOptio
         )
     if streaming and ends:
         raise InvalidArgumentError(f"option {ends[0]} is for batch reads only (not readStream)")
-    max_per_trigger = _int(options, "maxOffsetsPerTrigger", 1)
-    min_per_trigger = _int(options, "minOffsetsPerTrigger", 1)
+    max_per_trigger = int_option(options, "maxOffsetsPerTrigger", 1)
+    min_per_trigger = int_option(options, "minOffsetsPerTrigger", 1)
     if batch:
         for name, value in (
             ("maxOffsetsPerTrigger", max_per_trigger),
@@ -573,8 +406,8 @@ def read_options(raw_options: Mapping[str, str], mode: Mode | None) -> ReadOptio
             f"option minOffsetsPerTrigger ({min_per_trigger}) is above "
             f"maxOffsetsPerTrigger ({max_per_trigger})"
         )
-    poll_timeout_ms = _int(options, "pollTimeoutMs", 1)
-    include_headers = _bool(options, "includeHeaders", False)
+    poll_timeout_ms = int_option(options, "pollTimeoutMs", 1)
+    include_headers = bool_option(options, "includeHeaders", False)
     headers_format = options.get("headersformat", "map").strip().lower()
     if headers_format not in ("map", "array"):
         raise InvalidArgumentError(
@@ -593,15 +426,15 @@ def read_options(raw_options: Mapping[str, str], mode: Mode | None) -> ReadOptio
         max_offsets_per_trigger=max_per_trigger,
         min_offsets_per_trigger=min_per_trigger,
         max_trigger_delay=_duration(options, "maxTriggerDelay", 15 * 60.0),
-        min_partitions=_int(options, "minPartitions", 1),
-        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+        min_partitions=int_option(options, "minPartitions", 1),
+        fail_on_data_loss=bool_option(options, "failOnDataLoss", True),
         include_headers=include_headers,
         headers_array=headers_format == "array",
         pattern=pattern,
         starting_timestamps=starting_timestamps,
         ending_timestamps=ending_timestamps,
         ending_timestamp_ms=ending_timestamp,
-        read_replica=_bool(options, "readReplica", False),
+        read_replica=bool_option(options, "readReplica", False),
         poll_timeout=(poll_timeout_ms if poll_timeout_ms is not None else 120_000) / 1000,
     )
 
@@ -641,7 +474,7 @@ def write_options(raw_options: Mapping[str, str]) -> WriteOptions:
     Raises:
         InvalidArgumentError: an option is missing or malformed; the message names it.
     """
-    options = _client_passthrough(lower(raw_options))
+    options = client_passthrough(lower(raw_options))
     _warn_unknown(options, _WRITE_OPTIONS, "sink")
     stream = options.get("stream")
     if stream is not None:
@@ -652,8 +485,8 @@ def write_options(raw_options: Mapping[str, str]) -> WriteOptions:
         raise InvalidArgumentError(
             f"option ackPolicy must be leader, all or none, got {options['ackpolicy']!r}"
         )
-    ack_timeout_ms = _int(options, "ackTimeoutMs", 1)
-    exactly_once = _bool(options, "exactlyOnce", False)
+    ack_timeout_ms = int_option(options, "ackTimeoutMs", 1)
+    exactly_once = bool_option(options, "exactlyOnce", False)
     write_id = options.get("writeid")
     if write_id is not None:
         write_id = write_id.strip()

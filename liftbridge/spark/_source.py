@@ -14,8 +14,9 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from liftbridge import InvalidArgumentError
+from liftbridge.spark._client_options import lower
 from liftbridge.spark._exactly_once import write_id_for
-from liftbridge.spark._options import Mode, ReadOptions, lower, read_options, write_options
+from liftbridge.spark._options import Mode, ReadOptions, read_options, write_options
 from liftbridge.spark._reader import LiftbridgeReader, LiftbridgeStreamReader
 from liftbridge.spark._schema import read_schema
 from liftbridge.spark._writer import LiftbridgeStreamWriter, LiftbridgeWriter, check_schema
