@@ -49,9 +49,7 @@ OVERSIZE: set[str] = {
     "liftbridge._consume._subscription",
     "liftbridge._groups._consumer",
     "liftbridge._groups._member",
-    "liftbridge._publish._nats",
     "liftbridge._publish._nats_stream",
-    "liftbridge._publish._publisher",
     "liftbridge.cli._main",
 }
 
