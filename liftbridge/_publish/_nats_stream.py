@@ -70,14 +70,16 @@ from liftbridge._errors import (
     MessageTooLargeError,
     NoSuchPartitionError,
     NoSuchStreamError,
+    PermissionDeniedError,
     UnavailableError,
 )
 from liftbridge._publish._bytes import PlainFrames, ack_inbox_field, message_bytes
 from liftbridge._publish._nats_window import AckHandler, AckWindow, Pending
 from liftbridge._publish._publishing import check_future
 from liftbridge._transport._nats_frames import pub_prefix
+from liftbridge._transport._nats_handshake import check_tls_required
 from liftbridge._transport._nats_socket import CLOSE_TIMEOUT as _CLOSE_TIMEOUT
-from liftbridge._transport._nats_socket import NatsSocket, check_tls_required
+from liftbridge._transport._nats_socket import MaxPayload, NatsSocket, Refused
 from liftbridge_api import api_pb2
 
 logger = logging.getLogger(__name__)
@@ -425,7 +427,8 @@ class NatsStreamPublisher:
             entry.leader = leader or self._router.leader_address(stream, partition)
             self._window.admit(entry)
         else:
-            self._window.check_open()
+            # Its slot is given back once the frame is written (_deliver).
+            self._window.admit_unacked(timeout)
         self._nats.send_frame(subject, frame, entry)
         if not wants_ack and outcome is not None:
             outcome.set_result(None)
@@ -673,8 +676,20 @@ class NatsStreamPublisher:
                 self._window.settle_acks(item)
             except Exception:  # never let the I/O thread die: futures would hang
                 logger.exception("settling acks on %s failed; continuing", self._inbox)
+        elif type(item) is int:  # AckPolicy.NONE frames written (or dropped)
+            self._window.release(item)
+        elif type(item) is MaxPayload:
+            self._set_max_payload(item.size)
         else:
             self._acks_inbox.put(item)
+
+    def _set_max_payload(self, size: int) -> None:
+        """Takes the NATS server's ``max_payload`` (a later INFO changed it);
+        publishes from now on are checked against it. Single attribute
+        writes: a publish racing with this one is checked against either,
+        and the I/O thread refuses a frame over the new one anyway."""
+        self._max_payload = size
+        self._plain_limit = size - self._plain.overhead
 
     # --------------------------------------------------------- acks thread --
 
@@ -688,8 +703,13 @@ class NatsStreamPublisher:
                     self._nats.drop_unsent()
                     window.fail_all(self._closed_before_ack)
                     return
-                if isinstance(item, tuple):
+                if isinstance(item, Refused):
+                    window.fail_subject(item.subject, functools.partial(self._refused, item))
+                elif isinstance(item, tuple):
                     entry, error = item
+                    if not isinstance(error, UnavailableError):
+                        window.settle(entry, error)  # too large for the server: never sent
+                        continue
                     # Never written (held while NATS was away): not stored, so
                     # retriable, unlike the ConnectionLostError of one written.
                     window.settle(
@@ -703,6 +723,12 @@ class NatsStreamPublisher:
                     window.fail_all(functools.partial(self._lost_before_ack, item))
             except Exception:  # never let this thread die: futures would hang
                 logger.exception("liftbridge-nats-acks failed; continuing")
+
+    def _refused(self, refusal: Refused, entry: Pending) -> BaseException:
+        return PermissionDeniedError(
+            f"the NATS server at {self._where} refused the publish to {entry.subject!r}: "
+            f"{refusal.reason} (nothing was stored)"
+        )
 
     def _lost_before_ack(self, error: BaseException, entry: Pending) -> BaseException:
         return ConnectionLostError(
