@@ -135,6 +135,11 @@ class NatsStreamPublisher:
     When the partition leader a publish awaits goes down (its gRPC connection
     closes and a reconnect is refused), the publish fails at once with
     :class:`LeaderLostError`: it may or may not have been stored.
+    A publish NATS refuses (an ``-ERR`` permissions violation for its subject)
+    fails at once with :class:`PermissionDeniedError`. A server that breaks the
+    NATS protocol (a malformed ``INFO``, a frame with a bad size) fails the
+    constructor with :class:`ProtocolError`; later it costs the connection,
+    which is made again. ``max_payload`` follows the server's latest ``INFO``.
 
     Thread-safe; use it as a context manager or call :meth:`close`.
 
@@ -143,7 +148,8 @@ class NatsStreamPublisher:
             (metadata) and its ack timer; closing it closes this publisher.
         url: the NATS server: ``nats://host:port``, ``tls://host:port`` for
             TLS, with ``user:password@`` for credentials.
-        max_inflight: publishes awaiting acks at most; ``publish_async``
+        max_inflight: publishes awaiting acks at most (an AckPolicy.NONE
+            publish holds its slot until NATS is written to); ``publish_async``
             blocks (up to its ``timeout``) while the window is full.
         ack_timeout: default seconds to wait for an ack.
         connect_timeout: seconds to wait for the NATS server when connecting.
@@ -159,6 +165,7 @@ class NatsStreamPublisher:
     Raises:
         MissingDependencyError: ``credentials`` without the nkeys package.
         InvalidArgumentError: a bad argument (ArgumentTypeError for a wrong type).
+        ProtocolError: the NATS server broke the protocol (a malformed INFO).
         UnavailableError: the NATS server cannot be reached or refused us.
         ClientClosedError: ``client`` is closed.
     """
@@ -268,7 +275,7 @@ class NatsStreamPublisher:
 
     @property
     def max_payload(self) -> int:
-        """The largest envelope the NATS server accepts, in bytes."""
+        """The largest envelope the NATS server accepts, in bytes (its latest INFO's)."""
         return self._max_payload
 
     @overload
@@ -325,7 +332,8 @@ class NatsStreamPublisher:
         The partition is ``partition`` when given, else the ``partitioner``'s
         choice, else the key's partition (:class:`PartitionByKey`) when there
         is a key, else 0. Blocks only while ``max_inflight`` publishes await
-        acks, until an eighth of the window has freed up (or ``timeout``).
+        acks (or, with AckPolicy.NONE, their writes), until an eighth of the
+        window has freed up (or ``timeout``).
 
         Args:
             stream: the stream.
