@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from bench import machine, report
-from bench.suite import FULL, QUICK, WORKLOADS, Suite, plan_with
+from bench.suite import CEILING_TARGET, FULL, QUICK, WORKLOADS, Suite, plan_with
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS_BIN = ROOT / ".cache" / "servers" / "bin"
@@ -142,6 +142,13 @@ def run(argv: list[str] | None = None) -> tuple[int, Path]:
     if suite.targets:
         print("\nSDK paths against each other (msgs/s, client CPU per message):")
         print(report.target_table(suite.targets))
+    ceiling = report.ceiling_rows(suite.results, goal=CEILING_TARGET)
+    if ceiling:
+        print("\nPipelined publishing against the machine's bound (cores / CPU per message):")
+        print(report.ceiling_table(ceiling))
+    if suite.latency:
+        print("\nEnd-to-end latency, publish to handler, SDK against Go (ms):")
+        print(report.latency_table(suite.latency))
     for error in suite.errors:
         print(f"FAILED {error['workload']}: {error['error']}")
 
@@ -161,6 +168,8 @@ def run(argv: list[str] | None = None) -> tuple[int, Path]:
             "results": [result.as_json() for result in suite.results],
             "comparisons": comparisons,
             "targets": suite.targets,
+            "latency": suite.latency,
+            "ceiling": ceiling,
             "rss": suite.rss,
             "rss_nats": suite.rss_nats,
             "errors": suite.errors,

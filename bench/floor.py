@@ -14,13 +14,28 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
+from typing import Protocol, TypeVar
 
 import grpc
 
 from bench.e2e import latency_of, stamped_value, wait_for
 from bench.stats import Run, Stopwatch
-from liftbridge._transport._channels import _CHANNEL_OPTIONS, StreamCall
+from liftbridge._transport._channels import _CHANNEL_OPTIONS
 from liftbridge_api import api_pb2, api_pb2_grpc
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class StreamCall(Protocol[T_co]):
+    """What the floor uses of a grpcio response-streaming call (grpc's stubs
+    type them too loosely to be useful)."""
+
+    def __iter__(self) -> Iterator[T_co]: ...
+
+    def __next__(self) -> T_co: ...
+
+    def cancel(self) -> bool: ...
+
 
 _WAIT = 60.0
 """Seconds any single step may block before the run is declared stuck."""

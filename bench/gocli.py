@@ -42,12 +42,14 @@ class GoDriver:
 
     Args:
         address: a broker's host:port.
-        workload: ``publish``, ``publish_async`` or ``subscribe``.
+        workload: ``publish``, ``publish_async``, ``subscribe`` or ``e2e``
+            (publish at ``rate`` to a subscription in the same process).
         stream: the stream, already created.
         value_size: bytes per value (publishes) or per stored message (subscribe).
         window: publishes in flight for ``publish_async``.
         last_offset: the partition's last offset, for ``subscribe``.
         partition: the partition read, for ``subscribe``.
+        rate: publishes a second for ``e2e`` (0: as fast as ``window`` allows).
     """
 
     def __init__(
@@ -60,6 +62,7 @@ class GoDriver:
         window: int = 1024,
         last_offset: int = -1,
         partition: int = 0,
+        rate: float = 0.0,
     ) -> None:
         self._value_size = value_size
         command = [
@@ -71,6 +74,7 @@ class GoDriver:
             f"-window={window}",
             f"-last-offset={last_offset}",
             f"-partition={partition}",
+            f"-rate={rate:g}",
         ]
         self._process = subprocess.Popen(
             command,

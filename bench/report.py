@@ -26,7 +26,15 @@ _LABELS = {
     "cpu_us_per_msg": "CPU us/msg",
     "p50_ms": "p50 ms",
     "p99_ms": "p99 ms",
+    "p999_ms": "p99.9 ms",
+    "max_ms": "max ms",
+    "server_cpu_us_per_msg": "server CPU us/msg",
+    "bound_msgs_per_s": "machine bound msgs/s",
+    "of_bound": "of the bound",
 }
+
+LATENCY = ("p50_ms", "p99_ms", "p999_ms", "max_ms")
+"""Metrics where less is better; the table gives them an SDK/Go ratio too."""
 
 
 @dataclass(frozen=True)
@@ -162,6 +170,112 @@ def target_table(targets: Sequence[Mapping[str, object]]) -> str:
     return _layout(rows, left=4)
 
 
+def latency_row(mine: Result, go: Result, *, goal: float) -> dict[str, object]:
+    """The SDK's end-to-end latency against Go's at one offered rate: the
+    percentiles of both (milliseconds, medians over the repetitions, with
+    the lowest and highest p99) and the p99 ratio the goal bounds from above."""
+    row: dict[str, object] = {
+        "workload": mine.workload,
+        "setting": mine.setting,
+        "value_size": mine.value_size,
+        "goal": goal,
+    }
+    for metric in LATENCY:
+        for who, result in (("sdk", mine), ("go", go)):
+            spread = result.metrics.get(metric)
+            row[f"{who}_{metric}"] = None if spread is None else spread.median
+    for who, result in (("sdk", mine), ("go", go)):
+        spread = result.metrics.get("p99_ms")
+        row[f"{who}_p99_ms_range"] = None if spread is None else [spread.low, spread.high]
+    sdk_p99, go_p99 = row["sdk_p99_ms"], row["go_p99_ms"]
+    ratio = (
+        sdk_p99 / go_p99
+        if isinstance(sdk_p99, float) and isinstance(go_p99, float) and go_p99
+        else None
+    )
+    row["p99_ratio"] = ratio
+    row["met"] = ratio is not None and ratio <= goal
+    return row
+
+
+def latency_table(rows: Sequence[Mapping[str, object]]) -> str:
+    """The rows of :func:`latency_row`: p50/p99/p99.9/max of the SDK and of
+    Go in milliseconds, the p99 ratio and whether it meets the goal."""
+    header = ("setting", "size", "SDK p50/p99/p99.9/max", "Go p50/p99/p99.9/max", "p99", "goal")
+    lines: list[tuple[str, ...]] = [header]
+
+    def four(row: Mapping[str, object], who: str) -> str:
+        values = [row.get(f"{who}_{metric}") for metric in LATENCY]
+        return " / ".join(f"{v:.2f}" if isinstance(v, float) else "-" for v in values)
+
+    for row in rows:
+        ratio, goal, size = row["p99_ratio"], row["goal"], row["value_size"]
+        lines.append(
+            (
+                str(row["setting"]),
+                _size(size) if isinstance(size, int) else "-",
+                four(row, "sdk"),
+                four(row, "go"),
+                f"{ratio:.2f}" if isinstance(ratio, float) else "-",
+                f"<= {goal:g} {'met' if row['met'] else 'NOT met'}",
+            )
+        )
+    return _layout(lines, left=2)
+
+
+def ceiling_rows(results: Sequence[Result], *, goal: float) -> list[dict[str, object]]:
+    """The SDK's pipelined publish rows (``publish_async``, over gRPC or
+    NATS) as fractions of the machine's bound, each with the goal."""
+    rows: list[dict[str, object]] = []
+    for result in results:
+        share = result.metrics.get("of_bound")
+        if result.variant != SDK or "publish_async" not in result.workload or share is None:
+            continue
+        bound = result.metrics["bound_msgs_per_s"]
+        rows.append(
+            {
+                "workload": result.workload,
+                "setting": result.setting,
+                "value_size": result.value_size,
+                "msgs_per_s": result.metrics["msgs_per_s"].median,
+                "cpu_us_per_msg": result.metrics["cpu_us_per_msg"].median,
+                "server_cpu_us_per_msg": result.metrics["server_cpu_us_per_msg"].median,
+                "bound_msgs_per_s": bound.median,
+                "of_bound": share.median,
+                "of_bound_range": [share.low, share.high],
+                "goal": goal,
+                "met": share.median >= goal,
+            }
+        )
+    return rows
+
+
+def ceiling_table(rows: Sequence[Mapping[str, object]]) -> str:
+    """The rows of :func:`ceiling_rows` as a fixed-width table."""
+    header = ("workload", "setting", "size", "msgs/s", "client+server us", "bound", "share", "goal")
+    lines: list[tuple[str, ...]] = [header]
+    for row in rows:
+        size, share, goal = row["value_size"], row["of_bound"], row["goal"]
+        client, server = row["cpu_us_per_msg"], row["server_cpu_us_per_msg"]
+        rate, bound = row["msgs_per_s"], row["bound_msgs_per_s"]
+        assert isinstance(share, float) and isinstance(client, float)
+        assert isinstance(server, float) and isinstance(rate, float)
+        assert isinstance(bound, float)
+        lines.append(
+            (
+                str(row["workload"]),
+                str(row["setting"]),
+                _size(size) if isinstance(size, int) else "-",
+                f"{rate:,.0f}",
+                f"{client:.1f} + {server:.1f}",
+                f"{bound:,.0f}",
+                f"{share:.2f}",
+                f">= {goal:g} {'met' if row['met'] else 'NOT met'}",
+            )
+        )
+    return _layout(lines, left=3)
+
+
 def _figure(spread: Spread | None) -> str:
     if spread is None:
         return "-"
@@ -193,7 +307,7 @@ def _layout(rows: Sequence[tuple[str, ...]], *, left: int) -> str:
 def table(results: Sequence[Result]) -> str:
     """The results as a fixed-width text table: median ±half-range over the
     repetitions, the SDK next to its floor and to the Go client, and the
-    ratios for throughput."""
+    ratios for throughput and latency."""
     header = ("workload", "setting", "size", "metric", "SDK", "bare", "Go", "SDK/bare", "SDK/Go")
     rows: list[tuple[str, ...]] = [header]
     groups: dict[tuple[str, str, int], dict[str, Result]] = {}
@@ -225,7 +339,12 @@ def table(results: Sequence[Result]) -> str:
 
 
 def _ratio(metric: str, mine: Spread | None, theirs: Spread | None) -> str:
-    if metric in THROUGHPUT and mine is not None and theirs is not None and theirs.median:
+    if (
+        metric in (*THROUGHPUT, *LATENCY)
+        and mine is not None
+        and theirs is not None
+        and theirs.median
+    ):
         return f"{mine.median / theirs.median:.2f}"
     return "-"
 

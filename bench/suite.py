@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -22,9 +23,9 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 import liftbridge
-from bench import floor, gocli, over_nats, rss, sdk
+from bench import floor, gocli, over_nats, report, rss, sdk
 from bench.report import BARE, GO, SDK, Result, target_row
-from bench.stats import Run, summarise
+from bench.stats import Run, process_cpu_seconds, summarise
 from liftbridge.testing import LocalCluster, LocalServer
 from liftbridge_api import api_pb2_grpc
 
@@ -33,6 +34,12 @@ WORKLOADS = ("publish", "publish_async", "subscribe", "pull", "e2e", "nats", "rs
 
 PULL_TARGET = 0.9
 """Issue 12: ``fetch`` throughput at least this share of the SDK's ``subscribe``."""
+
+CEILING_TARGET = 0.8
+"""Issue 29: pipelined publishing at least this share of the machine's bound."""
+
+LATENCY_TARGET = 1.2
+"""Issue 29: the SDK's end-to-end p99 at most this multiple of Go's at each rate."""
 
 
 class Driver(Protocol):
@@ -61,8 +68,14 @@ class Plan:
     pull_batch: int = 500
     get_count: int = 500
     get_reps: int = 5
-    e2e_count: int = 1_000
-    e2e_rate: float = 500.0
+    # End-to-end latency at fixed offered rates, SDK and Go taking turns,
+    # plus the highest rate Go sustains (see Suite._end_to_end); each
+    # repetition lasts about e2e_seconds (at least e2e_min_count messages).
+    e2e_rates: tuple[float, ...] = (1_000.0, 10_000.0)
+    e2e_seconds: float = 3.0
+    e2e_min_count: int = 2_000
+    e2e_probe_count: int = 30_000
+    e2e_window: int = 1024
     nats_count: int = 1_000
     nats_pipelined_count: int = 20_000
     # NatsStreamPublisher's pipelined rows and their Go rows: about 2 s per
@@ -95,8 +108,9 @@ QUICK = Plan(
     subscribe_warmup_messages=200,
     get_count=50,
     get_reps=2,
-    e2e_count=50,
-    e2e_rate=500.0,
+    e2e_seconds=0.05,
+    e2e_min_count=50,
+    e2e_probe_count=500,
     nats_count=50,
     nats_pipelined_count=500,
     nats_steady_count=500,
@@ -130,9 +144,11 @@ class _Entry:
     shown: tuple[str, ...]
 
 
-_PUBLISH_SHOWN = ("msgs_per_s", "p50_ms", "p99_ms", "cpu_us_per_msg")
-_PIPELINED_SHOWN = ("msgs_per_s", "mb_per_s", "cpu_us_per_msg")
-_LATENCY_SHOWN = ("p50_ms", "p99_ms")
+_CEILING = ("server_cpu_us_per_msg", "bound_msgs_per_s", "of_bound")
+"""Each throughput row against what the machine could do (bench.stats.Run.metrics)."""
+_PUBLISH_SHOWN = ("msgs_per_s", "p50_ms", "p99_ms", "cpu_us_per_msg", *_CEILING)
+_PIPELINED_SHOWN = ("msgs_per_s", "mb_per_s", "cpu_us_per_msg", *_CEILING)
+_LATENCY_SHOWN = ("p50_ms", "p99_ms", "p999_ms", "max_ms", "cpu_us_per_msg")
 
 
 def _name(kind: str, variant: str, size: int) -> str:
@@ -163,6 +179,11 @@ class Suite:
         self.rss_nats: dict[str, float] | None = None
         # SDK-to-SDK comparisons with a goal (see bench.report.target_row).
         self.targets: list[dict[str, object]] = []
+        # The SDK's end-to-end p99 against Go's (see bench.report.latency_row).
+        self.latency: list[dict[str, object]] = []
+        # The server's processes, whose CPU each run is charged (bench.stats.Run).
+        self._server_pids: tuple[int, ...] = ()
+        self._cores = os.cpu_count() or 1
         self._log = log
 
     def run(self) -> None:
@@ -177,11 +198,14 @@ class Suite:
         if single:
             self._log("starting a LocalServer")
             with LocalServer(log_level="warn") as server:
+                self._server_pids = () if server.pid is None else (server.pid,)
                 for workload in single:
                     self._guard(workload, functools.partial(self._single, workload, server))
         if "cluster" in self.workloads:
             self._log("starting a 3-node LocalCluster")
             with LocalCluster(3, log_level="warn") as cluster:
+                pids = [node.pid for node in cluster.nodes] + [cluster.nats_pid]
+                self._server_pids = tuple(pid for pid in pids if pid is not None)
                 self._guard("cluster", lambda: self._cluster(cluster))
 
     # ------------------------------------------------------------- helpers --
@@ -226,7 +250,7 @@ class Suite:
                 parts: list[list[Run]] = [[] for _ in entries]
                 for part in range(slices):
                     for i in order if (rep + part) % 2 == 0 else reversed(order):
-                        parts[i].append(entries[i].driver.run(per_slice))
+                        parts[i].append(self._run(entries[i].driver, per_slice))
                 for i, driver_parts in enumerate(parts):
                     runs[i].append(Run.combined(driver_parts))
         finally:
@@ -250,6 +274,27 @@ class Suite:
             )
             where = f"{entry.workload} {entry.setting} {entry.value_size}B {entry.variant}"
             self._log(f"   {where}: {figures}")
+
+    def _run(self, driver: Driver, count: int) -> Run:
+        """One run of the driver, charged the CPU the server used meanwhile."""
+        before = self._server_cpu()
+        run = driver.run(count)
+        after = self._server_cpu()
+        if before is None or after is None:
+            return run
+        return replace(run, server_cpu_seconds=after - before, cores=self._cores)
+
+    def _server_cpu(self) -> float | None:
+        """CPU seconds the server's processes have used so far (None: unknown)."""
+        if not self._server_pids:
+            return None
+        total = 0.0
+        for pid in self._server_pids:
+            seconds = process_cpu_seconds(pid)
+            if seconds is None:
+                return None
+            total += seconds
+        return total
 
     @contextmanager
     def _client(
@@ -277,7 +322,7 @@ class Suite:
                 elif workload == "pull":
                     self._pull(client, stub)
                 elif workload == "e2e":
-                    self._end_to_end(client, stub)
+                    self._end_to_end(client, stub, go)
                 elif workload == "nats":
                     self._nats(client, server.nats_url, go)
                 elif workload == "rss":
@@ -525,30 +570,65 @@ class Suite:
                 self._measure([entry], count, self.plan.get_reps, self.plan.warmup(count))
             client.delete_stream(stream)
 
-    def _end_to_end(self, client: liftbridge.Client, stub: api_pb2_grpc.APIStub) -> None:
-        count, rate = self.plan.e2e_count, self.plan.e2e_rate
-        setting = f"{rate:g} msgs/s"
-        for size in self.plan.sizes:
-            names = [self._stream(client, "e2e", v, size) for v in "sb"]
-            entries = [
-                _Entry(
-                    "e2e latency",
-                    setting,
-                    size,
-                    SDK,
-                    sdk.SdkEndToEnd(client, names[0], size, rate),
-                    _LATENCY_SHOWN,
-                ),
-                _Entry(
-                    "e2e latency",
-                    setting,
-                    size,
-                    BARE,
-                    floor.BareEndToEnd(stub, names[1], size, rate),
-                    _LATENCY_SHOWN,
-                ),
-            ]
-            self._measure(entries, count, self.plan.reps, self.plan.warmup(count))
+    def _end_to_end(
+        self, client: liftbridge.Client, stub: api_pb2_grpc.APIStub, go: str | None
+    ) -> None:
+        """Publish to handler at fixed offered rates: ``publish_async`` (a
+        Future per message) to a ``subscribe`` handler in the same process,
+        Go's ``PublishAsync`` to its ``Subscribe`` handler, taking turns on
+        streams of their own; the bare floor at the first rate only.
+
+        The last rate is the highest Go sustains: Go publishing as fast as
+        its window allows (``e2e_probe_count`` messages, the median of three
+        runs), rounded down to a thousand. Each latency runs from the value's
+        stamp, taken just before the publish call, to the handler's call."""
+        plan = self.plan
+        for size in plan.sizes:
+            rates = list(plan.e2e_rates)
+            if go is not None:
+                rates.append(self._go_sustained_rate(client, go, size))
+            for n, rate in enumerate(rates):
+                count = max(plan.e2e_min_count, int(rate * plan.e2e_seconds))
+                setting = f"{rate:,.0f} msgs/s" + (" (Go's highest)" if n >= 2 else "")
+                names = [self._stream(client, "e2e", v, size) for v in "sbg"]
+                entries = [
+                    _Entry(
+                        "e2e latency",
+                        setting,
+                        size,
+                        SDK,
+                        sdk.SdkEndToEnd(client, names[0], size, rate),
+                        _LATENCY_SHOWN,
+                    )
+                ]
+                if n == 0:
+                    bare = floor.BareEndToEnd(stub, names[1], size, rate)
+                    entries.append(_Entry("e2e latency", setting, size, BARE, bare, _LATENCY_SHOWN))
+                if go is not None:
+                    driver = gocli.GoDriver(
+                        go, "e2e", names[2], size, window=plan.e2e_window, rate=rate
+                    )
+                    entries.append(_Entry("e2e latency", setting, size, GO, driver, _LATENCY_SHOWN))
+                self._measure(entries, count, plan.reps, plan.warmup(count))
+                if go is not None:
+                    mine, theirs = self.results[-len(entries)], self.results[-1]
+                    self.latency.append(report.latency_row(mine, theirs, goal=LATENCY_TARGET))
+                for name in names:
+                    client.delete_stream(name)
+
+    def _go_sustained_rate(self, client: liftbridge.Client, go: str, size: int) -> float:
+        """The highest rate Go sustains publish to handler, rounded down to a thousand."""
+        stream = self._stream(client, "e2e", "probe", size)
+        driver = gocli.GoDriver(go, "e2e", stream, size, window=self.plan.e2e_window)
+        try:
+            count = self.plan.e2e_probe_count
+            driver.run(self.plan.warmup(count))
+            rates = sorted(count / driver.run(count).seconds for _ in range(3))
+        finally:
+            driver.close()
+            client.delete_stream(stream)
+        self._log(f"   Go publish to handler, unpaced: {', '.join(f'{r:,.0f}' for r in rates)}")
+        return max(1_000.0, rates[1] // 1_000 * 1_000)
 
     def _nats(self, client: liftbridge.Client, nats_url: str, go: str | None) -> None:
         """The batched NATS path (``NatsStreamPublisher``) against Go's gRPC

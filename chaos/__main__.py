@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from chaos import fuzz, fuzz_nats
+from chaos import fuzz, fuzz_http2, fuzz_nats
 from chaos.rows import FAST, ROWS, RowResult, run_row
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,6 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fast", action="store_true", help="only the make-test subset")
     parser.add_argument("--rows", help="comma-separated row names (default: all)")
     parser.add_argument("--fuzz", type=int, default=1_000_000, help="fuzz inputs (0: none)")
+    parser.add_argument(
+        "--fuzz-http2",
+        type=int,
+        default=1_000_000,
+        help="HTTP/2 frame reader fuzz inputs, each fed whole and byte by byte (0: none)",
+    )
     parser.add_argument(
         "--fuzz-nats",
         type=int,
@@ -74,6 +80,17 @@ def main(argv: list[str] | None = None) -> int:
             "inputs_per_second": round(run.per_second),
             "findings": run.findings,
         }
+    if args.fuzz_http2:
+        print(f"-- fuzz the HTTP/2 frame reader: {args.fuzz_http2:,} inputs ...", flush=True)
+        h2 = fuzz_http2.run(args.fuzz_http2)
+        fuzz_failed = fuzz_failed or bool(h2.findings)
+        report["fuzz_http2"] = {
+            "inputs": h2.inputs,
+            "ended": h2.ended,
+            "seconds": round(h2.seconds, 1),
+            "inputs_per_second": round(h2.per_second),
+            "findings": h2.findings,
+        }
     if args.fuzz_nats:
         print(f"-- fuzz the NATS frame parser: {args.fuzz_nats:,} inputs ...", flush=True)
         nats = fuzz_nats.run(args.fuzz_nats)
@@ -94,6 +111,14 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"\nfuzz: {f['inputs']:,} inputs in {f['seconds']} s ({f['inputs_per_second']:,}/s), "
             f"{f['decoded']:,} decoded, {len(f['findings'])} finding(s)"
+        )
+    if args.fuzz_http2:
+        h = report["fuzz_http2"]
+        assert isinstance(h, dict)
+        print(
+            f"fuzz HTTP/2: {h['inputs']:,} inputs in {h['seconds']} s "
+            f"({h['inputs_per_second']:,}/s), each whole and byte by byte, "
+            f"{h['ended']:,} ended the stream, {len(h['findings'])} finding(s)"
         )
     if args.fuzz_nats:
         n = report["fuzz_nats"]

@@ -890,8 +890,13 @@ def disk_full() -> RowResult:
     return result
 
 
+# The issue-25 rows use this module's helpers: imported once they exist.
+from chaos.failover_rows import kill_twice, seed_leader_kill  # noqa: E402
+
 ROWS: dict[str, Callable[[], RowResult]] = {
     "leader-kill": leader_kill,
+    "seed-leader-kill": seed_leader_kill,
+    "kill-twice": kill_twice,
     "follower-kill": follower_kill,
     "leader-stop": leader_sigstop,
     "rolling-restart": rolling_restart,
@@ -907,7 +912,7 @@ ROWS: dict[str, Callable[[], RowResult]] = {
 }
 """Every row by name, in order of value."""
 
-FAST = ("leader-kill", "close-in-flight", "handlers")
+FAST = ("leader-kill", "seed-leader-kill", "close-in-flight", "handlers")
 """The subset ``make test`` runs (about 2 minutes)."""
 
 

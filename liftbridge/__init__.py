@@ -69,6 +69,7 @@ from liftbridge._errors import (
     StopPositionReached,
     StreamDeletedError,
     StreamExistsError,
+    StreamRefusedError,
     UnavailableError,
 )
 from liftbridge._groups._consumer import (
@@ -159,6 +160,7 @@ __all__ = [
     "StreamExistsError",
     "StreamInfo",
     "StreamPartition",
+    "StreamRefusedError",
     "Subscription",
     "TLSConfig",
     "Table",

@@ -60,7 +60,7 @@ from liftbridge._groups._pin import PinCallback, unpin_cursor
 from liftbridge._publish._lanes import Lanes
 from liftbridge._publish._publisher import AckHandler, Publisher
 from liftbridge._publish._publishing import Publishing, check_future
-from liftbridge._transport._channels import TLSConfig
+from liftbridge._transport._channels import DEFAULT_MAX_MESSAGE, Keepalive, TLSConfig
 from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)
@@ -146,6 +146,9 @@ class Client:
         max_inflight: int = 1024,
         resubscribe_wait: float = 30.0,
         max_message_size: int = check.SERVER_MAX_MESSAGE,
+        max_receive_message_size: int = DEFAULT_MAX_MESSAGE,
+        keepalive_interval: float | None = 300.0,
+        keepalive_timeout: float = 20.0,
     ) -> None:
         """Connects to the cluster.
 
@@ -173,6 +176,20 @@ class Client:
                 1200 bytes for the server's envelope exceeds it raises
                 :class:`MessageTooLargeError` before sending. At most 4 MiB
                 (the server's gRPC limit); raise it only with the server's.
+            max_receive_message_size: the largest message a broker may send
+                the client, in bytes (default 64 MiB, grpcio's). A stream whose
+                next message says it is larger ends with a typed error before
+                any of it is kept, on every transport.
+            keepalive_interval: seconds a long-lived stream (subscriptions,
+                publish streams) may hear nothing from its broker before the
+                client sends an HTTP/2 PING; ``None``: no pings. The server
+                answers pings more often than every 5 minutes with GOAWAY
+                unless it sends data in between (Liftbridge v1.9.0's default
+                gRPC keepalive policy): lower it only for servers that allow it.
+            keepalive_timeout: seconds a PING's answer may take; past that
+                the stream ends with :class:`UnavailableError` (a broker that
+                hangs though its kernel still answers TCP) and subscriptions
+                resubscribe.
 
         Raises:
             InvalidArgumentError: an option is out of range.
@@ -190,11 +207,22 @@ class Client:
         self._resubscribe_wait = check.seconds(resubscribe_wait, arg="resubscribe_wait")
         max_inflight = check.positive_int(max_inflight, arg="max_inflight")
         self._max_message_size = check.message_size_limit(max_message_size)
+        max_receive = check.int32(
+            max_receive_message_size, arg="max_receive_message_size", minimum=1 << 16
+        )
+        keepalive = None
+        if keepalive_interval is not None:
+            keepalive = Keepalive(
+                interval=check.seconds(keepalive_interval, arg="keepalive_interval"),
+                timeout=check.seconds(keepalive_timeout, arg="keepalive_timeout"),
+            )
         self._router = Router(
             seeds,
             tls=tls,
             rpc_timeout=check.seconds(rpc_timeout, arg="rpc_timeout"),
             retry_policy=retry_policy or DEFAULT_RETRY_POLICY,
+            max_receive=max_receive,
+            keepalive=keepalive,
         )
         self._callbacks = CallbackRunner()
         self._timer = AckTimer()

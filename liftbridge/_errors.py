@@ -1,5 +1,7 @@
 """One exception tree for everything the SDK raises on purpose, and the one
-place where gRPC status codes become those exceptions (:func:`from_rpc_error`).
+place where a call's status (a gRPC status code name and its details) becomes
+those exceptions (:func:`from_status`; the transports read the status off
+their calls, :mod:`liftbridge._transport._status`).
 
 Every class says whether retrying the same call is safe and may succeed
 (``retriable``), and whether the call may have been applied although it
@@ -13,13 +15,11 @@ from __future__ import annotations
 import enum
 from typing import ClassVar
 
-import grpc
-
 
 class Refusal(enum.Enum):
     """Why the server refused a consumer-group request, told apart by its text
     (Liftbridge v1.9.0 sends them all as FAILED_PRECONDITION or NOT_FOUND).
-    :func:`from_rpc_error` sets it as the ``refusal`` of the error it returns."""
+    :func:`from_status` sets it as the ``refusal`` of the error it returns."""
 
     STALE_EPOCH = "client-provided group epoch differs from broker group epoch"
     NOT_COORDINATOR = "broker is not the consumer group coordinator"
@@ -131,6 +131,12 @@ class ProtocolError(UnavailableError):
     frame at all). The SDK dropped that connection; a connection being
     made fails with this error, one in use is made again.
     """
+
+
+class StreamRefusedError(UnavailableError):
+    """The broker refused the stream before processing anything sent on it
+    (HTTP/2 REFUSED_STREAM, or a GOAWAY naming a lower last stream: RFC 9113
+    §8.7). Nothing sent on it was applied: sending again is safe."""
 
 
 class ConnectionLostError(UnavailableError):
@@ -285,67 +291,66 @@ class ServerError(LiftbridgeError):
 # ------------------------------------------------------------- mapping ----
 
 
-def from_rpc_error(err: grpc.RpcError) -> LiftbridgeError:
-    """Converts a gRPC error into the SDK's exception for it.
+def from_status(code: str, details: str, *, unprocessed: bool = False) -> LiftbridgeError:
+    """The SDK's exception for a call that ended with a status other than OK.
 
     The only place that knows the server's status codes and texts (Liftbridge
-    v1.9.0). The original error is kept as ``__cause__`` by the callers
-    (``raise from_rpc_error(e) from e``).
+    v1.9.0). The transport's own error is kept as ``__cause__`` by the
+    callers (``raise from_status(...) from e``).
 
     Args:
-        err: an error raised by a gRPC call or stream (a ``grpc.Call``).
+        code: the gRPC status code's name (``"UNAVAILABLE"``).
+        details: the status message.
+        unprocessed: the server said it never processed the call (HTTP/2
+            REFUSED_STREAM, RFC 9113 §8.7).
 
     Returns:
         The matching :class:`LiftbridgeError` subclass instance.
     """
-    code = err.code() if isinstance(err, grpc.Call) else grpc.StatusCode.UNKNOWN
-    details = (err.details() if isinstance(err, grpc.Call) else str(err)) or ""
     text = details.lower()
-    message = f"{details} (gRPC {code.name})" if details else f"gRPC {code.name}"
+    message = f"{details} (gRPC {code})" if details else f"gRPC {code}"
     error = _from_status(code, text, message)
+    if code == "UNAVAILABLE" and unprocessed:
+        error = StreamRefusedError(f"refused before processing: {message}")
     refusal = _refusal(text)
     if refusal is not None:
         error.refusal = refusal
     return error
 
 
-def _from_status(code: grpc.StatusCode, text: str, message: str) -> LiftbridgeError:
-    if code == grpc.StatusCode.UNAVAILABLE:
+def _from_status(code: str, text: str, message: str) -> LiftbridgeError:
+    if code == "UNAVAILABLE":
         return UnavailableError(message)
-    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+    if code == "DEADLINE_EXCEEDED":
         return DeadlineExceededError(message)
-    if code == grpc.StatusCode.CANCELLED:
+    if code == "CANCELLED":
         return ConnectionLostError(message)
-    if code == grpc.StatusCode.ALREADY_EXISTS:
+    if code == "ALREADY_EXISTS":
         return StreamExistsError(message)
-    if code == grpc.StatusCode.NOT_FOUND:
+    if code == "NOT_FOUND":
         if "deleted" in text:
             return StreamDeletedError(message)
         if "stream not found" in text or "no such stream" in text or "stream does not" in text:
             return NoSuchStreamError(message)
         return NoSuchPartitionError(message)
-    if code == grpc.StatusCode.FAILED_PRECONDITION:
+    if code == "FAILED_PRECONDITION":
         return _failed_precondition(text, message)
-    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+    if code == "RESOURCE_EXHAUSTED":
         if "readonly" in text:
             return ReadonlyPartitionError(message)
         if "stop offset" in text or "stream is empty" in text:
             return StopPositionReached(message)
-        return ServerError(message, code.name)
-    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return ServerError(message, code)
+    if code == "INVALID_ARGUMENT":
         if _too_large(text):
             return MessageTooLargeError(message)
         return InvalidArgumentError(message)
-    if code == grpc.StatusCode.PERMISSION_DENIED or "not authorized" in text:
+    if code == "PERMISSION_DENIED" or "not authorized" in text:
         return PermissionDeniedError(message)
-    if code == grpc.StatusCode.INTERNAL and (
-        "no responders" in text or "no known metadata leader" in text
-    ):
+    if code == "INTERNAL" and ("no responders" in text or "no known metadata leader" in text):
         # The metadata leader is being elected: the request was not applied.
         return UnavailableError(f"no metadata leader yet: {message}")
-    if code == grpc.StatusCode.INTERNAL and (
-        "segment has been closed" in text or "log was closed" in text
-    ):
+    if code == "INTERNAL" and ("segment has been closed" in text or "log was closed" in text):
         # A paused partition's log is closed; subscribing to it says so this
         # way. So does a segment that retention deleted under a slow reader.
         paused = PartitionPausedError(message)
@@ -353,7 +358,28 @@ def _from_status(code: grpc.StatusCode, text: str, message: str) -> LiftbridgeEr
         return paused
     if "incorrect expected offset" in text:
         return IncorrectOffsetError(message)
-    return ServerError(message, code.name)
+    return ServerError(message, code)
+
+
+def resubscribable(error: LiftbridgeError) -> bool:
+    """Whether a new Subscribe stream (to the partition's leader as the
+    metadata names it now) may cure the failure of one: the one rule of every
+    reader (subscriptions, pull consumers, direct reads, Spark).
+
+    Yes for an unreachable or lost broker (``UnavailableError``, its
+    ``ConnectionLostError`` included), a leader that moved
+    (``NotLeaderError``), a segment retention deleted under a slow reader,
+    and the INTERNAL a leader closing its log while stepping down (or a
+    broker breaking the protocol) ends a stream with; never once the client
+    is closed.
+    """
+    if isinstance(error, ClientClosedError):
+        return False
+    if isinstance(error, (UnavailableError, NotLeaderError)):
+        return True
+    if isinstance(error, PartitionPausedError) and error.segment_closed:
+        return True
+    return isinstance(error, ServerError) and error.code == "INTERNAL"
 
 
 def _too_large(text: str) -> bool:

@@ -11,11 +11,13 @@
 //	liftbridge-bench-go -addr 127.0.0.1:9292 -workload publish -stream S -size 100
 //	liftbridge-bench-go ... -workload publish_async -window 1024
 //	liftbridge-bench-go ... -workload subscribe -last-offset 199999
+//	liftbridge-bench-go ... -workload e2e -rate 10000   (-rate 0: as fast as -window allows)
 package main
 
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -49,6 +51,7 @@ type options struct {
 	window     int
 	lastOffset int64
 	partition  int
+	rate       float64
 }
 
 // cpuSeconds is the user plus system CPU time of this process so far.
@@ -194,18 +197,118 @@ func subscribeAll(client lift.Client, o options, count int) result {
 	return r
 }
 
+// epoch is the zero of the stamps e2e values carry: one monotonic clock
+// serves both ends, the publisher and the handler being in this process.
+var epoch = time.Now()
+
+// endToEnd: a subscription from new messages on, then count PublishAsync calls
+// at o.rate a second (on a fixed schedule, late ones sent at once; 0: as fast
+// as o.window acks in flight allow), each value stamped with the time it was
+// sent; a latency is from that stamp to the handler's call. The SDK's twin is
+// bench/sdk.py's SdkEndToEnd.
+func endToEnd(client lift.Client, o options, count int) result {
+	r := result{Count: count, Latencies: make([]float64, 0, count)}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*wait)
+	defer cancel()
+	var (
+		mu       sync.Mutex // guards r.Latencies and failure
+		failure  error
+		finished = make(chan struct{})
+		once     sync.Once
+	)
+	handler := func(msg *lift.Message, err error) {
+		if err != nil {
+			mu.Lock()
+			if failure == nil && ctx.Err() == nil {
+				failure = err
+			}
+			mu.Unlock()
+			once.Do(func() { close(finished) })
+			return
+		}
+		now := time.Since(epoch).Nanoseconds()
+		sent := int64(binary.LittleEndian.Uint64(msg.Value()))
+		mu.Lock()
+		r.Latencies = append(r.Latencies, float64(now-sent)/1e9)
+		all := len(r.Latencies) == count
+		mu.Unlock()
+		if all {
+			once.Do(func() { close(finished) })
+		}
+	}
+	if err := client.Subscribe(ctx, o.stream, handler); err != nil {
+		r.Error = fmt.Sprintf("subscribe: %v", err)
+		return r
+	}
+	size := o.size
+	if size < 8 {
+		size = 8
+	}
+	slots := make(chan struct{}, o.window)
+	acked := func(_ *lift.Ack, err error) {
+		if err != nil {
+			mu.Lock()
+			if failure == nil {
+				failure = err
+			}
+			mu.Unlock()
+		}
+		<-slots
+	}
+	watch := start()
+	began := time.Now()
+	for i := 0; i < count; i++ {
+		if o.rate > 0 {
+			due := began.Add(time.Duration(float64(i) / o.rate * 1e9))
+			if pause := time.Until(due); pause > 0 {
+				time.Sleep(pause)
+			}
+		}
+		// Stamped before waiting for a slot, as the SDK's value is stamped
+		// before publish_async waits for its window.
+		value := make([]byte, size)
+		binary.LittleEndian.PutUint64(value, uint64(time.Since(epoch).Nanoseconds()))
+		select {
+		case slots <- struct{}{}:
+		case <-time.After(wait):
+			r.Error = fmt.Sprintf("no ack within %v", wait)
+			return r
+		}
+		if err := client.PublishAsync(ctx, o.stream, value, acked, lift.AckPolicyLeader()); err != nil {
+			r.Error = fmt.Sprintf("publish %d: %v", i, err)
+			return r
+		}
+	}
+	select {
+	case <-finished:
+	case <-time.After(wait):
+	}
+	watch.stop(&r)
+	cancel()
+	mu.Lock()
+	defer mu.Unlock()
+	switch {
+	case failure != nil:
+		r.Error = fmt.Sprintf("e2e failed: %v", failure)
+	case len(r.Latencies) != count:
+		r.Error = fmt.Sprintf("received %d of %d messages", len(r.Latencies), count)
+	}
+	return r
+}
+
 func main() {
 	var o options
 	flag.StringVar(&o.addr, "addr", "127.0.0.1:9292", "a broker's host:port")
-	flag.StringVar(&o.workload, "workload", "", "publish, publish_async or subscribe")
+	flag.StringVar(&o.workload, "workload", "", "publish, publish_async, subscribe or e2e")
 	flag.StringVar(&o.stream, "stream", "", "the stream, already created")
 	flag.IntVar(&o.size, "size", 100, "bytes per value")
 	flag.IntVar(&o.window, "window", 1024, "publish_async: publishes in flight")
 	flag.Int64Var(&o.lastOffset, "last-offset", -1, "subscribe: the partition's last offset")
 	flag.IntVar(&o.partition, "partition", 0, "subscribe: the partition read")
+	flag.Float64Var(&o.rate, "rate", 0, "e2e: publishes a second (0: as fast as -window allows)")
 	flag.Parse()
-	if o.stream == "" || o.window < 1 || o.size < 0 || o.partition < 0 {
-		fmt.Fprintln(os.Stderr, "liftbridge-bench-go: -stream is required; -window >= 1; -size >= 0; -partition >= 0")
+	if o.stream == "" || o.window < 1 || o.size < 0 || o.partition < 0 || o.rate < 0 {
+		fmt.Fprintln(os.Stderr, "liftbridge-bench-go: -stream is required; -window >= 1; -size >= 0; -partition >= 0; -rate >= 0")
 		os.Exit(2)
 	}
 	var run func(lift.Client, int) result
@@ -217,6 +320,8 @@ func main() {
 		run = func(c lift.Client, n int) result { return publishPipelined(c, o, value, n) }
 	case "subscribe":
 		run = func(c lift.Client, n int) result { return subscribeAll(c, o, n) }
+	case "e2e":
+		run = func(c lift.Client, n int) result { return endToEnd(c, o, n) }
 	default:
 		fmt.Fprintf(os.Stderr, "liftbridge-bench-go: unknown -workload %q\n", o.workload)
 		os.Exit(2)

@@ -30,8 +30,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-import grpc
-
 from liftbridge._consume._subscription import (
     Start,
     StartPosition,
@@ -57,9 +55,8 @@ from liftbridge._errors import (
     ServerError,
     StopPositionReached,
     UnavailableError,
-    from_rpc_error,
+    resubscribable,
 )
-from liftbridge._transport._channels import StreamCall
 from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)
@@ -103,15 +100,6 @@ class _Scan:
     stop_reached: bool = False
 
 
-def _worth_retrying(error: LiftbridgeError) -> bool:
-    """Failures a new Subscribe (to a fresh leader or replica) may cure."""
-    if isinstance(error, (UnavailableError, NotLeaderError)):
-        return not isinstance(error, ClientClosedError)
-    if isinstance(error, PartitionPausedError) and error.segment_closed:
-        return True  # compaction or retention replaced the segment being opened
-    return isinstance(error, ServerError) and error.code == "INTERNAL"  # a leader stepping down
-
-
 def _scan(
     router: Router,
     stream: str,
@@ -142,9 +130,9 @@ def _scan(
     attempt = 0
     while True:
         try:
-            broker = router.address(target, deadline)
-            call: StreamCall[api_pb2.Message] = router.stub(broker).Subscribe(  # type: ignore[assignment]
-                request, timeout=_left(deadline)
+            _left(deadline)  # none left: no new read
+            broker, call = router.open_stream(
+                "Subscribe", request, target=target, deadline=deadline, shared=True
             )
             try:
                 next(call)  # the empty handshake; errors arrive here
@@ -158,10 +146,6 @@ def _scan(
                 error: LiftbridgeError = ConnectionLostError("the server ended the read")
             except StopIteration:
                 error = ConnectionLostError("the server ended the read during the handshake")
-            except grpc.RpcError as e:
-                error = from_rpc_error(e)
-            except ValueError:  # grpc raises it on a channel closed meanwhile
-                error = ClientClosedError("the client is closed")
         except LiftbridgeError as e:
             error = e
         if isinstance(error, StopPositionReached):
@@ -175,7 +159,7 @@ def _scan(
                     f"deadline ({error})"
                 ) from error
             raise error
-        if not (_worth_retrying(error) or isinstance(error, ConnectionLostError)):
+        if not (resubscribable(error) or isinstance(error, ConnectionLostError)):
             raise error
         attempt += 1
         _log.debug("read of %s/%s failed (%s); retrying", stream, partition, error)

@@ -35,8 +35,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-import grpc
-
 from liftbridge._consume._handoff import Empty, Handoff
 from liftbridge._core import _validate as check
 from liftbridge._core._messages import Message, message_from_proto
@@ -52,13 +50,11 @@ from liftbridge._errors import (
     NotLeaderError,
     PartitionPausedError,
     ReadonlyPartitionError,
-    ServerError,
     StopPositionReached,
     StreamDeletedError,
-    UnavailableError,
-    from_rpc_error,
+    resubscribable,
 )
-from liftbridge._transport._channels import StreamCall
+from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)
@@ -175,16 +171,6 @@ def subscribe_request(
     return request
 
 
-def _resubscribable(error: LiftbridgeError) -> bool:
-    """Failures a new Subscribe (to a fresh leader) may cure."""
-    if isinstance(error, (UnavailableError, NotLeaderError)):
-        return True
-    if isinstance(error, PartitionPausedError) and error.segment_closed:
-        return True  # retention deleted the segment a slow reader was on
-    # The leader closing its log while stepping down surfaces as INTERNAL.
-    return isinstance(error, ServerError) and error.code == "INTERNAL"
-
-
 @dataclass(frozen=True)
 class _Request:
     """Everything needed to (re)build a SubscribeRequest."""
@@ -232,7 +218,7 @@ class Subscription:
         self._closed = threading.Event()
         self._done = threading.Event()
         self._lock = threading.Lock()  # guards _call, _broker and _last_broker
-        self._call: StreamCall[api_pb2.Message] | None = None
+        self._call: Stream[api_pb2.Message] | None = None
         self._broker: str | None = None
         self._last_broker: str | None = None
         # Offset of the last message the handler took (the iterating thread
@@ -425,16 +411,15 @@ class Subscription:
                 next(call)
             finally:
                 timer.cancel()
-        except grpc.RpcError as e:
+        except LiftbridgeError as e:
             if self._closed.is_set():
                 raise ClientClosedError("subscription closed") from e
-            error = from_rpc_error(e)
-            if isinstance(error, PartitionPausedError) and not error.segment_closed:
+            if isinstance(e, PartitionPausedError) and not e.segment_closed:
                 raise PartitionPausedError(
                     f"partition {self._request.partition} of {self._request.stream!r} is paused; "
-                    f"subscribe with resume=True to resume it ({error})"
+                    f"subscribe with resume=True to resume it ({e})"
                 ) from e
-            raise error from e
+            raise
         except StopIteration:
             raise ConnectionLostError(
                 "the subscription stream ended during the handshake"
@@ -487,7 +472,7 @@ class Subscription:
                 # "No such partition" is final on the first opening, not
                 # while re-subscribing to a partition the metadata lists.
                 reopening = attempt > 1 or resume_from is not None
-                retry = _resubscribable(e) or (reopening and self._still_listed(e))
+                retry = resubscribable(e) or (reopening and self._still_listed(e))
                 if not retry or time.monotonic() >= deadline:
                     raise
                 wait = random.uniform(0.01, min(0.5, 0.05 * 2**attempt))
@@ -590,16 +575,16 @@ class Subscription:
                 if closed():
                     return None
             error: LiftbridgeError = ConnectionLostError("the server ended the subscription stream")
-        except grpc.RpcError as e:
+        except LiftbridgeError as e:
             if self._closed.is_set():
                 return None
-            error = from_rpc_error(e)
+            error = e
         if isinstance(error, StopPositionReached):
             readonly = self._stop_reached_or_error(error)
             if readonly is None:
                 return None
             error = readonly
-        if not _resubscribable(error) and not isinstance(error, ConnectionLostError):
+        if not resubscribable(error) and not isinstance(error, ConnectionLostError):
             self._fail(error)
             return None
         resume_from = None if self._read_to is None else self._read_to + 1

@@ -26,15 +26,19 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
-
-import grpc
 
 from liftbridge._core import _retry
 from liftbridge._core._liveness import BrokerWatch, DownListener
 from liftbridge._core._metadata import Metadata, MetadataCache, PartitionInfo, metadata_from_proto
 from liftbridge._core._retry import RetryPolicy
+from liftbridge._core._targets import ANY as ANY
+from liftbridge._core._targets import AnyBroker as AnyBroker
+from liftbridge._core._targets import BrokerId as BrokerId
+from liftbridge._core._targets import Deadline as Deadline
+from liftbridge._core._targets import Leader as Leader
+from liftbridge._core._targets import Replica as Replica
+from liftbridge._core._targets import Target as Target
 from liftbridge._errors import (
     ClientClosedError,
     DeadlineExceededError,
@@ -43,9 +47,15 @@ from liftbridge._errors import (
     NoSuchStreamError,
     NotLeaderError,
     UnavailableError,
-    from_rpc_error,
 )
-from liftbridge._transport._channels import Channels, StreamCall, TLSConfig
+from liftbridge._transport._channels import (
+    DEFAULT_KEEPALIVE,
+    DEFAULT_MAX_MESSAGE,
+    Channels,
+    Keepalive,
+    TLSConfig,
+)
+from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2, api_pb2_grpc
 
 _log = logging.getLogger(__name__)
@@ -58,72 +68,11 @@ _MIN_REFRESH_ATTEMPT = 0.25
 """Seconds a metadata refresh gives a broker at least (within its deadline)
 before it moves on to the next."""
 
-
-class Deadline:
-    """A point in ``time.monotonic()`` by which a whole call must finish."""
-
-    __slots__ = ("expires",)
-
-    def __init__(self, seconds: float) -> None:
-        self.expires = time.monotonic() + seconds
-
-    def remaining(self) -> float:
-        """Seconds left, never negative."""
-        return max(0.0, self.expires - time.monotonic())
-
-    @property
-    def expired(self) -> bool:
-        """True once the deadline has passed."""
-        return time.monotonic() >= self.expires
-
-    def attempt(self, cap: float) -> float:
-        """The timeout of one attempt: ``cap`` or what remains, if less.
-
-        Raises:
-            DeadlineExceededError: nothing remains.
-        """
-        left = self.expires - time.monotonic()
-        if left <= 0:
-            raise DeadlineExceededError("the call's deadline passed")
-        return min(cap, left)
-
-    def __repr__(self) -> str:
-        return f"Deadline(remaining={self.remaining():.3f}s)"
-
-
-# ----------------------------------------------------------------- targets --
-
-
-@dataclass(frozen=True, slots=True)
-class AnyBroker:
-    """Any broker: the current one of the rotation, the next after a failure."""
-
-
-@dataclass(frozen=True, slots=True)
-class Leader:
-    """The leader of a stream partition."""
-
-    stream: str
-    partition: int
-
-
-@dataclass(frozen=True, slots=True)
-class Replica:
-    """A random in-sync replica of a stream partition (the leader when none is known)."""
-
-    stream: str
-    partition: int
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerId:
-    """The broker with this server id (e.g. a consumer group's coordinator)."""
-
-    broker_id: str
-
-
-Target = AnyBroker | Leader | Replica | BrokerId
-ANY = AnyBroker()
+SUSPECT_FOR = 10.0
+"""Seconds a broker that refused a connection, or let an attempt run out of
+time, is passed over when any broker will do (and asked last for metadata),
+unless it answers meanwhile. A seed that is down must not pin the client:
+without this, the rotation stays on it until some other failure moves it."""
 
 
 def _default_total(policy: RetryPolicy, rpc_timeout: float) -> float:
@@ -140,6 +89,8 @@ class Router:
         tls: TLS settings, or None for plaintext.
         rpc_timeout: the longest one attempt of an RPC may take.
         retry_policy: attempts and backoff of resilient calls.
+        max_receive: the largest message a broker may send, in bytes.
+        keepalive: PINGs on streams the broker is silent on, or None.
     """
 
     def __init__(
@@ -149,16 +100,20 @@ class Router:
         tls: TLSConfig | None,
         rpc_timeout: float,
         retry_policy: RetryPolicy,
+        max_receive: int = DEFAULT_MAX_MESSAGE,
+        keepalive: Keepalive | None = DEFAULT_KEEPALIVE,
     ) -> None:
-        self._channels = Channels(tls)
+        self._channels = Channels(tls, max_receive=max_receive, keepalive=keepalive)
         self._watch = BrokerWatch(self._channels.open_private)
         self._cache = MetadataCache(seeds)
         self._rpc_timeout = rpc_timeout
         self._retry_policy = retry_policy
         self._default_total = _default_total(retry_policy, rpc_timeout)
-        # _lock guards _broker_index, _retrying and _closed.
+        # _lock guards _broker_index, _suspects, _retrying and _closed.
         self._lock = threading.Lock()
         self._broker_index = 0
+        # address -> time.monotonic() when it last failed to connect or answer in time.
+        self._suspects: dict[str, float] = {}
         self._retrying = True
         self._closed = False
         # Held by the one refresh under way; others wait for it (see refresh()).
@@ -287,7 +242,8 @@ class Router:
             addresses = self._cache.addresses()
             start = self._rotation()
             order = [addresses[(start + i) % len(addresses)] for i in range(len(addresses))]
-            order.sort(key=self._watch.is_down)  # brokers known down last (a stable sort)
+            # Brokers known down last, then those that failed lately (a stable sort).
+            order.sort(key=lambda a: (self._watch.is_down(a), self.suspect(a)))
             last: LiftbridgeError | None = None
             for i, address in enumerate(order):
                 cap = self._rpc_timeout
@@ -303,10 +259,12 @@ class Router:
                         deadline.attempt(cap),
                     )
                 except (UnavailableError, DeadlineExceededError) as e:
+                    if isinstance(e, ClientClosedError):
+                        raise
                     last = e
-                    if i == 0:
-                        self.next_broker(e)
+                    self.failed(address, e)
                     continue
+                self.answered(address)
                 return self._store(metadata_from_proto(response))
             assert last is not None
             raise last
@@ -362,6 +320,39 @@ class Router:
             self._broker_index += 1
         _log.debug("switching broker after %r", error)
 
+    def failed(self, address: str, error: BaseException) -> None:
+        """A broker refused a connection or did not answer in time: it is
+        passed over by :class:`AnyBroker` targets for ``SUSPECT_FOR`` seconds
+        (unless every broker is), and the rotation moves on if it was there."""
+        with self._lock:
+            self._suspects[address] = time.monotonic()
+            addresses = self._cache.addresses()
+            if addresses[self._broker_index % len(addresses)] == address:
+                self._broker_index += 1
+        _log.debug("broker %s failed: %r", address, error)
+
+    def answered(self, address: str) -> None:
+        """A broker answered: it is no longer passed over."""
+        if address in self._suspects:
+            with self._lock:
+                self._suspects.pop(address, None)
+
+    def suspect(self, address: str) -> bool:
+        """True while a broker is passed over after a failure (see :meth:`failed`)."""
+        failed_at = self._suspects.get(address)
+        return failed_at is not None and time.monotonic() - failed_at < SUSPECT_FOR
+
+    def _any_address(self) -> str:
+        """The rotation's broker, or the first after it neither known down
+        nor suspect (the rotation's own when every broker is)."""
+        addresses = self._cache.addresses()
+        start = self._rotation()
+        for i in range(len(addresses)):
+            address = addresses[(start + i) % len(addresses)]
+            if not self.suspect(address) and not self._watch.is_down(address):
+                return address
+        return addresses[start % len(addresses)]
+
     def address(self, target: Target, deadline: Deadline) -> str:
         """The address of the broker ``target`` names right now.
 
@@ -371,8 +362,7 @@ class Router:
             UnavailableError: the broker id is not in the metadata.
         """
         if isinstance(target, AnyBroker):
-            addresses = self._cache.addresses()
-            return addresses[self._rotation() % len(addresses)]
+            return self._any_address()
         if isinstance(target, BrokerId):
             broker = self._cache.current.broker(target.broker_id)
             if broker is None:
@@ -447,12 +437,11 @@ class Router:
             LiftbridgeError: the mapped gRPC failure.
         """
         self._check_open()
-        rpc = getattr(self._channels.stub(address), method)
         try:
-            return rpc(request, timeout=timeout)
-        except grpc.RpcError as e:
+            return self._channels.invoke(address, method, request, timeout)
+        except LiftbridgeError:
             self._check_open()
-            raise from_rpc_error(e) from e
+            raise
         except ValueError:  # grpc raises it for a call on a channel closed meanwhile
             self._check_open()
             raise
@@ -486,10 +475,20 @@ class Router:
             LiftbridgeError: the first failure not worth retrying, or the last.
         """
         partition_target = isinstance(target, (Leader, Replica))
+        tried: list[str] = []  # the address of the last attempt
 
         def attempt() -> Any:
             address = self.address(target, deadline)
-            return self.invoke(address, method, request, deadline.attempt(self._rpc_timeout))
+            tried[:] = [address]
+            result = self.invoke(address, method, request, deadline.attempt(self._rpc_timeout))
+            self.answered(address)
+            return result
+
+        def rotate(error: BaseException) -> None:
+            if tried and isinstance(error, (UnavailableError, DeadlineExceededError)):
+                self.failed(tried[0], error)
+            else:
+                self.next_broker(error)
 
         def worth_retrying(error: BaseException) -> bool:
             if not isinstance(error, LiftbridgeError) or not self._retrying:
@@ -506,7 +505,7 @@ class Router:
         def before_retry(error: BaseException) -> None:
             if on_retry is not None:
                 on_retry(error)
-            self.next_broker(error)
+            rotate(error)
             if partition_target or isinstance(target, BrokerId):
                 # Half of what remains at most: the retry needs the rest.
                 self.refresh_quietly(Deadline(min(deadline.remaining() / 2, self._rpc_timeout)))
@@ -516,7 +515,7 @@ class Router:
                 return attempt()
             except (UnavailableError, NotLeaderError) as e:
                 if not isinstance(e, ClientClosedError):
-                    self.next_broker(e)
+                    rotate(e)
                     if partition_target or isinstance(target, BrokerId):
                         self.refresh_quietly(Deadline(deadline.remaining()))
                 raise
@@ -530,31 +529,64 @@ class Router:
         )
 
     def open_stream(
-        self, method: str, request: Any, *, target: Target, deadline: Deadline
-    ) -> tuple[str, StreamCall[Any]]:
+        self,
+        method: str,
+        request: Any,
+        *,
+        target: Target,
+        deadline: Deadline,
+        shared: bool = False,
+    ) -> tuple[str, Stream[Any]]:
         """Starts a streaming RPC (Subscribe, PublishAsync) on the broker
-        ``target`` names. The call has no deadline of its own: the caller
-        owns its lifetime (and cancels it).
+        ``target`` names, connecting within ``deadline``. Without ``shared``
+        the call has no deadline of its own: the caller owns its lifetime
+        (and cancels it). ``shared`` (short reads) puts it on the broker's
+        shared channel, ending at ``deadline``.
 
         Returns:
-            The broker's address and the call.
+            The broker's address and the stream.
+
+        A broker that cannot be reached was sent nothing: it is marked (see
+        :meth:`failed`) and, for an :class:`AnyBroker` target, the next live
+        broker is tried within the deadline.
 
         Raises:
             UnavailableError: the broker could not be reached (a call on a
                 connection of its own connects here; a channel's call fails
-                on its first read instead).
+                on its first read instead); for AnyBroker, no broker could be.
         """
-        self._check_open()
-        address = self.address(target, deadline)
-        try:
-            call = self._channels.open_stream(
-                address, method, request, connect_timeout=max(0.05, deadline.remaining())
-            )
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from e
-        return address, call
+        tried: set[str] = set()
+        while True:
+            self._check_open()
+            address = self.address(target, deadline)
+            try:
+                stream = self._channels.open_stream(
+                    address,
+                    method,
+                    request,
+                    connect_timeout=max(0.05, deadline.remaining()),
+                    shared=shared,
+                    timeout=max(0.0, deadline.remaining()) if shared else None,
+                )
+            except UnavailableError as error:
+                self.failed(address, error)
+                tried.add(address)
+                if (
+                    not isinstance(target, AnyBroker)
+                    or deadline.expired
+                    or tried.issuperset(self._cache.addresses())
+                ):
+                    raise
+                continue
+            return address, stream
 
-    def broker_failed(self, error: BaseException, deadline: Deadline | None = None) -> None:
-        """A stream's broker failed: rotate, and refresh the metadata quietly."""
-        self.next_broker(error)
+    def broker_failed(
+        self, error: BaseException, deadline: Deadline | None = None, *, address: str | None = None
+    ) -> None:
+        """A stream's broker failed: rotate (passing ``address`` over for a
+        while, when given), and refresh the metadata quietly."""
+        if address is not None:
+            self.failed(address, error)
+        else:
+            self.next_broker(error)
         self.refresh_quietly(deadline or Deadline(min(self._rpc_timeout, 5.0)))

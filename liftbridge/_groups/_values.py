@@ -107,7 +107,7 @@ def assignment_from_proto(
 
 
 def classify(error: BaseException) -> Refusal | None:
-    """The group refusal an error reports (as :func:`from_rpc_error` found
+    """The group refusal an error reports (as :func:`liftbridge._errors.from_status` found
     it), or None when it is not one."""
     return error.refusal if isinstance(error, LiftbridgeError) else None
 

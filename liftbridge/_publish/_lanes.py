@@ -49,8 +49,6 @@ import threading
 import time
 import weakref
 
-import grpc
-
 from liftbridge._core._deadlines import AckTimer
 from liftbridge._core._messages import Ack
 from liftbridge._core._router import ANY, Deadline, Router
@@ -62,11 +60,10 @@ from liftbridge._errors import (
     LeaderLostError,
     LiftbridgeError,
     NoSuchPartitionError,
-    from_rpc_error,
+    StreamRefusedError,
 )
 from liftbridge._publish._publisher import response_outcome
-from liftbridge._transport._channels import StreamCall
-from liftbridge._transport._http2 import Http2Call
+from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)
@@ -80,7 +77,7 @@ _RECHECK = 0.1
 
 def _end_stream(
     outbox: queue.SimpleQueue[api_pb2.PublishRequest | None],
-    call: StreamCall[api_pb2.PublishResponse],
+    call: Stream[api_pb2.PublishResponse],
 ) -> None:
     outbox.put(None)  # ends the request iterator: gRPC's sender thread exits
     call.cancel()
@@ -90,18 +87,11 @@ class _Lane:
     """One thread's PublishAsync stream. Only its thread sends on it and
     reads it; the timer and ``close`` only cancel it."""
 
-    def __init__(self, router: Router) -> None:
+    def __init__(self, router: Router, deadline: Deadline) -> None:
         self._outbox: queue.SimpleQueue[api_pb2.PublishRequest | None] = queue.SimpleQueue()
         self.address, self._call = router.open_stream(
-            "PublishAsync",
-            iter(self._outbox.get, None),
-            target=ANY,
-            deadline=Deadline(router.rpc_timeout),
+            "PublishAsync", iter(self._outbox.get, None), target=ANY, deadline=deadline
         )
-        # On the SDK's own HTTP/2 connection this thread writes a request
-        # itself when the server's window takes it whole; otherwise (and on a
-        # grpcio stream, with TLS) the call's sender takes it from _outbox.
-        self._writer = self._call if isinstance(self._call, Http2Call) else None
         # _lock orders the timer's "overdue: cancel" against the owner's "done".
         self._lock = threading.Lock()
         self.deadline = 0.0  # time.monotonic() the current publish is due by; 0.0 when idle
@@ -126,7 +116,9 @@ class _Lane:
             ConnectionLostError: the stream broke after the request was queued.
             LiftbridgeError: the server refused the message.
         """
-        if self._writer is None or not self._writer.write_now(request):
+        # This thread writes the request itself when the transport can at
+        # once; otherwise the stream's sender takes it from _outbox.
+        if not self._call.write_now(request):
             self._outbox.put(request)
         try:
             while True:
@@ -137,9 +129,9 @@ class _Lane:
                 # Only this thread publishes on the lane, one at a time, so
                 # this cannot happen; skip rather than misattribute.
                 _log.warning("lane on %s: response for another publish %r", self.address, ack)
-        except grpc.RpcError as e:
+        except LiftbridgeError as e:
             self.broken = True
-            raise self._failure(request, from_rpc_error(e)) from e
+            raise self._failure(request, e) from e
         except StopIteration:
             self.broken = True
             raise self._failure(
@@ -164,6 +156,11 @@ class _Lane:
                 f"the leader of {where} ({lost}) went down before the ack of publish "
                 f"{request.correlationId} arrived; the message may or may not have been stored",
                 lost,
+            )
+        if isinstance(cause, StreamRefusedError):
+            return StreamRefusedError(
+                f"the broker refused the stream of publish {request.correlationId} to {where} "
+                f"before processing it ({cause}); the message was not stored"
             )
         if timed_out:
             return AckTimeoutError(
@@ -223,8 +220,9 @@ class Lanes:
         self._ack_wait = ack_wait
         self._max_lanes = max_lanes
         self._local = threading.local()
-        self._lock = threading.Lock()  # guards _lanes and _closed
+        self._lock = threading.Lock()  # guards _lanes, _opening and _closed
         self._lanes: weakref.WeakSet[_Lane] = weakref.WeakSet()
+        self._opening = 0  # lanes being connected
         self._closed = False
         router.on_broker_down(self._broker_down)
 
@@ -232,13 +230,18 @@ class Lanes:
         """Publishes on this thread's lane and returns the Ack; None when no
         lane is available (too many threads), so the caller uses the shared
         stream. Raises like :meth:`_Lane.publish`."""
-        lane = self._lane()
-        if lane is None:
-            return None
         wait = self._ack_wait if timeout is None else timeout
         due = time.monotonic() + wait
+        # Opening a lane connects: a broker that refuses was sent nothing, and
+        # the router tries the next live one within the publish's timeout.
+        lane = self._lane(Deadline(min(wait, self._router.rpc_timeout)))
+        if lane is None:
+            return None
         leader = self._router.leader_address(request.stream, request.partition)
-        if leader is not None and self._router.broker_down(leader):
+        if leader is not None and (
+            self._router.broker_down(leader) or self._router.suspect(leader)
+        ):
+            # Known down, or it just refused a connection of ours.
             leader = self._live_leader(request, leader, due)
         lane.leader = leader
         lane.deadline = due
@@ -249,8 +252,14 @@ class Lanes:
                 return lane.publish(request)
             except LeaderLostError:
                 raise  # the lane's own broker is fine
+            except AckTimeoutError as e:
+                # The lane's broker may be the hung one: the next lane opens
+                # on another (harmless if the hung one was the leader).
+                self._router.failed(lane.address, e)
+                raise
             except ConnectionLostError as e:
-                self._router.broker_failed(e, Deadline(_REFRESH))  # the caller waits on it
+                # The caller waits on the refresh.
+                self._router.broker_failed(e, Deadline(_REFRESH), address=lane.address)
                 raise
             except NoSuchPartitionError:
                 # Refused, so not stored: sent again if the cluster's metadata
@@ -297,9 +306,33 @@ class Lanes:
             except LiftbridgeError as e:
                 _log.debug("no metadata while the leader of %s is down: %s", where, e)
             leader = self._router.leader_address(request.stream, request.partition)
-            if leader is not None and not self._router.broker_down(leader):
+            if (
+                leader is not None
+                and not self._router.broker_down(leader)
+                and (leader != down or not self._router.suspect(leader))
+                and self._leads(leader, request, due)
+            ):
                 return leader
             time.sleep(min(_RECHECK, max(0.0, due - time.monotonic())))
+
+    def _leads(self, address: str, request: api_pb2.PublishRequest, due: float) -> bool:
+        """Whether the broker the metadata names as the new leader says so
+        itself: the cluster's metadata can name it before it serves the
+        partition, and a publish forwarded to it then would be dropped."""
+        ask = api_pb2.FetchPartitionMetadataRequest(
+            stream=request.stream, partition=request.partition
+        )
+        try:
+            self._router.invoke(
+                address,
+                "FetchPartitionMetadata",
+                ask,
+                min(_REFRESH, max(0.05, due - time.monotonic())),
+            )
+        except LiftbridgeError as e:
+            _log.debug("the new leader %s does not serve the partition yet: %s", address, e)
+            return False
+        return True
 
     def _broker_down(self, address: str) -> None:
         """The router's broker-down listener (on liftbridge-broker-watch): the lanes
@@ -312,7 +345,7 @@ class Lanes:
         for lane in lanes:
             lane.lose_leader(address)
 
-    def _lane(self) -> _Lane | None:
+    def _lane(self, deadline: Deadline) -> _Lane | None:
         lane: _Lane | None = getattr(self._local, "lane", None)
         if lane is not None and lane.usable():
             return lane
@@ -322,10 +355,21 @@ class Lanes:
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the client is closed; the publish was not sent")
-            if len(self._lanes) >= self._max_lanes:
+            if len(self._lanes) + self._opening >= self._max_lanes:
                 return None
-            lane = _Lane(self._router)
-            self._lanes.add(lane)
+            self._opening += 1
+        try:  # connecting outside the lock: one slow broker holds up no other thread
+            lane = _Lane(self._router, deadline)
+        finally:
+            with self._lock:
+                self._opening -= 1
+        with self._lock:
+            closed = self._closed
+            if not closed:
+                self._lanes.add(lane)
+        if closed:
+            lane.close()
+            raise ClientClosedError("the client is closed; the publish was not sent")
         _log.debug(
             "publish lane opened on %s for thread %s", lane.address, threading.current_thread()
         )

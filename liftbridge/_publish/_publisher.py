@@ -63,8 +63,6 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
 from typing import Literal, overload
 
-import grpc
-
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._deadlines import AckTimer
 from liftbridge._core._messages import Ack, ack_outcome, wire_enum_name
@@ -78,10 +76,10 @@ from liftbridge._errors import (
     LeaderLostError,
     LiftbridgeError,
     PublishWindowFullError,
+    StreamRefusedError,
     from_async_error,
-    from_rpc_error,
 )
-from liftbridge._transport._channels import StreamCall
+from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)
@@ -208,7 +206,7 @@ class Publisher:
         self._generation = 0
         self._closed = False
         self._threads_started = False
-        self._call: StreamCall[api_pb2.PublishResponse] | None = None
+        self._call: Stream[api_pb2.PublishResponse] | None = None
         # time.monotonic() of the current stream's last response (or its
         # opening); written by liftbridge-acks alone, read by the timer.
         self._heard_at = 0.0
@@ -429,7 +427,7 @@ class Publisher:
 
     # ------------------------------------------------------ ack dispatcher --
 
-    def _open_stream(self, generation: int) -> StreamCall[api_pb2.PublishResponse] | None:
+    def _open_stream(self, generation: int) -> Stream[api_pb2.PublishResponse] | None:
         address, call = self._router.open_stream(
             "PublishAsync",
             _Outbox(self, generation),
@@ -465,11 +463,9 @@ class Publisher:
                 error: LiftbridgeError = ConnectionLostError(
                     "the PublishAsync stream was closed by the server"
                 )
-            except grpc.RpcError as e:
-                error = from_rpc_error(e)
             except ClientClosedError:
                 return
-            except LiftbridgeError as e:  # no broker to open the stream on
+            except LiftbridgeError as e:  # the stream failed, or no broker to open it on
                 error = e
             except Exception:  # never die silently: log, back off, reopen
                 _log.exception("unexpected error on the PublishAsync stream")
@@ -497,7 +493,9 @@ class Publisher:
             self._finish(
                 pending,
                 None,
-                ConnectionLostError(
+                StreamRefusedError(f"{cause}; the message was not stored")
+                if isinstance(cause, StreamRefusedError)
+                else ConnectionLostError(
                     f"the PublishAsync stream broke before the ack arrived ({cause}); "
                     "the message may or may not have been stored"
                 ),

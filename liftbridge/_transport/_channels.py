@@ -11,26 +11,30 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import grpc
 import grpc.experimental
 
 from liftbridge._errors import ArgumentTypeError, ClientClosedError, InvalidArgumentError
-from liftbridge._transport._http2 import Http2Call
+from liftbridge._transport._http2 import Http2Call, Keepalive
+from liftbridge._transport._http2_reader import DEFAULT_MAX_MESSAGE
+from liftbridge._transport._http2_wire import StreamError
+from liftbridge._transport._status import from_rpc_error
+from liftbridge._transport._stream import GrpcStream, Stream
 from liftbridge_api import api_pb2, api_pb2_grpc
 
-T_co = TypeVar("T_co", covariant=True)
+DEFAULT_KEEPALIVE = Keepalive(interval=300.0, timeout=20.0)
+"""The server sends GOAWAY (too_many_pings) to clients that ping more often
+than every 5 minutes (with no data from it in between), so keepalive pings
+stay at that bound by default."""
 
-# The server sends GOAWAY (too_many_pings) to clients that ping more often
-# than every 5 minutes, so keepalive pings stay at that bound.
+__all__ = ["DEFAULT_KEEPALIVE", "DEFAULT_MAX_MESSAGE", "Channels", "Keepalive", "TLSConfig"]
+
 _CHANNEL_OPTIONS: list[tuple[str, int]] = [
-    ("grpc.keepalive_time_ms", 300_000),
-    ("grpc.keepalive_timeout_ms", 20_000),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     # Reconnect quickly after a broker restart (defaults back off to 120 s).
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -51,19 +55,6 @@ _OWN_CONNECTION: dict[str, Callable[[bytes], Any]] = {
 }
 """The streaming RPCs a plaintext client runs on connections of their own,
 and how their responses are parsed."""
-
-
-class StreamCall(Protocol[T_co]):
-    """What the SDK uses of a gRPC response-streaming call (grpc's own stubs
-    type these calls too loosely to be useful)."""
-
-    def __iter__(self) -> Iterator[T_co]: ...
-
-    def __next__(self) -> T_co: ...
-
-    def cancel(self) -> bool: ...
-
-    def done(self) -> bool: ...
 
 
 def _read(value: bytes | str | Path | None, what: str) -> bytes | None:
@@ -116,9 +107,23 @@ class TLSConfig:
 class Channels:
     """The client's channels, keyed by "host:port". Thread-safe."""
 
-    def __init__(self, tls: TLSConfig | None) -> None:
+    def __init__(
+        self,
+        tls: TLSConfig | None,
+        *,
+        max_receive: int = DEFAULT_MAX_MESSAGE,
+        keepalive: Keepalive | None = DEFAULT_KEEPALIVE,
+    ) -> None:
         self._credentials = tls.credentials() if tls is not None else None
-        self._options = list(_CHANNEL_OPTIONS)
+        self._max_receive = max_receive
+        self._keepalive = keepalive
+        # The same receive limit and keepalive on both transports.
+        self._options = [*_CHANNEL_OPTIONS, ("grpc.max_receive_message_length", max_receive)]
+        if keepalive is not None:
+            self._options += [
+                ("grpc.keepalive_time_ms", int(keepalive.interval * 1000)),
+                ("grpc.keepalive_timeout_ms", int(keepalive.timeout * 1000)),
+            ]
         if tls is not None and tls.server_name:
             self._options.append(("grpc.ssl_target_name_override", tls.server_name))  # type: ignore[arg-type]
         self._lock = threading.Lock()  # guards _stubs, _own and _closed
@@ -137,27 +142,46 @@ class Channels:
         return self._entry(address)[1]
 
     def open_stream(
-        self, address: str, method: str, request: Any, *, connect_timeout: float
-    ) -> StreamCall[Any]:
-        """Starts a streaming RPC on a broker. PublishAsync and Subscribe on
-        a plaintext client get a connection of their own
-        (:mod:`liftbridge._transport._http2`, which writes and reads many messages per
-        system call); everything else goes through the broker's gRPC channel.
+        self,
+        address: str,
+        method: str,
+        request: Any,
+        *,
+        connect_timeout: float,
+        shared: bool = False,
+        timeout: float | None = None,
+    ) -> Stream[Any]:
+        """Starts a streaming RPC on a broker: the one place that picks its
+        transport. PublishAsync and Subscribe on a plaintext client get a
+        connection of their own (:mod:`liftbridge._transport._http2`, which
+        writes and reads many messages per system call), unless ``shared``
+        (short reads, which would pay a connection each); everything else
+        goes through the broker's gRPC channel, with ``timeout`` as the
+        call's deadline there.
 
         Raises:
             ClientClosedError: after :meth:`close`.
-            grpc.RpcError: the broker could not be reached (own connections only).
+            UnavailableError: the broker could not be reached (own
+                connections only; a channel's call fails on its first read).
         """
         parse = _OWN_CONNECTION.get(method)
-        if parse is None or self._credentials is not None:
-            call: StreamCall[Any] = getattr(self.stub(address), method)(request)
-            return call
+        if parse is None or shared or self._credentials is not None:
+            return GrpcStream(getattr(self.stub(address), method)(request, timeout=timeout))
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the client is closed")
-        own = Http2Call(
-            address, f"/proto.API/{method}", request, parse, connect_timeout=connect_timeout
-        )
+        try:
+            own: Http2Call[Any] = Http2Call(
+                address,
+                f"/proto.API/{method}",
+                request,
+                parse,
+                connect_timeout=connect_timeout,
+                max_message=self._max_receive,
+                keepalive=self._keepalive,
+            )
+        except StreamError as e:
+            raise from_rpc_error(e) from e
         with self._lock:
             closed = self._closed
             if not closed:
@@ -166,6 +190,20 @@ class Channels:
             own.cancel()
             raise ClientClosedError("the client is closed")
         return own
+
+    def invoke(self, address: str, method: str, request: Any, timeout: float) -> Any:
+        """One unary RPC on a broker's channel.
+
+        Raises:
+            ClientClosedError: after :meth:`close`.
+            LiftbridgeError: the call failed (its gRPC status, mapped).
+            ValueError: the channel was closed during the call (grpc's way).
+        """
+        rpc = getattr(self.stub(address), method)
+        try:
+            return rpc(request, timeout=timeout)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from e
 
     def open_private(self, address: str, options: list[tuple[str, int]]) -> grpc.Channel:
         """A new channel to a broker, with ``options`` added to (or replacing)

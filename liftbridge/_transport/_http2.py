@@ -13,94 +13,122 @@ one ``recv``.
 What it speaks of HTTP/2 (RFC 9113) is what one client stream needs: the
 preface and SETTINGS (acked both ways), one stream (id 1) opened by a
 HEADERS frame, DATA both ways within the peer's flow-control windows, our
-own windows reopened by WINDOW_UPDATE, PING answered, RST_STREAM and GOAWAY
-obeyed, header blocks (CONTINUATION included) decoded with ``hpack``. No
-compression is offered, so the server sends none. Plaintext only: a client
-with TLS keeps grpcio for every call.
+own windows reopened by WINDOW_UPDATE, PING answered (and sent, as a
+keepalive, on a connection silent for a while), RST_STREAM and GOAWAY
+obeyed. What the server sends is read and checked by
+:class:`liftbridge._transport._http2_reader.FrameReader`. No compression is
+offered, so the server sends none. Plaintext only: a client with TLS keeps
+grpcio for every call.
 
 Threads: the thread that iterates the call reads the socket (as grpcio's
 single-threaded unary-stream option does); ``liftbridge-h2-send`` pulls the
 requests from the request iterator and writes them (a unary request goes
 with the headers, and a lane writes its own with ``write_now`` when the
 window takes it whole). ``cancel`` may come from any thread.
+
+A thread that reads never waits to write: what it sends (acks, window
+updates, keepalive PINGs, a lane's request) is queued and written as the
+socket takes it, while it waits for the socket to be readable. Only
+``liftbridge-h2-send`` writes with a blocking ``sendall``, and ``cancel``
+wakes it.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
-from urllib.parse import unquote
 
 import grpc
 import hpack
 from google.protobuf.message import Message
 
+from liftbridge._transport._http2_reader import (
+    DEFAULT_MAX_MESSAGE,
+    ENHANCE_YOUR_CALM,
+    MAX_HEADER_LIST,
+    MAX_PENDING_REPLIES,
+    PEER_WINDOW,
+    RECEIVE_WINDOW,
+    FrameReader,
+    PeerWindows,
+    connection_error,
+)
 from liftbridge._transport._http2_wire import (
-    ACK,
-    CONTINUATION,
     DATA,
     END_HEADERS,
     END_STREAM,
-    FRAME_HEAD,
     GOAWAY,
     HEADERS,
-    HTTP_STATUS,
-    MAX_FRAME_IN,
-    MESSAGE_PREFIX,
-    PADDED,
     PING,
     PREFACE,
-    PRIORITY,
-    RESET_STATUS,
-    RST_STREAM,
     SETTINGS,
     SETTINGS_ENABLE_PUSH,
     SETTINGS_INITIAL_WINDOW_SIZE,
-    SETTINGS_MAX_FRAME_SIZE,
     STREAM,
     WINDOW_UPDATE,
     StreamError,
-    compressed_error,
     frame_bytes,
-    grpc_status,
     host_port,
     keep_alive,
     readable,
+    send_nowait,
+    wait_ready,
 )
+from liftbridge._transport._status import from_rpc_error
 
 _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_RECEIVE_WINDOW = 1 << 24
-"""Our stream's and connection's receive window: 16 MiB of responses may be
-on their way before the server waits for a WINDOW_UPDATE."""
-_REOPEN_AT = _RECEIVE_WINDOW // 4
-"""Bytes read before the windows are reopened by what was read."""
-_PEER_WINDOW = 65_535
-"""The peer's windows until its SETTINGS say otherwise (RFC 9113 6.9.2)."""
 _BATCH_BYTES = 1 << 16
 """At most this many request bytes are gathered into one write."""
 _READ_SIZE = 1 << 18
 _FIRST_FRAME_MAX = 16_384
 """The largest frame a peer must accept before its SETTINGS say otherwise."""
+_SETTINGS_MAX_HEADER_LIST_SIZE = 0x6
+_LOCK_BUSY_WAIT = 0.05
+"""Seconds a reader with bytes to send waits for readable data while the
+sender holds the socket (the sender writes what is queued before it lets go)."""
+_KEEPALIVE_PAYLOAD = b"lb-alive"
+
+
+@dataclass(frozen=True)
+class Keepalive:
+    """HTTP/2 PINGs on a connection the server has been silent on.
+
+    Attributes:
+        interval: seconds of silence before a PING is sent.
+        timeout: seconds the PING's ack may take; past that the call ends
+            with UNAVAILABLE (a broker that is hung though its kernel still
+            answers TCP).
+    """
+
+    interval: float
+    timeout: float
 
 
 class Http2Call(Generic[T]):
     """One bidirectional gRPC call on a connection of its own.
 
     Iterating it yields the responses (parsed by ``parse``) and ends with
-    StopIteration on an OK status, or raises :class:`StreamError`.
+    StopIteration on an OK status, or raises the
+    :class:`~liftbridge._errors.LiftbridgeError` its status maps to (the
+    :class:`StreamError` as ``__cause__``): a
+    :class:`~liftbridge._transport._stream.Stream`.
     ``cancel`` ends it from any thread. Only one thread iterates it.
 
     ``requests`` is an iterator of request messages, sent by a thread of the
     call's own, or the one request of a unary-request call (Subscribe): that
     one goes out with the headers, and no thread is started.
+
+    ``max_message`` caps one response (checked from its length prefix, before
+    its body is kept); ``keepalive`` pings a silent connection.
 
     Raises:
         StreamError: (from the constructor) UNAVAILABLE when the broker
@@ -115,8 +143,9 @@ class Http2Call(Generic[T]):
         parse: Callable[[bytes], T],
         *,
         connect_timeout: float,
+        max_message: int = DEFAULT_MAX_MESSAGE,
+        keepalive: Keepalive | None = None,
     ) -> None:
-        self._parse = parse
         unary = b""
         if isinstance(requests, Message):
             chunk = requests.SerializeToString()
@@ -126,74 +155,79 @@ class Http2Call(Generic[T]):
             else:  # more than the server's frame size may allow: the sender thread splits it
                 requests = iter((requests,))
         self._requests: Iterator[Any] = requests
+        self._keepalive = keepalive
+        connect_by = time.monotonic() + connect_timeout
         try:
             self._sock = socket.create_connection(host_port(address), timeout=connect_timeout)
         except (OSError, ValueError) as e:
             raise StreamError(grpc.StatusCode.UNAVAILABLE, f"cannot reach {address}: {e}") from e
-        self._sock.settimeout(None)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # A broker that vanished without closing (power loss, a cut link) is
         # found by the kernel's keepalive probes too, not only by ack timeouts.
         keep_alive(self._sock)
 
-        # _write_lock: one sendall at a time, so frames never interleave.
+        # _write_lock: held by whoever writes to the socket, so frames never interleave.
         self._write_lock = threading.Lock()
-        # _flow guards the peer's windows and max frame size, and the ends
-        # below; the sender waits on it for window.
+        # _out_lock guards _pending: whole frames queued by threads that must
+        # not wait to write; taken from its head only under _write_lock.
+        self._out_lock = threading.Lock()
+        self._pending = bytearray()
+        # _flow guards the peer's windows (_peer) and the ends below; the
+        # sender waits on it for window.
         self._flow = threading.Condition(threading.Lock())
-        self._send_window = _PEER_WINDOW  # the stream's
-        self._conn_window = _PEER_WINDOW
-        self._initial_window = _PEER_WINDOW
-        self._max_frame = 16_384
+        self._peer = PeerWindows()
         self._error: StreamError | None = None  # why the call ended, if not OK
         self._finished = False  # ended (any way): nothing more is sent or read
         self._sending = not unary  # liftbridge-h2-send is running
         self._reading = False  # a thread is inside recv
         self._closed = False  # the socket is closed
 
-        # The reading thread's state below is guarded by _read_lock: held by
-        # the iterating thread while it reads, or by done() peeking.
+        # The reading state below is guarded by _read_lock: held by the
+        # iterating thread while it reads, or by done() peeking.
         self._read_lock = threading.Lock()
-        self._rest = b""  # the start of a frame not wholly read yet
-        self._body = bytearray()  # the start of a message that spans DATA frames
-        self._ready: collections.deque[T] = collections.deque()
-        self._header_block = bytearray()  # a header block awaiting CONTINUATION
-        self._header_end_stream = False
-        self._headers_seen = False
-        self._unacked = 0  # DATA bytes read since the windows were last reopened
+        self._reader = FrameReader(
+            parse, max_message=max_message, windows=self._peer, flow=self._flow, reply=self._queue
+        )
+        self._ready = self._reader.ready
         self._end: BaseException | None = None  # raised once _ready is empty
-        self._decoder = hpack.Decoder()
+        self._heard = time.monotonic()  # when the server last sent a byte
+        self._ping_sent = 0.0  # when our unanswered keepalive PING went; 0.0: none
+        self._pongs = 0  # PING acks seen when it went
 
-        authority = address.encode()
         block = hpack.Encoder().encode(
             [
                 (b":method", b"POST"),
                 (b":scheme", b"http"),
                 (b":path", method.encode()),
-                (b":authority", authority),
+                (b":authority", address.encode()),
                 (b"content-type", b"application/grpc"),
                 (b"te", b"trailers"),
                 (b"user-agent", b"liftbridge-python"),
             ]
         )
-        settings = (
-            SETTINGS_ENABLE_PUSH.to_bytes(2, "big")
-            + (0).to_bytes(4, "big")
-            + SETTINGS_INITIAL_WINDOW_SIZE.to_bytes(2, "big")
-            + _RECEIVE_WINDOW.to_bytes(4, "big")
+        settings = b"".join(
+            key.to_bytes(2, "big") + value.to_bytes(4, "big")
+            for key, value in (
+                (SETTINGS_ENABLE_PUSH, 0),
+                (SETTINGS_INITIAL_WINDOW_SIZE, RECEIVE_WINDOW),
+                (_SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST),
+            )
         )
         opening = (
             PREFACE
             + frame_bytes(SETTINGS, 0, 0, settings)
-            + frame_bytes(WINDOW_UPDATE, 0, 0, (_RECEIVE_WINDOW - _PEER_WINDOW).to_bytes(4, "big"))
+            + frame_bytes(WINDOW_UPDATE, 0, 0, (RECEIVE_WINDOW - PEER_WINDOW).to_bytes(4, "big"))
             + frame_bytes(HEADERS, END_HEADERS, STREAM, block)
         )
         if unary:  # the request and the end of the sending half
             opening += frame_bytes(DATA, END_STREAM, STREAM, unary)
-            self._send_window -= len(unary)
-            self._conn_window -= len(unary)
+            self._peer.stream -= len(unary)
+            self._peer.conn -= len(unary)
         try:
+            # The opening fits any socket buffer; still bounded by the connect time.
+            self._sock.settimeout(max(0.05, connect_by - time.monotonic()))
             self._sock.sendall(opening)
+            self._sock.settimeout(None)
         except OSError as e:
             self._sock.close()
             raise StreamError(grpc.StatusCode.UNAVAILABLE, f"{address}: {e}") from e
@@ -213,7 +247,7 @@ class Http2Call(Generic[T]):
                     break
                 raise self._end
             with self._read_lock:
-                self._read()
+                self._read(wait=True)
         return ready.popleft()
 
     def cancel(self) -> bool:
@@ -226,12 +260,12 @@ class Http2Call(Generic[T]):
 
     def done(self) -> bool:
         """True once the call ended. Reads what already arrived (never
-        waiting) when no other thread is reading, so an end the server sent
-        is seen without iterating."""
+        waiting, never blocking on a write) when no other thread is reading,
+        so an end the server sent is seen without iterating."""
         if not self._finished and self._read_lock.acquire(blocking=False):
             try:
-                if not self._closed and readable(self._sock):
-                    self._read()
+                if not self._closed:
+                    self._read(wait=False)
             except (OSError, ValueError):  # closed meanwhile: _finished says so
                 pass
             finally:
@@ -240,202 +274,146 @@ class Http2Call(Generic[T]):
 
     # ---------------------------------------------------------------- reading --
 
-    def _read(self) -> None:
+    def _read(self, *, wait: bool) -> None:
+        """One read of the socket (waiting for data if ``wait``, else only
+        if some is there), fed to the reader; the call's end recorded."""
         with self._flow:
             if self._finished:
-                self._end = self._error or StopIteration()
+                self._end = self._ending()
                 return
             self._reading = True
+        data: bytes | None = b""
+        failure = "the server closed the connection"
         try:
-            data = self._sock.recv(_READ_SIZE)
+            if wait:
+                can_read = self._until_readable()
+            else:
+                self._flush()
+                can_read = readable(self._sock)
+            data = self._sock.recv(_READ_SIZE) if can_read and not self._finished else None
         except OSError as e:
-            data = None
+            data = b""
             failure = f"the connection failed: {e}"
         finally:
             with self._flow:
                 self._reading = False
+        if data is None:  # nothing read: a keepalive, cancel or done() without data
+            if self._finished:
+                self._end = self._ending()
+                self._close_when_idle()
+            return
         if not data:
-            if data is not None:
-                failure = "the server closed the connection"
             self._finish(StreamError(grpc.StatusCode.UNAVAILABLE, failure))
-            self._end = self._error or StopIteration()
+            self._end = self._ending()
             self._close_when_idle()
             return
+        self._heard = time.monotonic()
         try:
-            self._frames(self._rest + data if self._rest else data)
+            self._reader.feed(data)
         except StreamError as e:
+            if e.goaway is not None:
+                _log.warning("HTTP/2 connection error from the server: %s", e.details())
+                self._goaway(e.goaway)
             self._finish(e)
-        except Exception as e:  # a malformed frame or message: end the call, loudly
-            _log.exception("unreadable HTTP/2 data from the server")
-            self._finish(StreamError(grpc.StatusCode.INTERNAL, f"unreadable response: {e}"))
+        else:
+            if self._reader.ended:
+                self._finish(self._reader.end)
+        if self._reader.pongs != self._pongs:
+            self._pongs = self._reader.pongs
+            self._ping_sent = 0.0
+        self._flush()
         if self._finished:
             self._shutdown()
-            self._end = self._error or StopIteration()
+            self._end = self._ending()
             self._close_when_idle()
 
-    def _frames(self, data: bytes) -> None:
-        """Handles every whole frame in ``data`` (what was left over, then
-        what arrived). Responses are sliced out of ``data`` as ``bytes``:
-        protobuf parses those several times faster than memoryviews. They
-        are parsed as their frame is read, so the ones that came before a
-        frame ending the call (RST_STREAM, GOAWAY) come out."""
-        pos, end = 0, len(data)
-        body, parse, ready = self._body, self._parse, self._ready
-        head, prefix = FRAME_HEAD.unpack_from, MESSAGE_PREFIX.unpack_from
-        try:
-            while end - pos >= 9 and not self._finished:
-                word, flags, stream = head(data, pos)
-                size = word >> 8
-                if size > MAX_FRAME_IN:
-                    raise StreamError(
-                        grpc.StatusCode.INTERNAL,
-                        f"a {size}-byte frame, past our {MAX_FRAME_IN}-byte limit: "
-                        "the peer does not speak HTTP/2",
-                    )
-                start = pos + 9
-                stop = start + size
-                if stop > end:
-                    break
-                pos = stop
-                if word & 0xFF != DATA:
-                    self._control(word & 0xFF, flags, stream & 0x7FFF_FFFF, data[start:stop])
-                    continue
-                self._unacked += size
-                if flags & PADDED:
-                    stop -= data[start]
-                    start += 1
-                if not body:  # the usual case: messages parsed straight from the frame
-                    while stop - start >= 5:
-                        compressed, size = prefix(data, start)
-                        if stop - start - 5 < size:
-                            break
-                        if compressed:
-                            raise compressed_error()
-                        start += 5 + size
-                        ready.append(parse(data[start - size : start]))
-                if start < stop:  # part of a message: gathered until it is whole
-                    body += data[start:stop]
-                    self._messages()
-                if flags & END_STREAM:
-                    self._finish(
-                        StreamError(
-                            grpc.StatusCode.INTERNAL, "the stream ended without a gRPC status"
-                        )
-                    )
-        finally:
-            self._rest = data[pos:]
-        if self._unacked >= _REOPEN_AT and not self._finished:
-            increment = self._unacked.to_bytes(4, "big")
-            self._unacked = 0
-            self._send(
-                frame_bytes(WINDOW_UPDATE, 0, 0, increment)
-                + frame_bytes(WINDOW_UPDATE, 0, STREAM, increment)
-            )
+    def _until_readable(self) -> bool:
+        """Waits until the socket has data (or an end) to read, writing what
+        is queued meanwhile as the socket takes it, and keeping the
+        connection alive. False when the call ended meanwhile (keepalive
+        timeout, cancel)."""
+        while not self._finished:
+            flushed = self._flush()
+            timeout = None if flushed else _LOCK_BUSY_WAIT
+            keepalive = self._keepalive
+            if keepalive is not None:
+                due = self._keepalive_due(keepalive)
+                if due is None:
+                    return False
+                timeout = due if timeout is None else min(timeout, due)
+            can_read, _ = wait_ready(self._sock, timeout, write=flushed and bool(self._pending))
+            if can_read:
+                return True
+        return False
 
-    def _messages(self) -> None:
-        """Parses the whole messages gathered in ``_body`` (ones that spanned frames)."""
-        body = self._body
-        pos, end = 0, len(body)
-        prefix = MESSAGE_PREFIX.unpack_from
-        while end - pos >= 5:
-            compressed, size = prefix(body, pos)
-            if end - pos - 5 < size:
-                break
-            if compressed:
-                raise compressed_error()
-            self._ready.append(self._parse(bytes(body[pos + 5 : pos + 5 + size])))
-            pos += 5 + size
-        del body[:pos]
-
-    def _control(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
-        if kind in (HEADERS, CONTINUATION):
-            if kind == HEADERS:
-                if flags & PADDED:
-                    payload = payload[1 : len(payload) - payload[0]]
-                if flags & PRIORITY:
-                    payload = payload[5:]
-                self._header_block = bytearray(payload)
-                self._header_end_stream = bool(flags & END_STREAM)
-            else:
-                self._header_block += payload
-            if flags & END_HEADERS:
-                self._headers(bytes(self._header_block), self._header_end_stream)
-        elif kind == SETTINGS:
-            if not flags & ACK:
-                self._settings(payload)
-        elif kind == PING:
-            if not flags & ACK:
-                self._send(frame_bytes(PING, ACK, 0, payload))
-        elif kind == WINDOW_UPDATE:
-            increment = int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF
-            with self._flow:
-                if stream == 0:
-                    self._conn_window += increment
-                else:
-                    self._send_window += increment
-                self._flow.notify_all()
-        elif kind == RST_STREAM and stream == STREAM:
-            code = int.from_bytes(payload[:4], "big")
-            status = RESET_STATUS.get(code, grpc.StatusCode.INTERNAL)
-            raise StreamError(status, f"the server reset the stream (HTTP/2 error {code})")
-        elif kind == GOAWAY:
-            last = int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF
-            code = int.from_bytes(payload[4:8], "big")
-            if last < STREAM or code != 0:
-                raise StreamError(
-                    grpc.StatusCode.UNAVAILABLE,
-                    f"the server is closing the connection (GOAWAY, HTTP/2 error {code})",
-                )
-
-    def _headers(self, block: bytes, end_stream: bool) -> None:
-        headers = {
-            # Not UTF-8 (a grpc-message should be percent-encoded, not all
-            # are): the status still counts.
-            (name.decode(errors="replace") if isinstance(name, bytes) else name): (
-                value.decode(errors="replace") if isinstance(value, bytes) else value
-            )
-            for name, value in self._decoder.decode(block, raw=True)
-        }
-        if not self._headers_seen:
-            self._headers_seen = True
-            status = headers.get(":status")
-            if status != "200":
-                if "grpc-status" not in headers:
-                    raise StreamError(
-                        HTTP_STATUS.get(status or "", grpc.StatusCode.UNKNOWN),
-                        f"the server answered HTTP status {status}",
-                    )
-                end_stream = True  # a gRPC status ends the call, whatever came with it
-        if not end_stream:
-            return
-        self._messages()
-        code = grpc_status(headers.get("grpc-status"))
-        if code == grpc.StatusCode.OK and self._body:
+    def _keepalive_due(self, keepalive: Keepalive) -> float | None:
+        """Sends a PING when the server has been silent for the interval;
+        seconds until the next keepalive step, or None (the call ended) when
+        the last PING went unanswered past its timeout."""
+        now = time.monotonic()
+        if self._ping_sent:
+            left = self._ping_sent + keepalive.timeout - now
+            if left > 0:
+                return left
             self._finish(
                 StreamError(
-                    grpc.StatusCode.INTERNAL,
-                    f"the stream ended inside a response ({len(self._body)} bytes of it came)",
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"the server did not answer a keepalive PING within {keepalive.timeout} s",
                 )
             )
-        elif code == grpc.StatusCode.OK:
-            self._finish(None)
-        else:
-            self._finish(StreamError(code, unquote(headers.get("grpc-message", ""))))
-
-    def _settings(self, payload: bytes) -> None:
-        with self._flow:
-            for at in range(0, len(payload) - 5, 6):
-                key = int.from_bytes(payload[at : at + 2], "big")
-                value = int.from_bytes(payload[at + 2 : at + 6], "big")
-                if key == SETTINGS_INITIAL_WINDOW_SIZE:
-                    self._send_window += value - self._initial_window
-                    self._initial_window = value
-                elif key == SETTINGS_MAX_FRAME_SIZE:
-                    self._max_frame = value
-            self._flow.notify_all()
-        self._send(frame_bytes(SETTINGS, ACK, 0))
+            self._shutdown()
+            return None
+        left = self._heard + keepalive.interval - now
+        if left > 0:
+            return left
+        self._ping_sent = now
+        self._queue(frame_bytes(PING, 0, 0, _KEEPALIVE_PAYLOAD))
+        return keepalive.timeout
 
     # ---------------------------------------------------------------- sending --
+
+    def _queue(self, frame: bytes) -> None:
+        """Queues a whole frame for :meth:`_flush` (a thread that reads never
+        waits on a write).
+
+        Raises:
+            StreamError: the server let more than ``MAX_PENDING_REPLIES``
+                bytes of answers pile up unread (ENHANCE_YOUR_CALM).
+        """
+        with self._out_lock:
+            if len(self._pending) > MAX_PENDING_REPLIES:
+                raise connection_error(
+                    ENHANCE_YOUR_CALM,
+                    "the server sends control frames faster than it reads their answers",
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                )
+            self._pending += frame
+
+    def _flush(self) -> bool:
+        """Writes what is queued as far as the socket takes it without
+        waiting. True when the socket was ours to write (nothing left, or
+        its buffer is full); False when the sender holds it (it writes the
+        queue before it lets go)."""
+        if not self._write_lock.acquire(blocking=False):
+            return False
+        try:
+            with self._out_lock:
+                data = bytes(self._pending)
+            if data:
+                sent = send_nowait(self._sock, data)
+                with self._out_lock:
+                    del self._pending[:sent]
+        except OSError as e:
+            self._finish(StreamError(grpc.StatusCode.UNAVAILABLE, f"the connection failed: {e}"))
+        finally:
+            self._write_lock.release()
+        return True
+
+    def _goaway(self, code: int) -> None:
+        """Tells the server why we end the connection, if the socket takes it now."""
+        with contextlib.suppress(StreamError):
+            self._queue(frame_bytes(GOAWAY, 0, 0, (0).to_bytes(4, "big") + code.to_bytes(4, "big")))
+        self._flush()
 
     def _send_loop(self) -> None:
         """Thread ``liftbridge-h2-send``: writes the requests as they come,
@@ -473,47 +451,46 @@ class Http2Call(Generic[T]):
         it whole at once; False (nothing sent) when they do not or the call
         has ended: then send it through the request iterator (a thread that
         also reads the call must not wait for window: the update it waits
-        for comes in on what it would read). Only for a caller that is the
-        call's one writer apart from that iterator, one request at a time.
+        for comes in on what it would read). Never waits to write: what the
+        socket does not take at once goes while the thread reads. Only for a
+        caller that is the call's one writer apart from that iterator, one
+        request at a time.
         """
         chunk = request.SerializeToString()
         payload = len(chunk).to_bytes(5, "big") + chunk
         size = len(payload)
+        peer = self._peer
         with self._flow:
-            if (
-                self._finished
-                or size > self._max_frame
-                or size > self._send_window
-                or size > self._conn_window
-            ):
+            if self._finished or size > peer.max_frame or size > peer.stream or size > peer.conn:
                 return False
-            self._send_window -= size
-            self._conn_window -= size
-        return self._send(frame_bytes(DATA, 0, STREAM, payload))
+            peer.stream -= size
+            peer.conn -= size
+        with self._out_lock:
+            self._pending += frame_bytes(DATA, 0, STREAM, payload)
+        self._flush()
+        return True
 
     def _send_data(self, payload: bytes, *, end_stream: bool) -> bool:
         """Writes ``payload`` as DATA frames within the peer's windows; False
         once the call has ended."""
         view = memoryview(payload)
         pos = 0
+        peer = self._peer
         while True:
             frames = []
             with self._flow:
                 while not self._finished and pos < len(payload):
-                    room = min(self._send_window, self._conn_window)
-                    if room > 0:
+                    if min(peer.stream, peer.conn) > 0:
                         break
                     self._flow.wait(1.0)
                 if self._finished:
                     return False
                 while pos < len(payload):
-                    size = min(
-                        len(payload) - pos, self._send_window, self._conn_window, self._max_frame
-                    )
+                    size = min(len(payload) - pos, peer.stream, peer.conn, peer.max_frame)
                     if size <= 0:
                         break
-                    self._send_window -= size
-                    self._conn_window -= size
+                    peer.stream -= size
+                    peer.conn -= size
                     last = end_stream and pos + size == len(payload)
                     frames.append(
                         frame_bytes(
@@ -532,15 +509,36 @@ class Http2Call(Generic[T]):
                 return True
 
     def _send(self, data: bytes) -> bool:
+        """Writes ``data`` after what is queued, waiting as long as it takes
+        (only ``liftbridge-h2-send`` does; ``cancel`` wakes it), then what
+        was queued meanwhile."""
         try:
             with self._write_lock:
-                self._sock.sendall(data)
+                while data:
+                    with self._out_lock:
+                        if self._pending:
+                            data = bytes(self._pending) + data
+                            self._pending.clear()
+                    self._sock.sendall(data)
+                    with self._out_lock:
+                        data = bytes(self._pending)
+                        self._pending.clear()
         except OSError as e:
             self._finish(StreamError(grpc.StatusCode.UNAVAILABLE, f"the connection failed: {e}"))
             return False
         return True
 
     # ------------------------------------------------------------------- ends --
+
+    def _ending(self) -> BaseException:
+        """What iterating the ended call raises: StopIteration after an OK
+        status, else the SDK's error for the status."""
+        error = self._error
+        if error is None:
+            return StopIteration()
+        mapped = from_rpc_error(error)
+        mapped.__cause__ = error
+        return mapped
 
     def _finish(self, error: StreamError | None) -> bool:
         """Records how the call ended; False if it had ended already."""
@@ -553,7 +551,7 @@ class Http2Call(Generic[T]):
             return True
 
     def _shutdown(self) -> None:
-        """Wakes a thread in recv or sendall on the socket; it stays open."""
+        """Wakes a thread in recv, poll or sendall on the socket; it stays open."""
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
 

@@ -110,13 +110,30 @@ def host_port(address: str) -> tuple[str, int]:
 
 class StreamError(grpc.RpcError, grpc.Call):
     """How an HTTP/2 stream ended when it did not end well: a gRPC status
-    code and its details, read by :func:`liftbridge._errors.from_rpc_error`
-    like grpcio's own errors."""
+    code and its details, read by :func:`liftbridge._transport._status.from_rpc_error`
+    like grpcio's own errors.
 
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+    Attributes:
+        goaway: the HTTP/2 error code of a connection error we detected (the
+            GOAWAY we send), or None.
+        unprocessed: the server said it never processed the stream
+            (REFUSED_STREAM, or a GOAWAY whose last stream is below ours,
+            RFC 9113 §8.7): nothing sent on it was applied.
+    """
+
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        details: str,
+        *,
+        goaway: int | None = None,
+        unprocessed: bool = False,
+    ) -> None:
         super().__init__(f"{code.name}: {details}")
         self._code = code
         self._details = details
+        self.goaway = goaway
+        self.unprocessed = unprocessed
 
     def code(self) -> grpc.StatusCode:
         return self._code
@@ -144,14 +161,39 @@ class StreamError(grpc.RpcError, grpc.Call):
 
 
 def readable(sock: socket.socket) -> bool:
-    """True if a recv on ``sock`` would not wait. poll where there is one:
-    select refuses descriptors past FD_SETSIZE (1024), which a process with
-    many files open hands out."""
+    """True if a recv on ``sock`` would not wait."""
+    return wait_ready(sock, 0.0, write=False)[0]
+
+
+def wait_ready(sock: socket.socket, timeout: float | None, *, write: bool) -> tuple[bool, bool]:
+    """Waits up to ``timeout`` seconds (None: no bound) for ``sock`` to be
+    readable (or closed, or failed), or writable too when ``write``.
+    Returns (readable, writable). poll where there is one: select refuses
+    descriptors past FD_SETSIZE (1024), which a process with many files
+    open hands out."""
     if hasattr(select, "poll"):
         poller = select.poll()
-        poller.register(sock, select.POLLIN)
-        return bool(poller.poll(0))
-    return bool(select.select([sock], [], [], 0)[0])
+        poller.register(sock, select.POLLIN | (select.POLLOUT if write else 0))
+        events = 0
+        for _, event in poller.poll(None if timeout is None else max(0, int(timeout * 1000))):
+            events |= event
+        return bool(events & ~select.POLLOUT), bool(events & select.POLLOUT)
+    readers, writers, errors = select.select([sock], [sock] if write else [], [sock], timeout)
+    return bool(readers or errors), bool(writers)
+
+
+def send_nowait(sock: socket.socket, data: bytes) -> int:
+    """Writes what of ``data`` the socket takes without waiting; the count
+    written (0 when its buffer is full). Where the platform has no
+    MSG_DONTWAIT (Windows), it waits like sendall."""
+    flag = getattr(socket, "MSG_DONTWAIT", None)
+    if flag is None:
+        sock.sendall(data)
+        return len(data)
+    try:
+        return sock.send(data, flag)
+    except BlockingIOError:
+        return 0
 
 
 def grpc_status(value: bytes | str | None) -> grpc.StatusCode:

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
 
-import grpc
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -34,16 +33,13 @@ from liftbridge import (
     ConnectionLostError,
     DeadlineExceededError,
     LiftbridgeError,
-    NotLeaderError,
-    ServerError,
     StartPosition,
     StopPositionReached,
-    UnavailableError,
 )
 from liftbridge._consume._handoff import Empty, Handoff
 from liftbridge._core._router import Deadline, Leader, Replica, Router
-from liftbridge._errors import from_rpc_error
-from liftbridge._transport._channels import StreamCall
+from liftbridge._errors import resubscribable
+from liftbridge._transport._stream import Stream
 from liftbridge.spark._schema import SERVER_HEADERS, arrow_schema
 from liftbridge_api import api_pb2
 
@@ -164,14 +160,6 @@ class Watchdog:
             _log.warning("%s did not stop within %.0fs", self._thread.name, _JOIN_TIMEOUT)
 
 
-def _resubscribable(error: LiftbridgeError) -> bool:
-    """Failures a new Subscribe (to a fresh leader) may cure."""
-    if isinstance(error, (UnavailableError, NotLeaderError)):
-        return not isinstance(error, ClientClosedError)
-    # The leader closing its log while stepping down surfaces as INTERNAL.
-    return isinstance(error, ServerError) and error.code == "INTERNAL"
-
-
 class Feed:
     """Subscribe streams of one partition, read on the calling thread.
 
@@ -188,7 +176,7 @@ class Feed:
         self._target = Replica(stream, partition) if replica else Leader(stream, partition)
         self._replica = replica
         self._lock = threading.Lock()  # guards _call and the setting of _closed
-        self._call: StreamCall[api_pb2.Message] | None = None
+        self._call: Stream[api_pb2.Message] | None = None
         self._closed = threading.Event()
 
     @property
@@ -223,7 +211,7 @@ class Feed:
             request.startOffset = start
         return request
 
-    def open(self, request: api_pb2.SubscribeRequest) -> StreamCall[api_pb2.Message]:
+    def open(self, request: api_pb2.SubscribeRequest) -> Stream[api_pb2.Message]:
         """Starts a stream and takes its handshake.
 
         Raises:
@@ -239,7 +227,7 @@ class Feed:
                 return self._open_once(request)
             except LiftbridgeError as e:
                 attempt += 1
-                if not _resubscribable(e) or time.monotonic() >= give_up:
+                if not resubscribable(e) or time.monotonic() >= give_up:
                     raise
                 _log.info(
                     "subscribing to %s/%s failed (%s); retrying", self.stream, self.partition, e
@@ -252,7 +240,7 @@ class Feed:
     def _stopped(self) -> ClientClosedError:
         return ClientClosedError(f"the read of {self.stream}/{self.partition} was stopped")
 
-    def _open_once(self, request: api_pb2.SubscribeRequest) -> StreamCall[api_pb2.Message]:
+    def _open_once(self, request: api_pb2.SubscribeRequest) -> Stream[api_pb2.Message]:
         _, call = self._router.open_stream(
             "Subscribe", request, target=self._target, deadline=self._router.deadline(None)
         )
@@ -263,19 +251,21 @@ class Feed:
             self._call = call
         try:
             next(call)  # the empty handshake; errors arrive here
-        except grpc.RpcError as e:
-            raise self.failure(e) from e
+        except LiftbridgeError as e:
+            if self._closed.is_set():
+                raise self._stopped() from e
+            raise
         except StopIteration:
             raise ConnectionLostError(
                 "the subscription stream ended during the handshake"
             ) from None
         return call
 
-    def failure(self, error: grpc.RpcError) -> LiftbridgeError:
-        """The SDK error for a stream's failure (ClientClosedError once closed)."""
+    def failure(self, error: LiftbridgeError) -> LiftbridgeError:
+        """The error a stream's failure stands for (ClientClosedError once closed)."""
         if self._closed.is_set():
             return self._stopped()
-        return from_rpc_error(error)
+        return error
 
 
 def first_offset(
@@ -300,8 +290,10 @@ def first_offset(
             try:
                 for message in call:
                     return message.offset if message.offset <= last else None
-            except grpc.RpcError as e:
+            except LiftbridgeError as e:
                 error = feed.failure(e)
+                if error is e and not isinstance(error, StopPositionReached):
+                    raise
                 if not isinstance(error, StopPositionReached):
                     raise error from e
             finally:
@@ -465,13 +457,13 @@ def _receive(
                 watchdog.position = following
                 if offset == last:
                     return
-        except grpc.RpcError as e:
+        except LiftbridgeError as e:
             error = feed.failure(e)
         finally:
             call.cancel()
         if isinstance(error, StopPositionReached):
             return
-        if not _resubscribable(error):
+        if not resubscribable(error):
             raise error
         _log.info(
             "reading %s/%s interrupted (%s); re-subscribing from offset %d",

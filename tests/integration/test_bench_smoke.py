@@ -78,6 +78,25 @@ def test_quick_bench_writes_figures_for_every_workload(tmp_path: Path) -> None:
     for workload in ("publish", "publish_async", "subscribe"):
         assert (workload, "go") in workloads  # the Go client, built from bench/go
     assert ("nats publish_async", "sdk") in workloads
+    # end-to-end latency: the SDK against Go at 1,000 and 10,000 msgs/s and
+    # at Go's highest sustained rate, for both sizes
+    assert ("e2e latency", "go") in workloads
+    assert [(row["setting"].split()[0], row["value_size"]) for row in document["latency"]] == [
+        ("1,000", 100),
+        ("10,000", 100),
+        (document["latency"][2]["setting"].split()[0], 100),
+        ("1,000", 1024),
+        ("10,000", 1024),
+        (document["latency"][5]["setting"].split()[0], 1024),
+    ]
+    assert all("Go's highest" in document["latency"][i]["setting"] for i in (2, 5))
+    assert all(row["p99_ratio"] > 0 for row in document["latency"])
+    assert "End-to-end latency, publish to handler" in done.stdout
+    # each throughput row with the server's CPU and the machine's bound
+    pipelined = {(row["workload"], row["value_size"]) for row in document["ceiling"]}
+    assert {("publish_async", 100), ("nats publish_async", 1024)} <= pipelined
+    assert all(row["of_bound"] > 0 and row["bound_msgs_per_s"] > 0 for row in document["ceiling"])
+    assert "against the machine's bound" in done.stdout
     settings = {(r["workload"], r["setting"], r["variant"]) for r in document["results"]}
     assert ("subscribe", "iterated", "sdk") in settings  # the same read, without a handler
     # pull: fetch and the handler subscribe, each next to the bare floor, and

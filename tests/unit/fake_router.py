@@ -17,6 +17,7 @@ from liftbridge._core._metadata import BrokerInfo, Metadata, PartitionInfo, Stre
 from liftbridge._core._retry import RetryPolicy
 from liftbridge._core._router import ANY, Deadline, Router, Target
 from liftbridge._errors import LiftbridgeError
+from liftbridge._transport._status import from_rpc_error
 from liftbridge_api import api_pb2
 
 
@@ -54,9 +55,10 @@ class FakeRpcError(grpc.RpcError, grpc.Call):
 
 
 class FakeStream:
-    """A server-streaming call: yields its items (raising the exceptions
-    among them); after them it blocks until cancelled, like a live stream,
-    unless ``end`` is set."""
+    """A server-streaming call behind the SDK's stream interface: yields its
+    items (raising the exceptions among them, a gRPC error as the SDK's error
+    for it, like every stream); after them it blocks until cancelled, like a
+    live stream, unless ``end`` is set."""
 
     def __init__(self, items: Iterable[object], *, end: bool = False) -> None:
         self._items: deque[object] = deque(items)
@@ -67,6 +69,12 @@ class FakeStream:
         return self
 
     def __next__(self) -> Any:
+        try:
+            return self._next()
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from e
+
+    def _next(self) -> Any:
         if self._cancelled.is_set():
             raise FakeRpcError(grpc.StatusCode.CANCELLED, "cancelled")
         if self._items:
@@ -78,6 +86,9 @@ class FakeStream:
             raise StopIteration
         self._cancelled.wait(10)
         raise FakeRpcError(grpc.StatusCode.CANCELLED, "cancelled")
+
+    def write_now(self, request: Any) -> bool:
+        return False
 
     def cancel(self) -> bool:
         self._cancelled.set()

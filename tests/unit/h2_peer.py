@@ -92,10 +92,10 @@ class Peer:
         request_headers: the stream's request headers, once :meth:`opening` read them.
     """
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, already: bytes = b"") -> None:
         self.sock = sock
         sock.settimeout(WAIT)
-        self._inbox = bytearray()
+        self._inbox = bytearray(already)  # bytes read from the socket before
         self._encoder = hpack.Encoder()
         self._decoder = hpack.Decoder()
         self.frames: list[Frame] = []

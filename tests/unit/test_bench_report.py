@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from bench.report import Result, ratio_changes, target_row, target_table
-from bench.stats import Run, summarise
+from bench.report import (
+    GO,
+    SDK,
+    Result,
+    ceiling_rows,
+    ceiling_table,
+    latency_row,
+    latency_table,
+    ratio_changes,
+    target_row,
+    target_table,
+)
+from bench.stats import Run, process_cpu_seconds, summarise
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,3 +98,54 @@ def test_a_target_row_compares_two_sdk_paths_and_says_whether_the_goal_is_met() 
     assert lines[2].endswith(">= 0.9 met") and "90,000 (10.00 us)" in lines[2]
     assert "100,000 (9.00 us)" in lines[2] and " 0.90 " in lines[2]
     assert lines[3].endswith(">= 0.9 NOT met") and " 0.80 " in lines[3]
+
+
+def _latencies(variant: str, *seconds: float) -> Result:
+    runs = [Run(len(seconds), 1.0, 100, 0.01, tuple(seconds))]
+    return Result(
+        workload="e2e latency",
+        setting="1,000 msgs/s",
+        value_size=100,
+        variant=variant,
+        count=len(seconds),
+        metrics=summarise(runs),
+        shown=("p50_ms", "p99_ms", "p999_ms", "max_ms"),
+    )
+
+
+def test_a_latency_row_bounds_the_sdk_p99_by_a_multiple_of_go() -> None:
+    # 1,000 latencies of 1..1000 ms: p50 500.5 ms, p99 990.01, p99.9 999.001, max 1000
+    go = _latencies(GO, *(n / 1000 for n in range(1, 1001)))
+    close = _latencies(SDK, *(1.1 * n / 1000 for n in range(1, 1001)))
+    far = _latencies(SDK, *(1.3 * n / 1000 for n in range(1, 1001)))
+    assert go.metrics["p999_ms"].median == pytest.approx(999.001)
+    assert go.metrics["max_ms"].median == pytest.approx(1000.0)
+    met, missed = (latency_row(r, go, goal=1.2) for r in (close, far))
+    assert met["p99_ratio"] == pytest.approx(1.1) and met["met"] is True
+    assert missed["p99_ratio"] == pytest.approx(1.3) and missed["met"] is False
+    assert met["go_p50_ms"] == pytest.approx(500.5)
+    lines = latency_table([met, missed]).splitlines()
+    assert lines[2].endswith("<= 1.2 met") and " 1.10 " in lines[2]
+    assert "500.50 / 990.01 / 999.00 / 1000.00" in lines[2]
+    assert lines[3].endswith("<= 1.2 NOT met") and " 1.30 " in lines[3]
+
+
+def test_a_run_with_the_server_cpu_reads_against_the_machine_bound() -> None:
+    # 10 us of client and 10 us of server CPU a message on 2 cores: 100,000 msgs/s
+    run = Run(1000, 0.05, 100_000, 0.01, server_cpu_seconds=0.01, cores=2)
+    figures = run.metrics()
+    assert figures["server_cpu_us_per_msg"] == pytest.approx(10.0)
+    assert figures["bound_msgs_per_s"] == pytest.approx(100_000.0)
+    assert figures["of_bound"] == pytest.approx(0.2)  # 20,000 msgs/s of 100,000
+    assert "of_bound" not in Run(1000, 0.05, 100_000, 0.01).metrics()  # server not measured
+    both = Run.combined([run, Run(1000, 0.05, 100_000, 0.01, server_cpu_seconds=0.03, cores=2)])
+    assert both.server_cpu_seconds == pytest.approx(0.04) and both.cores == 2
+    result = Result("publish_async", "LEADER", 100, SDK, 1000, summarise([run]), ())
+    (row,) = ceiling_rows([result], goal=0.8)
+    assert row["of_bound"] == pytest.approx(0.2) and row["met"] is False
+    assert ceiling_table([row]).splitlines()[2].endswith(">= 0.8 NOT met")
+
+
+def test_process_cpu_seconds_reads_this_process() -> None:
+    spent = process_cpu_seconds(os.getpid())
+    assert spent is not None and spent > 0

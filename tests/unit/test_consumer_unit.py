@@ -14,7 +14,7 @@ from liftbridge._consume._activity import ActivityEvent, ActivityOp
 from liftbridge._consume._cursors import Cursors, cursor_key, cursors_partition
 from liftbridge._consume._subscription import StartPosition, Subscription
 from liftbridge._core._router import Deadline, Leader
-from liftbridge._errors import Refusal, from_rpc_error
+from liftbridge._errors import Refusal
 from liftbridge._groups._consumer import Consumer
 from liftbridge._groups._describe import AssignmentReplay, pin_holder
 from liftbridge._groups._partitions import Assigned, StartPlan, backoff, plan_start, transient
@@ -32,6 +32,7 @@ from liftbridge._groups._values import (
     new_consumer_id,
     partition_backlog,
 )
+from liftbridge._transport._status import from_rpc_error
 from liftbridge_api import api_pb2
 from tests.unit.fake_router import FakeRouter, FakeRpcError, metadata_with
 

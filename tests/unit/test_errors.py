@@ -6,7 +6,8 @@ import grpc
 import pytest
 
 import liftbridge
-from liftbridge._errors import from_async_error, from_rpc_error
+from liftbridge._errors import from_async_error
+from liftbridge._transport._status import from_rpc_error
 
 
 class FakeRpcError(grpc.RpcError, grpc.Call):  # type: ignore[misc]

@@ -23,10 +23,11 @@ import grpc
 import pytest
 
 import liftbridge
-from liftbridge._errors import from_rpc_error
+from liftbridge._errors import LiftbridgeError
 from liftbridge._transport import _http2_wire
 from liftbridge._transport._http2 import Http2Call
 from liftbridge._transport._http2_wire import StreamError
+from liftbridge._transport._status import from_rpc_error
 from liftbridge_api import api_pb2
 from tests.unit.h2_peer import (
     ACK,
@@ -144,11 +145,14 @@ def ended_with(call: Http2Call[bytes]) -> BaseException:
     try:
         while True:
             next(call)
-    except (StopIteration, StreamError) as e:
+    except (StopIteration, LiftbridgeError) as e:
         return e
 
 
 def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status of a call's end: the SDK's error, caused by a StreamError."""
+    if isinstance(error, LiftbridgeError):
+        error = error.__cause__  # type: ignore[assignment]
     assert isinstance(error, StreamError), error
     return error.code(), error.details()
 
@@ -168,7 +172,7 @@ def test_the_client_opens_a_grpc_stream_and_sends_length_prefixed_requests(
     assert headers["content-type"] == "application/grpc"
     assert headers["te"] == "trailers"
     # Our receive windows are opened wide, and push is refused.
-    assert peer.client_settings() == {0x2: 0, INITIAL_WINDOW_SIZE: 1 << 24}
+    assert peer.client_settings() == {0x2: 0, INITIAL_WINDOW_SIZE: 1 << 24, 0x6: 1 << 16}
     opening_update = next(f for f in peer.frames if f.kind == WINDOW_UPDATE)
     assert opening_update.stream == 0
     assert int.from_bytes(opening_update.payload, "big") == (1 << 24) - 65_535
@@ -306,8 +310,8 @@ def test_header_blocks_continued_in_continuation_frames(connection: Connection) 
     )
     error = ended_with(call)
     assert status_of(error) == (grpc.StatusCode.NOT_FOUND, "no such stream")
-    assert isinstance(error, StreamError)
-    assert isinstance(from_rpc_error(error), liftbridge.NoSuchStreamError)
+    assert isinstance(error.__cause__, StreamError)
+    assert isinstance(error, liftbridge.NoSuchStreamError)
 
 
 # ------------------------------------------------------------------ ends --
@@ -328,11 +332,10 @@ def test_trailers_only_unavailable_with_a_percent_encoded_message(
     peer.write(settings() + frame(HEADERS, END_HEADERS | END_STREAM, STREAM, block))
     error = ended_with(call)
     assert status_of(error) == (grpc.StatusCode.UNAVAILABLE, "broker going away: 100% \u2713")
-    assert isinstance(error, StreamError)
-    assert isinstance(error, grpc.RpcError)
-    mapped = from_rpc_error(error)
-    assert isinstance(mapped, liftbridge.UnavailableError)
-    assert "broker going away" in str(mapped)
+    assert isinstance(error.__cause__, StreamError)
+    assert isinstance(error.__cause__, grpc.RpcError)
+    assert isinstance(error, liftbridge.UnavailableError)  # the stream raises the SDK's errors
+    assert "broker going away" in str(error)
     # The end is kept: iterating again says the same.
     assert ended_with(call) is error
 
@@ -405,11 +408,19 @@ def test_rst_stream(connection: Connection, error_code: int, status: grpc.Status
     assert f"HTTP/2 error {error_code}" in details
 
 
-def test_rst_stream_of_another_stream_is_ignored(connection: Connection) -> None:
+def test_rst_stream_of_a_stream_never_opened_is_a_connection_error(
+    connection: Connection,
+) -> None:
+    """RFC 9113 5.1: a frame other than HEADERS or PRIORITY on an idle
+    stream is a connection error (PROTOCOL_ERROR), not an answer."""
     call, peer, _ = connection.open()
     peer.accept()
     peer.write(frame(RST_STREAM, 0, 3, (0x8).to_bytes(4, "big")) + peer.trailers(0))
-    assert isinstance(ended_with(call), StopIteration)
+    code, details = status_of(ended_with(call))
+    assert code == grpc.StatusCode.INTERNAL
+    assert "stream 3" in details
+    goaway = peer.read_until(GOAWAY)
+    assert int.from_bytes(goaway.payload[4:8], "big") == 0x1  # PROTOCOL_ERROR
 
 
 def test_goaway_that_drops_our_stream_is_unavailable(connection: Connection) -> None:
@@ -421,8 +432,8 @@ def test_goaway_that_drops_our_stream_is_unavailable(connection: Connection) -> 
     code, details = status_of(error)
     assert code == grpc.StatusCode.UNAVAILABLE
     assert "GOAWAY" in details
-    assert isinstance(error, StreamError)
-    assert isinstance(from_rpc_error(error), liftbridge.UnavailableError)
+    assert isinstance(error.__cause__, StreamError)
+    assert isinstance(error, liftbridge.UnavailableError)
 
 
 def test_goaway_with_an_error_code_is_unavailable(connection: Connection) -> None:
@@ -463,8 +474,8 @@ def test_the_server_closing_mid_stream_is_unavailable(connection: Connection, cu
     assert reader.responses == [b"whole"]
     assert code == grpc.StatusCode.UNAVAILABLE
     assert "closed the connection" in details
-    assert isinstance(error, StreamError)
-    assert isinstance(from_rpc_error(error), liftbridge.UnavailableError)
+    assert isinstance(error.__cause__, StreamError)
+    assert isinstance(error, liftbridge.UnavailableError)
 
 
 def test_a_compressed_message_is_internal(connection: Connection) -> None:
@@ -514,9 +525,9 @@ def test_an_unparsable_response_is_internal(connection: Connection) -> None:
         peer.opening()
         peer.accept()
         peer.write(frame(DATA, 0, STREAM, grpc_message(b"\xff\xff\xff not protobuf")))
-        with pytest.raises(StreamError) as caught:
+        with pytest.raises(liftbridge.ServerError) as caught:
             next(call)
-        assert caught.value.code() == grpc.StatusCode.INTERNAL
+        assert status_of(caught.value)[0] == grpc.StatusCode.INTERNAL
     finally:
         requests.put(None)
         call.cancel()
@@ -780,15 +791,15 @@ def test_cancel_wakes_a_blocked_reader_and_ends_the_sender(connection: Connectio
     requests.put(request(b"waits for window"))
     sender = _sender_thread()
     deadline = time.monotonic() + WAIT
-    while call._send_window != 0 or not requests.empty():  # taken, waiting
+    while call._peer.stream != 0 or not requests.empty():  # taken, waiting
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert call.cancel()
     assert not call.cancel()  # idempotent
     error = reader.finish()
     assert status_of(error)[0] == grpc.StatusCode.CANCELLED
-    assert isinstance(error, StreamError)
-    assert isinstance(from_rpc_error(error), liftbridge.ConnectionLostError)
+    assert isinstance(error.__cause__, StreamError)
+    assert isinstance(error, liftbridge.ConnectionLostError)
     sender.join(WAIT)
     assert not sender.is_alive()
     assert call.done()
@@ -907,7 +918,7 @@ def test_an_end_done_reads_meanwhile_keeps_the_responses_before_it(
                 other.join(WAIT)
             return size
 
-    call._ready = Interleaved()
+    call._ready = call._reader.ready = Interleaved()
     assert next(call) == b"last ack"
     assert isinstance(ended_with(call), StopIteration)
 

@@ -27,6 +27,8 @@ class ScriptedRouter:
         self.down = down
         self.refreshes = 0
         self.deadlines: list[float] = []
+        self.serving: set[str] = {"new:2"}
+        self.asked: list[str] = []
 
     def on_broker_down(self, listener: Callable[[str], None]) -> None:
         pass
@@ -41,6 +43,17 @@ class ScriptedRouter:
 
     def broker_down(self, address: str) -> bool:
         return address in self.down
+
+    def suspect(self, address: str) -> bool:
+        return False
+
+    def invoke(self, address: str, method: str, request: object, timeout: float) -> object:
+        """The new leader's own word: it serves the partition once ``serving``."""
+        assert method == "FetchPartitionMetadata"
+        self.asked.append(address)
+        if address not in self.serving:
+            raise liftbridge.NotLeaderError(f"{address} does not lead yet")
+        return object()
 
 
 def _lanes(router: ScriptedRouter) -> tuple[Lanes, AckTimer]:
@@ -60,6 +73,19 @@ def test_held_back_until_fresh_metadata_names_a_live_leader() -> None:
         timer.close(time.monotonic() + 1)
     assert router.refreshes == 3  # still the dead one, then no leader, then the new one
     assert all(d <= 1.0 for d in router.deadlines)  # one refresh never takes the whole wait
+    assert router.asked == ["new:2"]
+
+
+def test_held_back_until_the_new_leader_says_it_serves_the_partition() -> None:
+    router = ScriptedRouter(["dead:1", "new:2"], down={"dead:1"})
+    router.serving = set()
+    lanes, timer = _lanes(router)
+    try:
+        with pytest.raises(liftbridge.DeadlineExceededError, match="not sent"):
+            lanes._live_leader(REQUEST, "dead:1", time.monotonic() + 0.4)
+    finally:
+        timer.close(time.monotonic() + 1)
+    assert router.asked and set(router.asked) == {"new:2"}
 
 
 def test_fails_unsent_at_its_timeout_when_no_live_leader_comes() -> None:

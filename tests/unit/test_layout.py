@@ -282,3 +282,72 @@ def test_no_module_over_600_lines(path: Path) -> None:
         assert lines > MAX_LINES, f"{name} is within the limit now: take it off OVERSIZE"
     else:
         assert lines <= MAX_LINES, f"{name} has {lines} lines (at most {MAX_LINES})"
+
+
+# ------------------------------------------------------- the transport layer --
+
+TRANSPORT = "liftbridge._transport"
+TRANSPORT_ONLY = ("grpc", "hpack", "h2")
+"""Libraries only the transport layer may import (their submodules too)."""
+TRANSPORT_PRIVATE = ("liftbridge._transport._http2", "liftbridge._transport._status")
+"""Transport modules only the transport layer may import: the own HTTP/2
+client (``_http2``, ``_http2_reader``, ``_http2_wire``) and the gRPC status
+reading. Everything above goes through ``_channels`` and ``_stream``."""
+# Modules outside the transport that still import grpc, each with its reason;
+# the list only shrinks.
+GRPC_OUTSIDE: dict[str, str] = {
+    "liftbridge._core._liveness": "the brokers' health checks run on grpcio channels of their own",
+    "liftbridge.testing._node": "LocalServer's readiness probe takes grpc credentials",
+    "liftbridge.testing._readiness": "LocalServer's readiness probe is a grpcio call",
+    "liftbridge.testing._server": "builds the probe's grpc credentials from TLS files",
+}
+
+
+def _transport_reaches(path: Path) -> set[str]:
+    """What of the transport's own a module imports: the libraries in
+    ``TRANSPORT_ONLY`` and the modules in ``TRANSPORT_PRIVATE`` (read from
+    the AST, ``TYPE_CHECKING`` blocks too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        for name in names:
+            top = name.split(".")[0]
+            if top in TRANSPORT_ONLY:
+                found.add(top)
+            found.update(p for p in TRANSPORT_PRIVATE if name == p or name.startswith(p))
+    return found
+
+
+def test_the_transport_finder_reads_the_ast(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        "import grpc.experimental\n"
+        "from hpack import Decoder\n"
+        "from liftbridge._transport._http2_reader import FrameReader\n"
+        "from liftbridge._transport._channels import Channels\n"
+        "x = 'import h2'  # a string, not an import\n"
+    )
+    assert _transport_reaches(module) == {"grpc", "hpack", "liftbridge._transport._http2"}
+
+
+def test_only_the_transport_layer_imports_grpc_hpack_or_the_http2_client() -> None:
+    bad = []
+    for name, path in sorted(_modules().items()):
+        if name == TRANSPORT or name.startswith(TRANSPORT + "."):
+            continue
+        reaches = _transport_reaches(path)
+        if name in GRPC_OUTSIDE:
+            reaches.discard("grpc")
+        bad += [f"{name} imports {each}" for each in sorted(reaches)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_grpc_exceptions_still_import_grpc() -> None:
+    """An exception no longer needed must leave the list (it only shrinks)."""
+    modules = _modules()
+    stale = [name for name in GRPC_OUTSIDE if "grpc" not in _transport_reaches(modules[name])]
+    assert not stale, f"remove from GRPC_OUTSIDE: {stale}"

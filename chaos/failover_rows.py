@@ -1,0 +1,126 @@
+"""Fault rows of issue 25: a crashed node must never strand a client.
+
+Each row keeps one client for its whole run (never recreated) under a load of
+``publish_async`` (the :class:`~chaos.rows.Load`) and blocking ``publish``
+calls on a thread of their own, with a live handler subscription and a pull
+consumer; the oracle then checks that no acked message is lost, that every
+call resolved within its deadline + 2 s, and that the subscriber saw every
+offset once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import liftbridge
+from chaos.oracle import Ledger, SubscriptionCheck
+from chaos.rows import PUBLISH_TIMEOUT, Load, RowResult, _client, _finish, leader_of
+from liftbridge.testing import LocalCluster
+
+_ALL = liftbridge.AckPolicy.ALL
+
+
+class _SyncLoad:
+    """Blocking ``publish`` calls (AckPolicy.ALL) one after another on a thread,
+    each recorded with its deadline; and a pull consumer fetched on another."""
+
+    def __init__(self, ledger: Ledger, client: liftbridge.Client, stream: str) -> None:
+        self._ledger = ledger
+        self._client = client
+        self._stream = stream
+        self._stop = threading.Event()
+        self.pulled = 0
+        self._threads = [
+            threading.Thread(target=self._publish, name="chaos-sync", daemon=True),
+            threading.Thread(target=self._pull, name="chaos-pull", daemon=True),
+        ]
+
+    def __enter__(self) -> _SyncLoad:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(30)
+
+    def _publish(self) -> None:
+        while not self._stop.wait(0.02):
+            self._ledger.publish_sync(
+                self._client, self._stream, timeout=PUBLISH_TIMEOUT, ack_policy=_ALL
+            )
+
+    def _pull(self) -> None:
+        with self._client.pull(self._stream, start=liftbridge.StartPosition.EARLIEST) as consumer:
+            while not self._stop.is_set():
+                got = self._ledger.timed("pull.fetch", 1.0, lambda: consumer.fetch(100, timeout=1))
+                if isinstance(got, list):
+                    self.pulled += len(got)
+
+
+def _stream_led_by_first(client: liftbridge.Client, cluster: LocalCluster) -> str:
+    """A stream (replication 3, min ISR 2) whose leader is node "a": the first
+    address the client was given and the first broker of its rotation."""
+    first = cluster.nodes[0].server_id
+    for _ in range(12):
+        name = f"chaos-{uuid.uuid4().hex[:8]}"
+        client.create_stream(name, replication_factor=3, min_isr=2)
+        if leader_of(client, name) == first:
+            return name
+    raise RuntimeError("no stream led by the first node in 12 tries")
+
+
+def _acked_after(ledger: Ledger, when: float) -> int:
+    return sum(1 for o in ledger.outcomes() if o.acked and o.started > when)
+
+
+def seed_leader_kill() -> RowResult:
+    """SIGKILL the partition leader that is also the client's first address."""
+    result = RowResult("leader is the first seed, SIGKILLed; sync + async + sub + pull")
+    with LocalCluster(3) as cluster, _client(cluster) as client:
+        stream = _stream_led_by_first(client, cluster)
+        ledger = Ledger("seed-leader-kill")
+        check = SubscriptionCheck()
+        with client.subscribe(stream, check.handler, start=0):
+            with Load(ledger, client, stream, ack_policy=_ALL), _SyncLoad(ledger, client, stream):
+                time.sleep(3)
+                fault = time.monotonic()
+                cluster.kill(cluster.nodes[0])
+                time.sleep(12)
+            time.sleep(2)
+        _finish(result, ledger, cluster.addresses, stream, check=check)
+        after = _acked_after(ledger, fault + 6)
+        result.notes.append(f"{after} publish(es) made 6+ s after the kill acked")
+        if not after:
+            result.problems.append("nothing published 6 s after the kill was acked: stranded")
+    return result
+
+
+def kill_twice() -> RowResult:
+    """SIGKILL the leader, restart it, then SIGKILL the same node again."""
+    result = RowResult("same node SIGKILLed twice, restarted between; sync + async + sub + pull")
+    with LocalCluster(3) as cluster, _client(cluster) as client:
+        stream = _stream_led_by_first(client, cluster)
+        ledger = Ledger("kill-twice")
+        check = SubscriptionCheck()
+        node = cluster.nodes[0]
+        with client.subscribe(stream, check.handler, start=0):
+            with Load(ledger, client, stream, ack_policy=_ALL), _SyncLoad(ledger, client, stream):
+                time.sleep(3)
+                cluster.kill(node)
+                time.sleep(8)
+                cluster.restart(node)
+                time.sleep(5)
+                fault = time.monotonic()
+                cluster.kill(node)
+                time.sleep(10)
+            time.sleep(2)
+        _finish(result, ledger, cluster.addresses, stream, check=check)
+        after = _acked_after(ledger, fault + 6)
+        result.notes.append(f"{after} publish(es) made 6+ s after the second kill acked")
+        if not after:
+            result.problems.append("nothing published 6 s after the second kill was acked")
+    return result

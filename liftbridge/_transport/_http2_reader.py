@@ -1,0 +1,482 @@
+"""Reading a server's HTTP/2 frames for one client stream, with no I/O.
+
+:class:`FrameReader` is fed the bytes a connection received, in pieces cut
+anywhere, and turns them into the stream's responses, the frames to send
+back (SETTINGS and PING acks, WINDOW_UPDATE) and how the stream ended. It
+checks what RFC 9113 asks a client to check of a peer, so a misbehaving
+broker ends the call with a typed error, never grows memory or spins:
+
+- frame sizes against our SETTINGS_MAX_FRAME_SIZE (16 KiB, §4.2), fixed
+  sizes of SETTINGS, PING, WINDOW_UPDATE, RST_STREAM, PRIORITY, GOAWAY (§6);
+- stream ids: only stream 1 (ours) and 0 are known; a frame on any other id
+  (never opened, idle) is a connection error (§5.1), push is refused (§8.4);
+- header blocks: CONTINUATION only right after a block that did not end, on
+  its stream (§6.10), the block and its decoded list capped (§10.5.1);
+- SETTINGS values in range (§6.5.2), WINDOW_UPDATE non-zero and not past
+  2^31-1 (§6.9), DATA within the receive window we granted (§6.9.1);
+- a gRPC message's length prefix against the client's size limit, before any
+  of its body is kept.
+
+Not thread-safe: one thread feeds it at a time (the call's ``_read_lock``).
+The peer's flow-control windows are shared with the call's sending thread:
+the reader changes them under the lock it is given.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+from urllib.parse import unquote
+
+import grpc
+import hpack
+
+from liftbridge._transport._http2_wire import (
+    ACK,
+    CONTINUATION,
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    FRAME_HEAD,
+    GOAWAY,
+    HEADERS,
+    HTTP_STATUS,
+    MAX_FRAME_IN,
+    MESSAGE_PREFIX,
+    PADDED,
+    PING,
+    PRIORITY,
+    RESET_STATUS,
+    RST_STREAM,
+    SETTINGS,
+    SETTINGS_ENABLE_PUSH,
+    SETTINGS_INITIAL_WINDOW_SIZE,
+    SETTINGS_MAX_FRAME_SIZE,
+    STREAM,
+    WINDOW_UPDATE,
+    StreamError,
+    compressed_error,
+    frame_bytes,
+    grpc_status,
+)
+
+T = TypeVar("T")
+
+PRIORITY_FRAME, PUSH_PROMISE = 0x2, 0x5
+# HTTP/2 error codes (RFC 9113 §7) a connection error is sent with.
+PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0x1, 0x2, 0x3
+FRAME_SIZE_ERROR, REFUSED_STREAM, COMPRESSION_ERROR, ENHANCE_YOUR_CALM = 0x6, 0x7, 0x9, 0xB
+
+MAX_WINDOW = (1 << 31) - 1
+"""The largest a flow-control window may get (RFC 9113 §6.9.1)."""
+MAX_FRAME_SIZE_LIMIT = (1 << 24) - 1
+"""The largest SETTINGS_MAX_FRAME_SIZE a peer may announce (§6.5.2)."""
+RECEIVE_WINDOW = 1 << 24
+"""Our stream's and connection's receive window: 16 MiB of responses may be
+on their way before the server waits for a WINDOW_UPDATE."""
+REOPEN_AT = RECEIVE_WINDOW // 4
+"""Bytes read before the windows are reopened by what was read."""
+PEER_WINDOW = 65_535
+"""The peer's windows until its SETTINGS say otherwise (RFC 9113 §6.9.2)."""
+MAX_HEADER_LIST = 1 << 16
+"""The largest header block we keep (compressed, CONTINUATIONs included) and
+the largest header list we decode (hpack's measure: names, values and 32
+bytes per field); announced as SETTINGS_MAX_HEADER_LIST_SIZE."""
+MAX_PENDING_REPLIES = 1 << 18
+"""Bytes of SETTINGS/PING acks we hold for a peer that does not read them:
+past that it is flooding us (a PING ack is 17 bytes: ~15,000 unanswered
+PINGs), and the connection ends with ENHANCE_YOUR_CALM instead of growing."""
+DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024
+"""grpcio's default limit on a received message, and the client's."""
+
+
+def connection_error(code: int, details: str, status: grpc.StatusCode | None = None) -> StreamError:
+    """A protocol violation by the peer that ends the whole connection: a
+    GOAWAY with ``code`` goes back; the call fails with INTERNAL (gRPC's
+    mapping of HTTP/2 errors) unless ``status`` says otherwise."""
+    return StreamError(status or grpc.StatusCode.INTERNAL, details, goaway=code)
+
+
+class PeerWindows:
+    """The peer's flow-control windows and frame size limit: what we may send.
+
+    Not locked itself: the call's ``_flow`` condition guards it.
+    """
+
+    def __init__(self) -> None:
+        self.stream = PEER_WINDOW
+        self.conn = PEER_WINDOW
+        self.initial = PEER_WINDOW
+        self.max_frame = 16_384
+
+    def settings(self, initial: int | None, max_frame: int | None) -> None:
+        """Applies a SETTINGS frame's values (already range-checked).
+
+        Raises:
+            StreamError: the new initial window takes the stream's past 2^31-1.
+        """
+        if initial is not None:
+            stream = self.stream + initial - self.initial
+            if stream > MAX_WINDOW:
+                raise connection_error(
+                    FLOW_CONTROL_ERROR, f"SETTINGS_INITIAL_WINDOW_SIZE {initial} overflows"
+                )
+            self.stream, self.initial = stream, initial
+        if max_frame is not None:
+            self.max_frame = max_frame
+
+    def update(self, stream: int, increment: int) -> None:
+        """Applies a WINDOW_UPDATE (non-zero, checked by the reader).
+
+        Raises:
+            StreamError: the window would pass 2^31-1 (§6.9.1).
+        """
+        if stream == 0:
+            if self.conn + increment > MAX_WINDOW:
+                raise connection_error(FLOW_CONTROL_ERROR, "the connection window overflowed")
+            self.conn += increment
+        else:
+            if self.stream + increment > MAX_WINDOW:
+                raise connection_error(FLOW_CONTROL_ERROR, "the stream window overflowed")
+            self.stream += increment
+
+
+class FrameReader(Generic[T]):
+    """The server side of stream 1, read frame by frame. See the module docstring.
+
+    ``reply`` is given each frame to send back (SETTINGS and PING acks,
+    WINDOW_UPDATE); it raises :class:`StreamError` (ENHANCE_YOUR_CALM) when
+    the peer lets too many pile up unread.
+
+    Attributes:
+        ready: responses parsed and not taken yet.
+        ended: True once the stream ended (``end`` says how).
+        end: None while open or for an OK status, else the stream's error.
+        pongs: PING acks received (for the call's keepalive).
+    """
+
+    def __init__(
+        self,
+        parse: Callable[[bytes], T],
+        *,
+        max_message: int,
+        windows: PeerWindows,
+        flow: threading.Condition,
+        reply: Callable[[bytes], None],
+    ) -> None:
+        self._parse = parse
+        self._max_message = max_message
+        self._windows = windows
+        self._flow = flow
+        self._reply = reply
+        self.ready: collections.deque[T] = collections.deque()
+        self.ended = False
+        self.end: StreamError | None = None
+        self.pongs = 0
+        self._rest = b""  # the start of a frame not wholly read yet
+        self._body = bytearray()  # the start of a message that spans DATA frames
+        self._block = bytearray()  # a header block awaiting CONTINUATION
+        self._continuing = False  # the last frame was HEADERS/CONTINUATION without END_HEADERS
+        self._block_end_stream = False
+        self._headers_seen = False
+        self._unacked = 0  # DATA bytes read since the windows were last reopened
+        self._window = RECEIVE_WINDOW  # what the peer may still send us (stream = connection)
+        self._decoder = hpack.Decoder()
+        self._decoder.max_header_list_size = MAX_HEADER_LIST
+
+    def feed(self, data: bytes) -> None:
+        """Handles every whole frame of what was left over and ``data``.
+
+        Responses are sliced out as ``bytes`` (protobuf parses those several
+        times faster than memoryviews) and parsed as their frame is read, so
+        the ones before a frame ending the call come out.
+
+        Raises:
+            StreamError: the peer broke the protocol (``goaway`` set: a
+                connection error) or a limit; the reader is then ended.
+        """
+        if self.ended:
+            return
+        try:
+            self._frames(self._rest + data if self._rest else data)
+        except StreamError as e:
+            self._end(e)
+            raise
+        except Exception as e:  # a response protobuf cannot parse, say: never a raw error
+            error = StreamError(grpc.StatusCode.INTERNAL, f"unreadable response: {e}")
+            self._end(error)
+            raise error from e
+
+    def _end(self, error: StreamError | None) -> None:
+        if not self.ended:
+            self.ended = True
+            self.end = error
+            self._rest = b""
+            self._body = bytearray()
+            self._block = bytearray()
+
+    def _frames(self, data: bytes) -> None:
+        pos, end = 0, len(data)
+        body, parse, ready = self._body, self._parse, self.ready.append
+        head, prefix, limit = FRAME_HEAD.unpack_from, MESSAGE_PREFIX.unpack_from, self._max_message
+        try:
+            while end - pos >= 9 and not self.ended:
+                word, flags, stream = head(data, pos)
+                size, kind = word >> 8, word & 0xFF
+                stream &= 0x7FFF_FFFF
+                if size > MAX_FRAME_IN:
+                    raise connection_error(
+                        FRAME_SIZE_ERROR,
+                        f"a {size}-byte frame, past our {MAX_FRAME_IN}-byte limit",
+                    )
+                start = pos + 9
+                stop = start + size
+                if stop > end:
+                    break
+                pos = stop
+                if self._continuing and (kind != CONTINUATION or stream != STREAM):
+                    raise connection_error(
+                        PROTOCOL_ERROR, f"a frame of type {kind} inside a header block"
+                    )
+                if kind != DATA:
+                    self._control(kind, flags, stream, data[start:stop])
+                    continue
+                self._data_allowed(stream, size)
+                if flags & PADDED:
+                    if size < 1 or data[start] >= size:
+                        raise connection_error(PROTOCOL_ERROR, "DATA padding past its frame")
+                    stop -= data[start]
+                    start += 1
+                if not body:  # the usual case: messages parsed straight from the frame
+                    while stop - start >= 5:
+                        compressed, length = prefix(data, start)
+                        if length > limit:
+                            raise self._too_large(length)
+                        if stop - start - 5 < length:
+                            break
+                        if compressed:
+                            raise compressed_error()
+                        start += 5 + length
+                        ready(parse(data[start - length : start]))
+                if start < stop:  # part of a message: gathered until it is whole
+                    body += data[start:stop]
+                    self._messages()
+                if flags & END_STREAM:
+                    self._end(
+                        StreamError(
+                            grpc.StatusCode.INTERNAL, "the stream ended without a gRPC status"
+                        )
+                    )
+        finally:
+            if not self.ended:
+                self._rest = data[pos:]
+        if self._unacked >= REOPEN_AT and not self.ended:
+            self._window += self._unacked
+            increment = self._unacked.to_bytes(4, "big")
+            self._unacked = 0
+            self._reply(
+                frame_bytes(WINDOW_UPDATE, 0, 0, increment)
+                + frame_bytes(WINDOW_UPDATE, 0, STREAM, increment)
+            )
+
+    def _data_allowed(self, stream: int, size: int) -> None:
+        if stream != STREAM:
+            raise connection_error(PROTOCOL_ERROR, f"DATA on stream {stream}, never opened")
+        if not self._headers_seen:
+            raise connection_error(PROTOCOL_ERROR, "DATA before the response headers")
+        self._window -= size
+        if self._window < 0:
+            raise connection_error(
+                FLOW_CONTROL_ERROR, "the server sent past the receive window we granted"
+            )
+        self._unacked += size
+
+    def _too_large(self, length: int) -> StreamError:
+        return StreamError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"received message larger than max ({length} vs. {self._max_message})",
+        )
+
+    def _messages(self) -> None:
+        """Parses the whole messages gathered in ``_body`` (ones that spanned
+        frames); a prefix over the limit ends the call before more is kept."""
+        body = self._body
+        pos, end = 0, len(body)
+        prefix = MESSAGE_PREFIX.unpack_from
+        while end - pos >= 5:
+            compressed, size = prefix(body, pos)
+            if size > self._max_message:
+                raise self._too_large(size)
+            if end - pos - 5 < size:
+                break
+            if compressed:
+                raise compressed_error()
+            self.ready.append(self._parse(bytes(body[pos + 5 : pos + 5 + size])))
+            pos += 5 + size
+        del body[:pos]
+
+    # ------------------------------------------------------------- control --
+
+    def _control(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
+        if kind in (HEADERS, CONTINUATION):
+            self._header_frame(kind, flags, stream, payload)
+        elif kind == SETTINGS:
+            self._settings(flags, stream, payload)
+        elif kind == PING:
+            if stream != 0 or len(payload) != 8:
+                raise connection_error(
+                    PROTOCOL_ERROR if stream else FRAME_SIZE_ERROR, "a malformed PING"
+                )
+            if flags & ACK:
+                self.pongs += 1
+            else:
+                self._reply(frame_bytes(PING, ACK, 0, payload))
+        elif kind == WINDOW_UPDATE:
+            self._window_update(stream, payload)
+        elif kind == RST_STREAM:
+            if len(payload) != 4:
+                raise connection_error(FRAME_SIZE_ERROR, "an RST_STREAM not 4 bytes long")
+            if stream != STREAM:
+                raise connection_error(PROTOCOL_ERROR, f"RST_STREAM on stream {stream}")
+            code = int.from_bytes(payload, "big")
+            status = RESET_STATUS.get(code, grpc.StatusCode.INTERNAL)
+            raise StreamError(
+                status,
+                f"the server reset the stream (HTTP/2 error {code})",
+                unprocessed=code == REFUSED_STREAM,
+            )
+        elif kind == GOAWAY:
+            if stream != 0 or len(payload) < 8:
+                raise connection_error(PROTOCOL_ERROR, "a malformed GOAWAY")
+            last = int.from_bytes(payload[:4], "big") & 0x7FFF_FFFF
+            code = int.from_bytes(payload[4:8], "big")
+            if last < STREAM or code != 0:
+                raise StreamError(
+                    grpc.StatusCode.UNAVAILABLE,
+                    f"the server is closing the connection (GOAWAY, HTTP/2 error {code})",
+                    unprocessed=last < STREAM,
+                )
+        elif kind == PRIORITY_FRAME:
+            if stream == 0 or len(payload) != 5:
+                raise connection_error(PROTOCOL_ERROR, "a malformed PRIORITY")
+        elif kind == PUSH_PROMISE:
+            raise connection_error(PROTOCOL_ERROR, "PUSH_PROMISE, though push was refused")
+        # Frames of unknown types are ignored (§5.5).
+
+    def _window_update(self, stream: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            raise connection_error(FRAME_SIZE_ERROR, "a WINDOW_UPDATE not 4 bytes long")
+        if stream not in (0, STREAM):
+            raise connection_error(PROTOCOL_ERROR, f"WINDOW_UPDATE on stream {stream}")
+        increment = int.from_bytes(payload, "big") & 0x7FFF_FFFF
+        if increment == 0:
+            raise connection_error(PROTOCOL_ERROR, "a WINDOW_UPDATE of 0")
+        with self._flow:
+            self._windows.update(stream, increment)
+            self._flow.notify_all()
+
+    def _settings(self, flags: int, stream: int, payload: bytes) -> None:
+        if stream != 0:
+            raise connection_error(PROTOCOL_ERROR, f"SETTINGS on stream {stream}")
+        if flags & ACK:
+            if payload:
+                raise connection_error(FRAME_SIZE_ERROR, "a SETTINGS ack with a payload")
+            return
+        if len(payload) % 6:
+            raise connection_error(FRAME_SIZE_ERROR, "a SETTINGS frame not in 6-byte entries")
+        initial = max_frame = None
+        for at in range(0, len(payload), 6):
+            key = int.from_bytes(payload[at : at + 2], "big")
+            value = int.from_bytes(payload[at + 2 : at + 6], "big")
+            if key == SETTINGS_ENABLE_PUSH and value > 1:
+                raise connection_error(PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH {value}")
+            if key == SETTINGS_INITIAL_WINDOW_SIZE:
+                if value > MAX_WINDOW:
+                    raise connection_error(
+                        FLOW_CONTROL_ERROR, f"SETTINGS_INITIAL_WINDOW_SIZE {value}"
+                    )
+                initial = value
+            elif key == SETTINGS_MAX_FRAME_SIZE:
+                if not 16_384 <= value <= MAX_FRAME_SIZE_LIMIT:
+                    raise connection_error(PROTOCOL_ERROR, f"SETTINGS_MAX_FRAME_SIZE {value}")
+                max_frame = value
+        with self._flow:
+            self._windows.settings(initial, max_frame)
+            self._flow.notify_all()
+        self._reply(frame_bytes(SETTINGS, ACK, 0))
+
+    def _header_frame(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
+        if stream != STREAM:
+            raise connection_error(PROTOCOL_ERROR, f"a header block on stream {stream}")
+        if kind == HEADERS:
+            if flags & PADDED:
+                if not payload or payload[0] >= len(payload):
+                    raise connection_error(PROTOCOL_ERROR, "HEADERS padding past its frame")
+                payload = payload[1 : len(payload) - payload[0]]
+            if flags & PRIORITY:
+                if len(payload) < 5:
+                    raise connection_error(FRAME_SIZE_ERROR, "HEADERS too short for priority")
+                payload = payload[5:]
+            self._block = bytearray(payload)
+            self._block_end_stream = bool(flags & END_STREAM)
+        elif not self._continuing:
+            raise connection_error(PROTOCOL_ERROR, "CONTINUATION without a header block")
+        else:
+            self._block += payload
+        if len(self._block) > MAX_HEADER_LIST:
+            raise connection_error(PROTOCOL_ERROR, f"a header block past {MAX_HEADER_LIST} bytes")
+        self._continuing = not flags & END_HEADERS
+        if not self._continuing:
+            block, self._block = bytes(self._block), bytearray()
+            self._headers(block, self._block_end_stream)
+
+    def _decode(self, block: bytes) -> dict[str, str]:
+        try:
+            fields = self._decoder.decode(block, raw=True)
+        except hpack.OversizedHeaderListError as e:
+            raise connection_error(PROTOCOL_ERROR, f"a header list too large: {e}") from e
+        except Exception as e:  # hpack's own errors, and any a malformed block provokes
+            # Named by type: hpack's texts may hold a memoryview's address.
+            raise connection_error(
+                COMPRESSION_ERROR, f"an undecodable header block ({type(e).__name__})"
+            ) from e
+        # Not UTF-8 (a grpc-message should be percent-encoded, not all are):
+        # the status still counts.
+        return {
+            (name.decode(errors="replace") if isinstance(name, bytes) else name): (
+                value.decode(errors="replace") if isinstance(value, bytes) else value
+            )
+            for name, value in fields
+        }
+
+    def _headers(self, block: bytes, end_stream: bool) -> None:
+        headers = self._decode(block)
+        if not self._headers_seen:
+            self._headers_seen = True
+            status = headers.get(":status")
+            if status != "200":
+                if "grpc-status" not in headers:
+                    raise StreamError(
+                        HTTP_STATUS.get(status or "", grpc.StatusCode.UNKNOWN),
+                        f"the server answered HTTP status {status}",
+                    )
+                end_stream = True  # a gRPC status ends the call, whatever came with it
+        elif not end_stream:
+            raise connection_error(PROTOCOL_ERROR, "trailers that do not end the stream")
+        if not end_stream:
+            return
+        self._messages()
+        code = grpc_status(headers.get("grpc-status"))
+        if code == grpc.StatusCode.OK and self._body:
+            self._end(
+                StreamError(
+                    grpc.StatusCode.INTERNAL,
+                    f"the stream ended inside a response ({len(self._body)} bytes of it came)",
+                )
+            )
+        elif code == grpc.StatusCode.OK:
+            self._end(None)
+        else:
+            self._end(StreamError(code, unquote(headers.get("grpc-message", ""))))

@@ -1,0 +1,82 @@
+"""The quick fuzz run of the HTTP/2 frame reader (a few thousand inputs with
+hypothesis): only StreamError comes out, and feeding the bytes whole or one
+byte per read makes no difference. ``make chaos`` runs a million more
+(chaos/fuzz_http2.py)."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chaos import fuzz_http2
+from chaos.fuzz import Finding
+from liftbridge._transport._http2_reader import (
+    FLOW_CONTROL_ERROR,
+    RECEIVE_WINDOW,
+    FrameReader,
+    PeerWindows,
+)
+from liftbridge._transport._http2_wire import StreamError
+
+QUICK = settings(
+    max_examples=500,
+    deadline=None,  # a busy machine must not fail a test for being slow
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+SEEDS = fuzz_http2.seeds()
+
+
+def test_the_seeds_read_as_written() -> None:
+    outcomes = [fuzz_http2.check(seed) for seed in SEEDS]
+    assert outcomes[0] == fuzz_http2.Outcome((b"first", b"second" * 5), True, "")
+    assert outcomes[1].end == "UNAVAILABLE: going away"
+    assert outcomes[2].end.startswith("UNAVAILABLE: the server reset the stream")
+    assert outcomes[3].end == "INTERNAL: the stream ended without a gRPC status"
+
+
+def test_a_disagreement_between_cuts_is_a_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = fuzz_http2.feed
+    monkeypatch.setattr(
+        fuzz_http2, "feed", lambda data, step=0: real(data[: len(data) - step], step)
+    )
+    with pytest.raises(Finding, match="byte by byte"):
+        fuzz_http2.check(SEEDS[0])
+
+
+@QUICK
+@given(st.binary(max_size=200))
+def test_random_bytes(data: bytes) -> None:
+    fuzz_http2.check(fuzz_http2.head() + data)
+
+
+@QUICK
+@given(st.randoms(use_true_random=False))
+def test_mutated_seeds(rng: random.Random) -> None:
+    fuzz_http2.check(fuzz_http2.fuzz_input(rng, SEEDS))
+
+
+def test_data_past_the_receive_window_we_granted_is_a_flow_control_error() -> None:
+    """The window is reopened only after a read: a server that sends more
+    than it was granted in one go is caught before it is kept."""
+    reader: FrameReader[bytes] = FrameReader(
+        bytes,
+        max_message=1 << 30,
+        windows=PeerWindows(),
+        flow=threading.Condition(),
+        reply=lambda frame: None,
+    )
+    reader.feed(fuzz_http2.head())
+    assert not reader.ended
+    chunk = 16_000
+    frame = chunk.to_bytes(3, "big") + bytes((0, 0)) + (1).to_bytes(4, "big")
+    body = b"\0" + (RECEIVE_WINDOW * 2).to_bytes(4, "big") + b"z" * (chunk - 5)
+    data = frame + body + (frame + b"z" * chunk) * (RECEIVE_WINDOW // chunk)
+    with pytest.raises(StreamError) as caught:
+        reader.feed(data)
+    assert caught.value.goaway == FLOW_CONTROL_ERROR
+    assert "receive window" in caught.value.details()

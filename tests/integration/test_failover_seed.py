@@ -1,0 +1,130 @@
+"""Failover when the dead broker is the one the client was given first.
+
+The client's "any broker" rotation starts at its first address. Before the
+fix, a broker that refused a new connection did not move the rotation, so a
+publish whose stream had to be opened anew kept asking the dead seed and
+failed at once ("cannot reach"), for as long as anyone watched (issue 25).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import liftbridge
+from liftbridge.testing import ClusterNode, LocalCluster
+
+pytestmark = pytest.mark.cluster
+
+ALL = liftbridge.AckPolicy.ALL
+
+
+@pytest.fixture
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(3) as started:
+        yield started
+
+
+def _sigkill(node: ClusterNode) -> None:
+    """SIGKILLs a node this test's cluster started, and waits until it is gone."""
+    assert node.pid is not None
+    os.kill(node.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while node.running:
+        assert time.monotonic() < deadline, f"{node} still running after SIGKILL"
+        time.sleep(0.02)
+
+
+def _stream_led(cluster: LocalCluster, name: str, *, by_first: bool) -> tuple[str, ClusterNode]:
+    """Creates replicated streams until one's leader is (``by_first``) or is
+    not the first node, "a": the first address the client is given and the
+    first broker of the metadata, where its "any broker" rotation starts.
+    Returns the stream and the first node."""
+    first = cluster.nodes[0]
+    assert cluster.addresses[0] == first.address
+    with liftbridge.Client(cluster.addresses) as admin:
+        for i in range(12):
+            stream = f"{name}-{i}"
+            admin.create_stream(stream, replication_factor=3)
+            leader = admin.fetch_partition_metadata(stream).leader
+            if (leader == first.server_id) == by_first:
+                return stream, first
+    raise AssertionError("the cluster never placed a leader as asked in 12 streams")
+
+
+def test_every_path_survives_the_first_seed_leading_and_dying(
+    cluster: LocalCluster, unique_name: str
+) -> None:
+    stream, leader = _stream_led(cluster, unique_name, by_first=True)
+    with liftbridge.Client(cluster.addresses) as client:
+        received: list[bytes] = []
+        errors: list[BaseException] = []
+        three = threading.Event()
+
+        def handler(message: liftbridge.Message | None, error: BaseException | None) -> None:
+            if error is not None:
+                errors.append(error)
+            elif message is not None:
+                received.append(message.value)
+                if len(received) >= 3:
+                    three.set()
+
+        sub = client.subscribe(stream, handler, start=liftbridge.StartPosition.EARLIEST)
+        pull = client.pull(stream, start=liftbridge.StartPosition.EARLIEST)
+        client.publish(stream, b"0", ack_policy=ALL, timeout=5)
+        _sigkill(leader)
+        killed = time.monotonic()
+
+        # Each on a thread of its own: a sync publish's stream is then opened
+        # after the kill, through the rotation that starts at the dead seed.
+        # The server elects a new leader in about 1-4 s here; with AckPolicy.ALL
+        # the ack also waits for the dead replica to leave the ISR (3 s more
+        # at most), so the calls get 10 s: each must wait, not fail at once.
+        with ThreadPoolExecutor(2) as pool:
+            sync = pool.submit(client.publish, stream, b"1", ack_policy=ALL, timeout=10)
+            read = pool.submit(client.get, stream, 0, timeout=10)
+            ack = sync.result(20)
+            assert ack is not None and ack.offset == 1
+            assert read.result(20).value == b"0"
+        future = client.publish_async(stream, b"2", ack_policy=ALL, timeout=10)
+        assert future.result(20) is not None
+        assert time.monotonic() - killed < 10 + 10 + 2, "the calls took longer than their deadlines"
+
+        assert three.wait(30), f"the subscription received {received}"
+        assert received == [b"0", b"1", b"2"]
+        assert errors == []
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(values) < 3 and time.monotonic() < deadline:
+            values += [m.value for m in pull.fetch(3 - len(values), timeout=1)]
+        assert values == [b"0", b"1", b"2"]
+        pull.close()
+        sub.close()
+
+
+def test_a_new_stream_opens_past_a_dead_first_seed(cluster: LocalCluster, unique_name: str) -> None:
+    """The client's publishing streams open on the next live broker at once,
+    also when the dead first seed leads nothing."""
+    stream, first = _stream_led(cluster, unique_name, by_first=False)
+    with liftbridge.Client(cluster.addresses) as client:
+        client.publish(stream, b"before", ack_policy=ALL, timeout=5)
+        _sigkill(first)
+        # A thread each: each publish opens a stream of its own after the kill.
+        outcomes: list[object] = []
+        for i in range(5):
+            with ThreadPoolExecutor(1) as fresh:
+                outcomes.append(fresh.submit(_try_publish, client, stream, b"%d" % i).result(15))
+        assert all(isinstance(o, liftbridge.Ack) for o in outcomes), outcomes
+
+
+def _try_publish(client: liftbridge.Client, stream: str, value: bytes) -> object:
+    try:
+        return client.publish(stream, value, timeout=5)
+    except liftbridge.LiftbridgeError as e:
+        return e
