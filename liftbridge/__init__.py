@@ -10,7 +10,7 @@ Example:
 """
 
 from liftbridge.__version__ import __version__
-from liftbridge._client import Client, ClientState
+from liftbridge._client import Client
 from liftbridge._consume._activity import (
     ACTIVITY_STREAM,
     ActivityEvent,
@@ -23,6 +23,7 @@ from liftbridge._consume._pull import PullConsumer
 from liftbridge._consume._pull_consume import ConsumeHandle
 from liftbridge._consume._pull_options import FromCursor, Stall, StallCallback
 from liftbridge._consume._subscription import Handler, StartPosition, StopPosition, Subscription
+from liftbridge._core._client_api import ClientState
 from liftbridge._core._display import Table, messages_table
 from liftbridge._core._envelope import new_message, unmarshal_ack, unmarshal_message
 from liftbridge._core._frames import messages_to_arrow, messages_to_pandas

@@ -35,9 +35,14 @@ class CallbackRunner:
         self._queue: queue.SimpleQueue[tuple[Callable[..., object], tuple[Any, ...]] | None] = (
             queue.SimpleQueue()
         )
-        self._lock = threading.Lock()  # guards _thread and _closed
+        self._lock = threading.Lock()  # guards _thread, _closed and _late_running
         self._thread: threading.Thread | None = None
         self._closed = False
+        # Callbacks handed over after close(), for a liftbridge-callbacks-late thread.
+        self._late: queue.SimpleQueue[tuple[Callable[..., object], tuple[Any, ...]]] = (
+            queue.SimpleQueue()
+        )
+        self._late_running = False
         runner = self
 
         class _CallbackFuture(Future[Any]):
@@ -86,13 +91,21 @@ class CallbackRunner:
     def submit(self, fn: Callable[..., object], *args: Any) -> None:
         """Queues ``fn(*args)`` for the callbacks thread (started on first use).
 
-        After :meth:`close` the callback runs on the calling thread instead, so
-        an outcome delivered while closing still reaches its handler.
+        After :meth:`close` it goes to a ``liftbridge-callbacks-late`` thread
+        instead, started when one is needed and ended as soon as it has
+        nothing left to run: an outcome delivered while closing still reaches
+        its handler, and user code never runs on the SDK thread that
+        delivered it.
         """
         if self._thread is None or self._closed:
             with self._lock:
                 if self._closed:
-                    _run(fn, args)
+                    self._late.put((fn, args))
+                    if not self._late_running:
+                        self._late_running = True
+                        threading.Thread(
+                            target=self._run_late, name=f"{_THREAD_NAME}-late", daemon=True
+                        ).start()
                     return
                 if self._thread is None:
                     self._thread = threading.Thread(
@@ -100,6 +113,18 @@ class CallbackRunner:
                     )
                     self._thread.start()
         self._queue.put((fn, args))
+
+    def _run_late(self) -> None:
+        """Thread ``liftbridge-callbacks-late``: runs what was handed over
+        after :meth:`close`, then ends (a later one starts another)."""
+        while True:
+            with self._lock:
+                try:
+                    item = self._late.get_nowait()
+                except queue.Empty:
+                    self._late_running = False
+                    return
+            _run(*item)
 
     @property
     def on_callback_thread(self) -> bool:

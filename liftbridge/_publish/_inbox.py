@@ -6,24 +6,27 @@ stream with the stream's own (it reads the acks from there), so an
 Publish RPC keeps it: the server publishes the ack envelope to that NATS
 subject, listens there itself, and returns the ack in the response.
 
-``publish_async`` with an ack inbox makes the call on a short-lived thread of
-its own (``liftbridge-inbox-publish``), which resolves the Future and hands
-the ack handler to the client's ``liftbridge-callbacks`` thread, like every
-other publish; the thread ends when the call does, within the publish's
-timeout (sooner when the client closes).
+``publish_async`` with an ack inbox makes the call on a bounded pool of
+threads (:class:`InboxPool`, ``liftbridge-inbox-publish_N``, started on first
+use), which resolves the Future and hands the ack handler to the client's
+``liftbridge-callbacks`` thread, like every other publish. At most
+``max_inflight`` such publishes are under way at once: past that the caller
+waits for a slot (within the publish's timeout), as on the shared stream.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._messages import Ack, ack_from_proto
 from liftbridge._errors import (
     AckTimeoutError,
+    ClientClosedError,
     DeadlineExceededError,
     LiftbridgeError,
     UnavailableError,
@@ -62,28 +65,90 @@ def publish(invoke: Invoke, request: api_pb2.PublishRequest, wait: float) -> Ack
     return ack
 
 
-def publish_async(
-    invoke: Invoke,
-    request: api_pb2.PublishRequest,
-    wait: float,
-    handler: AckHandler | None,
-    callbacks: CallbackRunner,
-) -> Future[Ack | None]:
-    """Starts :func:`publish` on a thread of its own; see the module docstring."""
-    future: Future[Ack | None] = callbacks.future()
+WORKERS = 8
+"""Threads of an :class:`InboxPool` at most: each waits on one unary call."""
 
-    def run() -> None:
+
+class InboxPool:
+    """The ``publish_async`` calls that name an ack inbox, on a bounded pool
+    inside a window of ``max_inflight`` calls. Thread-safe.
+
+    Args:
+        invoke: makes one unary Publish call.
+        callbacks: the client's callbacks runner (Futures, ack handlers).
+        max_inflight: calls under way (queued or running) at most.
+    """
+
+    def __init__(self, invoke: Invoke, callbacks: CallbackRunner, *, max_inflight: int) -> None:
+        self._invoke = invoke
+        self._callbacks = callbacks
+        self._window = threading.BoundedSemaphore(max_inflight)
+        self._lock = threading.Lock()  # guards _executor and _closed
+        self._executor: ThreadPoolExecutor | None = None
+        self._closed = False
+
+    def publish_async(
+        self, request: api_pb2.PublishRequest, wait: float, handler: AckHandler | None
+    ) -> Future[Ack | None]:
+        """Queues :func:`publish` on the pool; its Future resolves within
+        ``wait`` seconds (plus the pool's queueing while it is busy).
+
+        Raises:
+            ClientClosedError: the pool is closed (the publish was not sent).
+        """
+        future: Future[Ack | None] = self._callbacks.future()
+        started = time.monotonic()
+        if not self._window.acquire(timeout=wait):
+            self._callbacks.settle(
+                future,
+                handler,
+                None,
+                DeadlineExceededError(
+                    f"the publish to {request.stream!r} was not sent: max_inflight inbox "
+                    f"publishes awaited acks for its whole timeout ({wait:g}s)"
+                ),
+            )
+            return future
+        with self._lock:
+            if self._closed:
+                self._window.release()
+                raise ClientClosedError("the client is closed; the publish was not sent")
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    WORKERS, thread_name_prefix="liftbridge-inbox-publish"
+                )
+            left = max(0.0, wait - (time.monotonic() - started))
+            self._executor.submit(self._run, request, left, handler, future)
+        return future
+
+    def _run(
+        self,
+        request: api_pb2.PublishRequest,
+        wait: float,
+        handler: AckHandler | None,
+        future: Future[Ack | None],
+    ) -> None:
         ack: Ack | None = None
         error: LiftbridgeError | None = None
         try:
-            ack = publish(invoke, request, wait)
+            ack = publish(self._invoke, request, wait)
         except LiftbridgeError as e:
             error = e
         except Exception as e:  # e.g. grpc's ValueError for a channel closed meanwhile
             _log.debug("publish %s failed", request.correlationId, exc_info=True)
             error = UnavailableError(f"the publish failed: {e!r}")
             error.__cause__ = e
-        callbacks.settle(future, handler if request.ackPolicy != api_pb2.NONE else None, ack, error)
+        finally:
+            self._window.release()
+        notify = handler if request.ackPolicy != api_pb2.NONE else None
+        self._callbacks.settle(future, notify, ack, error)
 
-    threading.Thread(target=run, name="liftbridge-inbox-publish", daemon=True).start()
-    return future
+    def close(self) -> None:
+        """Takes no more publishes; those queued still run (the client's
+        connections are closed by then, so they fail at once) and the pool's
+        threads end after them. Idempotent; does not wait."""
+        with self._lock:
+            self._closed = True
+            executor = self._executor
+        if executor is not None:
+            executor.shutdown(wait=False)

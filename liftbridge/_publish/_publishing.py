@@ -85,6 +85,7 @@ class Publishing:
         callbacks: the client's ``liftbridge-callbacks`` runner.
         ack_wait: default seconds a publish waits for its ack.
         max_message_size: the server's limit on one message, in bytes.
+        max_inflight: ack-inbox publishes under way at most.
     """
 
     def __init__(
@@ -96,8 +97,10 @@ class Publishing:
         *,
         ack_wait: float,
         max_message_size: int,
+        max_inflight: int = 1024,
     ) -> None:
         self._router = router
+        self._inbox = _inbox.InboxPool(self._invoke_publish, callbacks, max_inflight=max_inflight)
         self._publisher = publisher
         self._lanes = lanes
         self._callbacks = callbacks
@@ -206,11 +209,13 @@ class Publishing:
         ``future`` is False."""
         if request.ackInbox:
             wait = self._ack_wait if timeout is None else timeout
-            outcome = _inbox.publish_async(
-                self._invoke_publish, request, wait, ack_handler, self._callbacks
-            )
+            outcome = self._inbox.publish_async(request, wait, ack_handler)
             return outcome if future else None
         return self._publisher.submit(request, ack_handler, timeout, future=future)
+
+    def close(self) -> None:
+        """Takes no more ack-inbox publishes (see :class:`_inbox.InboxPool`)."""
+        self._inbox.close()
 
     def publish(self, request: api_pb2.PublishRequest, timeout: float | None) -> Ack | None:
         """Sends a checked request and waits for its outcome.

@@ -95,6 +95,23 @@ def test_publish_async_also_sends_the_ack_to_the_inbox(
     assert liftbridge.unmarshal_ack(inbox.next_payload()) == ack
 
 
+def test_many_inbox_publishes_share_a_bounded_pool(
+    client: liftbridge.Client, stream: str, inbox_subject: str
+) -> None:
+    """200 at once: every one acked, on at most WORKERS threads (it was one
+    thread per publish, uncapped)."""
+    from liftbridge._publish._inbox import WORKERS
+
+    futures = [client.publish_async(stream, b"%d" % i, ack_inbox=inbox_subject) for i in range(200)]
+    threads = {t.name for t in threading.enumerate() if t.name.startswith("liftbridge-inbox")}
+    acks = [f.result(timeout=DEADLINE) for f in futures]
+    assert all(a is not None for a in acks)
+    # (Not their offsets: with many publishes sharing one inbox, the v1.9.0
+    # server answers each with the first ack it reads there.)
+    assert client.fetch_partition_metadata(stream).newest_offset == 199
+    assert 1 <= len(threads) <= WORKERS
+
+
 def test_publish_with_an_inbox_raises_the_servers_refusal(
     client: liftbridge.Client, unique_name: str, inbox_subject: str
 ) -> None:

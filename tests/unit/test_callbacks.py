@@ -44,3 +44,28 @@ def test_done_callbacks_run_on_the_callbacks_thread() -> None:
         assert isinstance(future.exception(0), ValueError)
     finally:
         runner.close(time.monotonic() + 5)
+
+
+def test_after_close_callbacks_run_on_a_late_thread_that_ends() -> None:
+    runner = CallbackRunner()
+    runner.close(time.monotonic() + 5)
+    ran_on: list[str] = []
+    done = threading.Event()
+    release = threading.Event()
+
+    def blocking(value: int) -> None:
+        ran_on.append(threading.current_thread().name)
+        release.wait(5)
+        if value == 2:
+            done.set()
+
+    runner.submit(blocking, 1)  # blocks its thread, never the submitting one
+    runner.submit(blocking, 2)
+    assert threading.current_thread().name not in ran_on
+    release.set()
+    assert done.wait(5)
+    assert ran_on == ["liftbridge-callbacks-late"] * 2
+    deadline = time.monotonic() + 5
+    while any(t.name == "liftbridge-callbacks-late" for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the late thread did not end"
+        time.sleep(0.01)

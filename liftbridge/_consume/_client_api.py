@@ -1,0 +1,334 @@
+"""The Client's read methods: subscriptions, cursors, pull consumers and
+direct reads (owned by ``_subscription``, ``_cursors``, ``_pull`` and
+``_direct``; these are thin delegations)."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+
+from liftbridge._consume import _direct
+from liftbridge._consume._cursors import Cursors
+from liftbridge._consume._direct import Batch
+from liftbridge._consume._pull import PullConsumer
+from liftbridge._consume._pull_options import PullStart, StallCallback
+from liftbridge._consume._subscription import (
+    Handler,
+    Start,
+    StartPosition,
+    Stop,
+    StopPosition,
+    Subscription,
+    _Request,
+    start_subscription,
+    subscribe_request,
+)
+from liftbridge._core import _validate as check
+from liftbridge._core._client_api import AdminMethods
+from liftbridge._core._messages import Message
+from liftbridge._errors import ArgumentTypeError, InvalidArgumentError
+from liftbridge_api import api_pb2
+
+
+class ReadMethods(AdminMethods):
+    """``subscribe``, ``set_cursor``/``fetch_cursor``, ``pull`` and ``get*``; they
+    stand on the metadata operations (a pull consumer reads them)."""
+
+    _cursors: Cursors
+    _resubscribe_wait: float
+    _subscriptions: weakref.WeakSet[Subscription]
+    _pulls: weakref.WeakSet[PullConsumer]
+
+    def subscribe(
+        self,
+        stream: str,
+        handler: Handler | None = None,
+        *,
+        partition: int = 0,
+        start: Start = StartPosition.NEW_ONLY,
+        stop: Stop | None = None,
+        read_isr_replica: bool = False,
+        resume: bool = False,
+    ) -> Subscription:
+        """Subscribes to one partition of a stream.
+
+        The subscription runs on its own thread (``liftbridge-sub-<stream>-<partition>``).
+        After a broker failure it re-subscribes from the last delivered offset
+        + 1 within ``resubscribe_wait``, so failover neither skips nor repeats.
+
+        Args:
+            stream: the stream.
+            handler: ``handler(message, error)``. Called for each message, in
+                offset order, on the subscription's thread; it must not block
+                for long (it holds up the partition). Called once with
+                ``(None, error)`` when the subscription fails; not called at a
+                normal end (stop position, close). If it raises, the
+                subscription stops (see :class:`Subscription`). None: iterate
+                the returned subscription instead.
+            partition: the partition, default 0.
+            start: StartPosition.NEW_ONLY (default), EARLIEST or LATEST; an int
+                offset; a timezone-aware datetime; or a timedelta before now.
+            stop: None (run until closed), StopPosition.LATEST, an int offset
+                (inclusive) or a datetime.
+            read_isr_replica: read from a random in-sync replica instead of the leader.
+            resume: resume the partition if it is paused.
+
+        Returns:
+            The running :class:`Subscription`.
+
+        Raises:
+            NoSuchPartitionError: the stream or partition does not exist.
+            PartitionPausedError: the partition is paused and ``resume`` is False.
+            InvalidArgumentError: bad positions.
+        """
+        self._check_open()
+        check.stream_name(stream)
+        check.partition(partition)
+        if handler is not None and not callable(handler):
+            raise ArgumentTypeError("handler must be callable or None")
+        for name, flag in (("read_isr_replica", read_isr_replica), ("resume", resume)):
+            if not isinstance(flag, bool):
+                raise ArgumentTypeError(f"{name} must be a bool")
+        request = subscribe_request(stream, partition, start, stop, read_isr_replica, resume)
+        if start in (StartPosition.NEW_ONLY, StartPosition.LATEST):
+            # Pin "new only" / "latest" to an offset now, so that a resubscribe
+            # after a failover before the first message resumes exactly there
+            # instead of at the new leader's "new only", which would skip what
+            # was published meanwhile.
+            newest = self.fetch_partition_metadata(stream, partition).newest_offset
+            offset = newest + 1 if start is StartPosition.NEW_ONLY else max(newest, 0)
+            if request.stopPosition == api_pb2.STOP_OFFSET and request.stopOffset < offset:
+                raise InvalidArgumentError(
+                    f"stop offset {request.stopOffset} is before the start position "
+                    f"(offset {offset} now)"
+                )
+            request.startPosition = api_pb2.OFFSET
+            request.startOffset = offset
+        subscription = start_subscription(
+            self._router,
+            _Request(stream, partition, request),
+            handler,
+            resubscribe_wait=self._resubscribe_wait,
+            open_timeout=self._router.rpc_timeout,
+        )
+        return self._keep(self._subscriptions, subscription, "subscribing")
+
+    def set_cursor(
+        self,
+        cursor_id: str,
+        stream: str,
+        partition: int,
+        offset: int,
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Durably stores a cursor: the offset of the last message processed.
+
+        Resume at ``fetch_cursor(...) + 1``. Routed to the leader of the cursor's
+        ``__cursors`` partition (same key and hash as the Go client), retried
+        when leadership moves.
+
+        Args:
+            cursor_id: the cursor's name.
+            stream: the stream it tracks.
+            partition: the partition it tracks.
+            offset: the last offset processed (-1: nothing yet).
+            timeout: seconds for the whole call, retries included; ``None`` for
+                the retry policy's ``total_timeout``.
+        """
+        check.identifier(cursor_id, arg="cursor_id")
+        check.stream_name(stream)
+        check.partition(partition)
+        check.int64(offset, arg="offset", minimum=-1)
+        self._cursors.set(cursor_id, stream, partition, offset, self._deadline_of(timeout))
+
+    def fetch_cursor(
+        self, cursor_id: str, stream: str, partition: int, *, timeout: float | None = None
+    ) -> int | None:
+        """Fetches a cursor's offset: the last offset processed, so resume at
+        the returned value + 1. None when no cursor is stored."""
+        check.identifier(cursor_id, arg="cursor_id")
+        check.stream_name(stream)
+        check.partition(partition)
+        return self._cursors.fetch(cursor_id, stream, partition, self._deadline_of(timeout))
+
+    def pull(
+        self,
+        stream: str,
+        *,
+        partitions: Sequence[int] | None = None,
+        start: PullStart = StartPosition.NEW_ONLY,
+        stop: StopPosition | int | None = None,
+        read_replica: bool = False,
+        max_buffered_messages: int | None = None,
+        max_buffered_bytes: int | None = None,
+        refill_threshold: int | None = None,
+        stall_timeout: float | None = 30.0,
+        on_stall: StallCallback | None = None,
+    ) -> PullConsumer:
+        """A pull consumer over one stream: take messages when you want them
+        (``fetch``, ``next``, iteration) or feed a handler (``consume``).
+
+        Args:
+            stream: the stream.
+            partitions: the partitions to read; None for all of them. Order:
+                offset order within a partition, arrival order across them.
+            start: as in :meth:`subscribe` (default NEW_ONLY), or
+                ``FromCursor(cursor_id)`` to resume after a committed position.
+            stop: None (run until closed), StopPosition.LATEST (the newest
+                offset of each partition now) or an int offset (inclusive,
+                every partition).
+            read_replica: read from random in-sync replicas instead of the
+                leaders (no read-after-write guarantee).
+            max_buffered_messages: bound of the pre-fetch buffer in messages
+                (default 512); give this or ``max_buffered_bytes``, not both.
+            max_buffered_bytes: bound of the buffer in bytes of values and keys.
+            refill_threshold: reading from the server resumes once a full
+                buffer has fallen to this level (same unit as the bound;
+                default half the bound; 0 means empty).
+            stall_timeout: seconds without a message, while the partition's
+                high watermark says there is one, before the partition is
+                resubscribed from its leader; None turns the check off.
+            on_stall: ``on_stall(stall)`` with a :class:`Stall` after each
+                such resubscribe; runs on ``liftbridge-pull-<stream>-calls``
+                and should return quickly.
+
+        Raises:
+            NoSuchPartitionError: the stream or a partition does not exist.
+            InvalidArgumentError: a bad option.
+        """
+        self._check_open()
+        consumer = PullConsumer(
+            self,
+            stream,
+            partitions=partitions,
+            start=start,
+            stop=stop,
+            read_replica=read_replica,
+            max_buffered_messages=max_buffered_messages,
+            max_buffered_bytes=max_buffered_bytes,
+            refill_threshold=refill_threshold,
+            stall_timeout=stall_timeout,
+            on_stall=on_stall,
+        )
+        return self._keep(self._pulls, consumer, "the pull consumer started")
+
+    def get(
+        self,
+        stream: str,
+        offset: int,
+        *,
+        partition: int = 0,
+        read_replica: bool = False,
+        timeout: float | None = None,
+    ) -> Message:
+        """Reads one message by offset.
+
+        Args:
+            stream: the stream.
+            offset: the message's offset.
+            partition: the partition, default 0.
+            read_replica: read from a random in-sync replica instead of the
+                leader (spreads load; no read-after-write guarantee: a
+                follower may not have the newest messages yet).
+            timeout: seconds for the whole call; None for the retry policy's
+                ``total_timeout``.
+
+        Returns:
+            The message.
+
+        Raises:
+            OffsetNotFoundError: the offset was removed by retention or
+                compaction, or is beyond the newest offset.
+            NotLeaderError: the partition has no leader.
+            DeadlineExceededError: the read did not finish within ``timeout``.
+            NoSuchPartitionError: the stream or partition does not exist.
+        """
+        return _direct.get(
+            self._router,
+            self._admin,
+            stream,
+            offset,
+            partition=partition,
+            read_replica=read_replica,
+            deadline=self._deadline_of(timeout),
+        )
+
+    def get_batch(
+        self,
+        stream: str,
+        start: int,
+        *,
+        partition: int = 0,
+        max_messages: int | None = None,
+        max_bytes: int | None = None,
+        read_replica: bool = False,
+        timeout: float | None = None,
+    ) -> Batch:
+        """Reads a page of a partition from offset ``start``: up to
+        ``max_messages`` messages (default 100) or up to ``max_bytes`` bytes
+        of values and keys (at least one message), never past the high
+        watermark. Offsets removed by compaction are skipped.
+
+        Page through a partition with ``start = batch.last_offset + 1``
+        while ``batch.pending``. ``read_replica`` and ``timeout`` as in
+        :meth:`get`.
+
+        Raises:
+            InvalidArgumentError: both limits given, or a bad value.
+            NotLeaderError, DeadlineExceededError, NoSuchPartitionError: as in :meth:`get`.
+        """
+        return _direct.get_batch(
+            self._router,
+            self._admin,
+            stream,
+            start,
+            partition=partition,
+            max_messages=max_messages,
+            max_bytes=max_bytes,
+            read_replica=read_replica,
+            deadline=self._deadline_of(timeout),
+        )
+
+    def get_last_by_key(
+        self,
+        stream: str,
+        *,
+        keys: Iterable[bytes | str] | None = None,
+        prefix: bytes | str | None = None,
+        up_to_offset: int | Mapping[int, int] | None = None,
+        up_to_time: datetime | None = None,
+        read_replica: bool = False,
+        timeout: float | None = None,
+    ) -> dict[bytes, Message]:
+        """The latest message per key as of a point, across the stream's
+        partitions: a point-in-time, multi-key read for keyed (typically
+        compacted) streams. Reads each partition involved from its oldest
+        offset, so it suits compacted streams rather than long logs.
+
+        Args:
+            stream: the stream.
+            keys: only these keys; their partitions are found with the Go
+                client's key partitioner (:class:`PartitionByKey`) and only
+                those are read. None: every key.
+            prefix: only keys starting with it (not with ``keys``).
+            up_to_offset: ignore messages after this offset: one int for every
+                partition, or a mapping of partition to offset.
+            up_to_time: ignore messages received after this timezone-aware time.
+            read_replica, timeout: as in :meth:`get` (one deadline for all partitions).
+
+        Returns:
+            Key to its latest :class:`Message`; keys without a message are absent.
+        """
+        return _direct.get_last_by_key(
+            self._router,
+            self._admin,
+            stream,
+            keys=keys,
+            prefix=prefix,
+            up_to_offset=up_to_offset,
+            up_to_time=up_to_time,
+            read_replica=read_replica,
+            deadline=self._deadline_of(timeout),
+        )

@@ -1,0 +1,252 @@
+"""The Client's publish methods: their signatures and documentation.
+
+The work is done by :class:`~liftbridge._publish._publishing.Publishing`
+(which path a publish takes) over the publisher and the lanes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import Future
+from typing import Literal, overload
+
+from liftbridge._core._client_api import ClientBase
+from liftbridge._core._messages import Ack, AckPolicy
+from liftbridge._core._partitioner import Partitioner
+from liftbridge._core._validate import BytesLike
+from liftbridge._errors import ArgumentTypeError
+from liftbridge._publish._publisher import AckHandler
+from liftbridge._publish._publishing import Publishing, check_future
+
+
+class PublishMethods(ClientBase):
+    """``publish``, ``publish_async`` and ``publish_to_subject``."""
+
+    _publishing: Publishing
+
+    @overload
+    def publish_async(
+        self,
+        stream: str,
+        value: BytesLike,
+        ack_handler: AckHandler | None = None,
+        *,
+        key: BytesLike | None = None,
+        headers: Mapping[str, BytesLike] | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        ack_inbox: str | None = None,
+        timeout: float | None = None,
+        future: Literal[True] = True,
+    ) -> Future[Ack | None]: ...
+
+    @overload
+    def publish_async(
+        self,
+        stream: str,
+        value: BytesLike,
+        ack_handler: AckHandler | None = None,
+        *,
+        key: BytesLike | None = None,
+        headers: Mapping[str, BytesLike] | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        ack_inbox: str | None = None,
+        timeout: float | None = None,
+        future: Literal[False],
+    ) -> None: ...
+
+    def publish_async(
+        self,
+        stream: str,
+        value: BytesLike,
+        ack_handler: AckHandler | None = None,
+        *,
+        key: BytesLike | None = None,
+        headers: Mapping[str, BytesLike] | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        ack_inbox: str | None = None,
+        timeout: float | None = None,
+        future: bool = True,
+    ) -> Future[Ack | None] | None:
+        """Publishes a message on the client's PublishAsync stream without waiting.
+
+        The partition is ``partition`` when given, else the ``partitioner``'s
+        choice, else the key's partition (:class:`PartitionByKey`, the Go
+        client's formula) when there is a key, else 0. Blocks only when
+        ``max_inflight`` publishes await acks, until an eighth of that window
+        has freed up (or, at ``timeout``, any slot has). The SDK never re-sends a publish: on
+        :class:`AckTimeoutError` or :class:`ConnectionLostError` the message
+        may or may not be stored, so retry only if duplicates are acceptable
+        (or use ``expected_offset``).
+
+        Args:
+            stream: the stream.
+            value: the payload.
+            ack_handler: ``handler(ack, error)``, called once with the outcome
+                (not for AckPolicy.NONE). It runs on the client's
+                ``liftbridge-callbacks`` thread, one handler at a time, as do
+                the done-callbacks of the returned Future; it should not
+                block for long (later callbacks wait for it); exceptions it
+                raises are logged. It may publish.
+            key: message key (compaction; alone, it also picks the partition).
+            headers: header name to bytes.
+            partition: explicit partition; wins over ``partitioner``.
+            partitioner: e.g. :class:`PartitionByKey`.
+            ack_policy: LEADER (default), ALL, or NONE.
+            expected_offset: optimistic concurrency: the offset the message must
+                get, else :class:`IncorrectOffsetError`. None: no check.
+            correlation_id: id matching the ack; generated when None.
+            ack_inbox: a NATS subject (no wildcards) the server also publishes
+                the ack to, as an envelope (:func:`unmarshal_ack` decodes it).
+                Such a publish goes by the unary Publish RPC, one at a time
+                (the server ignores ack inboxes on PublishAsync streams); for
+                ``publish_async`` on a ``liftbridge-inbox-publish`` thread of
+                its own.
+            timeout: seconds to wait for the ack; None for ``ack_wait``.
+            future: False to get no Future: the outcome then goes to
+                ``ack_handler`` alone (required unless AckPolicy.NONE). A
+                Future is a dozen objects for Python's garbage collector; with
+                a window of publishes in flight, its collections cost about as
+                much client CPU as the rest of a pipelined publish.
+
+        Returns:
+            A Future of the :class:`Ack` (None for AckPolicy.NONE, once sent);
+            None with ``future=False``.
+
+        Raises:
+            InvalidArgumentError, ArgumentTypeError: bad input (nothing sent).
+            MessageTooLargeError: larger than ``max_message_size`` (nothing sent).
+            NoSuchStreamError: a partitioner needs metadata of a missing stream.
+            PublishWindowFullError: the in-flight window stayed full.
+            ClientClosedError: the client is closed.
+        """
+        if ack_handler is not None and not callable(ack_handler):
+            raise ArgumentTypeError("ack_handler must be callable or None")
+        check_future(future, ack_handler, ack_policy)
+        self._check_open()
+        request = self._publishing.request(
+            stream,
+            value,
+            key,
+            headers,
+            partition,
+            partitioner,
+            ack_policy,
+            expected_offset,
+            correlation_id,
+            timeout,
+            ack_inbox,
+        )
+        return self._publishing.publish_async(request, ack_handler, timeout, future)
+
+    def publish(
+        self,
+        stream: str,
+        value: BytesLike,
+        *,
+        key: BytesLike | None = None,
+        headers: Mapping[str, BytesLike] | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        ack_inbox: str | None = None,
+        timeout: float | None = None,
+    ) -> Ack | None:
+        """Publishes a message and waits for its ack (arguments as for
+        :meth:`publish_async`).
+
+        Each thread that calls this gets a PublishAsync stream of its own and
+        reads its ack itself, which saves a thread hop per publish (up to
+        32 threads per client; beyond that, and for AckPolicy.NONE, publishes
+        go through the client's shared stream). A stream found broken before
+        sending is replaced; the message was not sent on it.
+
+        Ordering: publishes from one thread through ``publish`` are stored in
+        the order they were made, and so are that thread's ``publish_async``
+        calls among themselves; a ``publish`` and a ``publish_async`` travel
+        on different streams, so between the two kinds only an awaited
+        outcome orders them (wait for the future before a ``publish`` that
+        must come after it).
+
+        Returns:
+            The :class:`Ack`, or None for AckPolicy.NONE (once sent).
+
+        Raises:
+            AckTimeoutError: no ack within the timeout (maybe stored).
+            ConnectionLostError: the stream broke after sending (maybe stored).
+            NoSuchPartitionError, ReadonlyPartitionError, IncorrectOffsetError,
+            MessageTooLargeError: the server refused the message.
+            InvalidArgumentError, ArgumentTypeError: bad input (nothing sent).
+            ClientClosedError: the client is closed.
+        """
+        self._check_open()
+        request = self._publishing.request(
+            stream,
+            value,
+            key,
+            headers,
+            partition,
+            partitioner,
+            ack_policy,
+            expected_offset,
+            correlation_id,
+            timeout,
+            ack_inbox,
+        )
+        return self._publishing.publish(request, timeout)
+
+    def publish_to_subject(
+        self,
+        subject: str,
+        value: BytesLike,
+        *,
+        key: BytesLike | None = None,
+        headers: Mapping[str, BytesLike] | None = None,
+        ack_inbox: str | None = None,
+        correlation_id: str | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        timeout: float | None = None,
+    ) -> Ack | None:
+        """Publishes a message to a NATS subject: every stream attached to it
+        stores it. Waits for the first ack. Not retried (it is not idempotent).
+
+        Args:
+            subject: a NATS subject without wildcards.
+            value: the payload.
+            key: message key.
+            headers: header name to bytes (carried, unlike the Go client).
+            ack_inbox: NATS subject the server also publishes the ack to.
+            correlation_id: id set on the ack.
+            ack_policy: LEADER (default), ALL, or NONE.
+            timeout: seconds to wait for the ack; None for ``ack_wait``.
+
+        Returns:
+            The first :class:`Ack`, or None for AckPolicy.NONE.
+
+        Raises:
+            AckTimeoutError: no ack within the timeout (maybe stored).
+        """
+        self._check_open()
+        return self._publishing.publish_to_subject(
+            subject,
+            value,
+            key=key,
+            headers=headers,
+            ack_inbox=ack_inbox,
+            correlation_id=correlation_id,
+            ack_policy=ack_policy,
+            timeout=timeout,
+        )
