@@ -184,11 +184,13 @@ class ReadMethods(AdminMethods):
                 (default 512); give this or ``max_buffered_bytes``, not both.
             max_buffered_bytes: bound of the buffer in bytes of values and keys.
             refill_threshold: reading from the server resumes once a full
-                buffer has fallen to this level (same unit as the bound;
-                default half the bound; 0 means empty).
+                buffer has fallen to this level (same unit as the bound, at
+                most the bound; default half the bound; 0 means empty; equal
+                to the bound: as soon as anything was handed out).
             stall_timeout: seconds without a message, while the partition's
-                high watermark says there is one, before the partition is
-                resubscribed from its leader; None turns the check off.
+                high watermark says there is one (or its leader does not
+                answer), before the partition is resubscribed from its
+                leader; None turns the check off.
             on_stall: ``on_stall(stall)`` with a :class:`Stall` after each
                 such resubscribe; runs on ``liftbridge-pull-<stream>-calls``
                 and should return quickly.

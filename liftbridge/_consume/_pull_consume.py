@@ -1,9 +1,10 @@
 """A running :meth:`PullConsumer.consume`: the ``liftbridge-pull-<stream>``
 thread that hands buffered messages to the user's handler, and its handle.
 
-The handle sees its consumer only through a :class:`Feed` (what the thread
-takes from the buffer and reports back), so the consumer's state stays in
-:mod:`liftbridge._consume._pull`.
+The thread takes chunks from the consumer's
+:class:`~liftbridge._consume._pull_buffer.PullBuffer` and settles each message
+as it hands it to the handler; the partition's position moves once the
+handler returned; the consumer itself is only closed through the callable it gives.
 """
 
 from __future__ import annotations
@@ -11,45 +12,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Protocol
 
+from liftbridge._consume._pull_buffer import Chunk, PullBuffer
 from liftbridge._core._messages import Message
 from liftbridge._errors import HandlerError
 
 _log = logging.getLogger(__name__)
 
 _JOIN_TIMEOUT = 5.0
-
-
-class Feed(Protocol):
-    """What a consume thread needs from its pull consumer. Thread-safe."""
-
-    @property
-    def stream(self) -> str:
-        """The stream read (names the thread)."""
-        ...
-
-    def next(self, discard: threading.Event) -> Message | BaseException | None:
-        """The next buffered message (waiting for one), the error that ends
-        consumption, or None when it is over (the buffer is dropped first
-        once ``discard`` is set)."""
-        ...
-
-    def handled(self, message: Message) -> None:
-        """The handler returned: the message counts as delivered."""
-        ...
-
-    def unhandled(self, message: Message) -> None:
-        """The handler raised: the message goes back to the buffer's front."""
-        ...
-
-    def ended(self) -> None:
-        """The consume thread is finishing: ``fetch`` and the rest work again."""
-        ...
-
-    def close(self, *, discard: bool) -> None:
-        """Closes the consumer (``discard``: drop what is buffered)."""
-        ...
 
 
 class ConsumeHandle:
@@ -62,18 +32,21 @@ class ConsumeHandle:
 
     def __init__(
         self,
-        feed: Feed,
+        buffer: PullBuffer,
+        stream: str,
+        close: Callable[[bool], None],
         handler: Callable[[Message], None],
         on_error: Callable[[BaseException], None] | None,
     ) -> None:
-        self._feed = feed
+        self._buffer = buffer
+        self._close = close  # closes the consumer; the argument: discard what is buffered
         self._handler = handler
         self._on_error = on_error
         self._discard = threading.Event()  # stop(): drop what is buffered
         self._error: BaseException | None = None
         self._done = threading.Event()
         self._thread = threading.Thread(
-            target=self._run, name=f"liftbridge-pull-{feed.stream}", daemon=True
+            target=self._run, name=f"liftbridge-pull-{stream}", daemon=True
         )
         self._thread.start()
 
@@ -93,14 +66,14 @@ class ConsumeHandle:
         consumer. The handler call in progress (if any) completes. Safe from
         the handler itself (then it does not wait)."""
         self._discard.set()
-        self._feed.close(discard=True)
+        self._close(True)
         self._join()
 
     def drain(self) -> None:
         """Stops reading from the server, lets the handler take every
         buffered message, then ends and closes the consumer. Waits for the
         handler thread (with a bound) unless called from the handler."""
-        self._feed.close(discard=False)
+        self._close(False)
         self._join()
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -122,33 +95,44 @@ class ConsumeHandle:
 
     def _run(self) -> None:
         """Thread ``liftbridge-pull-<stream>``: runs the user's handler."""
-        feed = self._feed
+        buffer = self._buffer
+        chunk: Chunk | None = None
         try:
             while True:
-                item = feed.next(self._discard)
-                if item is None:
-                    return
-                if isinstance(item, BaseException):
-                    self._fail(item)
-                    return
+                if chunk is None or not chunk.messages or self._discard.is_set():
+                    if chunk is not None:
+                        chunk.messages.clear()  # stop() dropped what was buffered
+                    item = buffer.next_chunk(linger=chunk is not None, stop=self._discard)
+                    if item is None:
+                        return
+                    if isinstance(item, BaseException):
+                        self._fail(item)
+                        return
+                    chunk = item
+                message = chunk.messages.popleft()
+                if not buffer.hand_out(chunk, message, move_position=False):
+                    continue  # stop() dropped the chunk
                 try:
-                    self._handler(item)
+                    self._handler(message)
                 except Exception as e:
                     _log.exception(
                         "pull handler raised on %s/%s offset %d; consumption stops",
-                        item.stream,
-                        item.partition,
-                        item.offset,
+                        message.stream,
+                        message.partition,
+                        message.offset,
                     )
-                    feed.unhandled(item)  # it stays next
-                    self._fail(HandlerError(item.offset, e))
+                    buffer.put_back(chunk, first=message)  # it stays next
+                    self._fail(HandlerError(message.offset, e))
                     return
-                feed.handled(item)
+                buffer.delivered(message)
         except BaseException as e:  # never die silently
             _log.exception("the pull handler thread failed")
             self._error = e
         finally:
-            feed.ended()
+            if chunk is not None:
+                buffer.put_back(chunk)  # e.g. a terminal error came first
+            with buffer.lock:
+                buffer.consuming = False
             self._done.set()
 
     def _fail(self, error: BaseException) -> None:

@@ -44,7 +44,9 @@ class Stall:
         stream: the stream.
         partition: the partition that stalled.
         last_offset: the last offset that arrived before it (None: none did).
-        high_watermark: the leader's high watermark seen.
+        high_watermark: the leader's high watermark seen; -1 when the
+            leader did not answer within half of ``stall_timeout`` (a frozen
+            leader answers nothing; the partition is resubscribed anyway).
         idle: seconds nothing had arrived.
         resumed_from: the offset it was resubscribed from (None: the start
             position), or None with ``error`` set when resubscribing failed

@@ -29,11 +29,11 @@ from liftbridge._errors import (
     ArgumentTypeError,
     ClientClosedError,
     InvalidArgumentError,
-    LiftbridgeError,
 )
-from liftbridge._groups._member import AssignmentCallback, GroupMember, MemberOptions
+from liftbridge._groups._member import GroupMember
+from liftbridge._groups._options import AssignmentCallback, MemberOptions
 from liftbridge._groups._pin import PinCallback, PinState
-from liftbridge._groups._pull import PullBuffer, next_message
+from liftbridge._groups._pull import PullBuffer, next_message, pull_errors
 from liftbridge._groups._values import (
     GROUP_CURSOR_PREFIX,
     AutoOffset,
@@ -42,6 +42,7 @@ from liftbridge._groups._values import (
     StreamPartition,
     group_cursor_id,
     new_consumer_id,
+    stream_list,
 )
 
 __all__ = ["AssignmentCallback", "AutoOffset", "Backlog", "Consumer", "StreamPartition"]
@@ -325,7 +326,7 @@ class Consumer:
                 still a member after ``join_timeout``).
             ClientClosedError: the consumer or the client was closed.
         """
-        names = _stream_list(streams)
+        names = stream_list(streams)
         if handler is not None and not callable(handler):
             raise ArgumentTypeError("handler must be callable or None")
         with self._lock:
@@ -349,7 +350,7 @@ class Consumer:
                 self._options,
                 self._consumer_id,
                 names,
-                handler or _pull_errors(pull),
+                handler or pull_errors(pull),
                 pull,
             )
             if self._options.overflow is None and not self._options.pinned:
@@ -588,26 +589,3 @@ class Consumer:
         if not member.alive:
             with self._lock:
                 self._state = _State.CLOSED
-
-
-def _stream_list(streams: str | Sequence[str]) -> tuple[str, ...]:
-    if isinstance(streams, (bytes, bytearray, memoryview)):
-        raise ArgumentTypeError(
-            f"streams must be a str or a list of str, got {type(streams).__name__}"
-        )
-    if isinstance(streams, str):
-        streams = [streams]
-    if not isinstance(streams, Sequence) or not streams:
-        raise InvalidArgumentError("streams must be a stream name or a non-empty list of them")
-    names = [check.stream_name(s, arg=f"streams[{i}]") for i, s in enumerate(streams)]
-    return tuple(dict.fromkeys(names))
-
-
-def _pull_errors(pull: PullBuffer | None) -> Handler:
-    """The handler of a pulling member: errors wait for the next fetch."""
-
-    def keep(message: Message | None, error: BaseException | None) -> None:
-        if pull is not None and isinstance(error, LiftbridgeError):
-            pull.fail(error)
-
-    return keep

@@ -12,12 +12,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 from liftbridge._consume._cursors import Cursors
 from liftbridge._consume._subscription import Handler
-from liftbridge._core._messages import Message
 from liftbridge._core._router import Router
 from liftbridge._errors import (
     ClientClosedError,
@@ -27,10 +25,11 @@ from liftbridge._errors import (
     Refusal,
 )
 from liftbridge._groups._commits import Commits
+from liftbridge._groups._delivery import Delivery
 from liftbridge._groups._heartbeat import JOIN_RETRY, Heartbeat
+from liftbridge._groups._options import MemberOptions
 from liftbridge._groups._partitions import Assigned, open_reading, plan_start, transient
 from liftbridge._groups._pin import (
-    PinCallback,
     PinElection,
     PinEvent,
     PinEvents,
@@ -40,7 +39,6 @@ from liftbridge._groups._pin import (
 from liftbridge._groups._pull import PullBuffer
 from liftbridge._groups._session import GroupSession
 from liftbridge._groups._values import (
-    AutoOffset,
     Backlog,
     OverflowRule,
     StreamPartition,
@@ -51,9 +49,6 @@ from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)
 
-AssignmentCallback = Callable[[tuple[StreamPartition, ...]], None]
-"""``callback(partitions)``: the partitions gained or lost, sorted."""
-
 OVERFLOW_CHECK = 1.0
 """Seconds between two backlog measurements of an overflow member."""
 _RETRY_SOON = 0.25
@@ -62,22 +57,6 @@ _HANDOVER_POLL = 0.05
 _HANDOVER_MARGIN = 0.5
 """Seconds the hand-over wait allows, beyond a heartbeat period, for the
 previous owner to stop reading and commit."""
-
-
-@dataclass(frozen=True)
-class MemberOptions:
-    """What a member was created with (see ``Client.create_consumer``)."""
-
-    group_id: str
-    auto_checkpoint: float | None
-    auto_offset: AutoOffset
-    on_assigned: AssignmentCallback | None
-    on_revoked: AssignmentCallback | None
-    overflow: OverflowRule | None
-    join_timeout: float
-    pinned: bool = False
-    pin_timeout: float | None = None
-    on_pin: PinCallback | None = None
 
 
 class GroupMember:
@@ -103,15 +82,14 @@ class GroupMember:
         self._group_id = options.group_id
         self._consumer_id = consumer_id
         self._streams = streams
-        self._handler = handler
         self._pull = pull
         self._session = GroupSession(router, cursors, options.group_id, streams)
-        self._lock = threading.Lock()  # guards _held, _release_done, Assigned.reported
+        self._lock = threading.Lock()  # guards _held, _release_done
         self._held: dict[StreamPartition, Assigned] = {}
         self._release_done: threading.Event | None = None
         self._stop = threading.Event()  # the group thread must end
         self._wake = threading.Event()  # something for the group thread to look at
-        self._in_handler = threading.local()
+        self._delivery = Delivery(options.group_id, handler, pull, self._wake, self._held_entry)
         self._abandon = False
         self._thread = threading.Thread(
             target=self._run, name=f"liftbridge-group-{options.group_id}", daemon=True
@@ -224,6 +202,10 @@ class GroupMember:
         with self._lock:
             return list(self._held.values())
 
+    def _held_entry(self, tp: StreamPartition) -> Assigned | None:
+        with self._lock:
+            return self._held.get(tp)
+
     @property
     def pin(self) -> PinState | None:
         """The pin state of a pinned member; None otherwise."""
@@ -254,7 +236,7 @@ class GroupMember:
         group thread could deadlock."""
         return (
             threading.current_thread() is self._thread
-            or getattr(self._in_handler, "depth", 0) > 0
+            or self._delivery.in_handler()
             or (self._events is not None and self._events.on_thread())
         )
 
@@ -357,7 +339,8 @@ class GroupMember:
         self._next_join = now + min(30.0, JOIN_RETRY * 2 ** (self._join_failures - 1))
         _log.warning("%s could not join group %s: %s", self._consumer_id, self._group_id, error)
         if refusal is Refusal.NO_STREAM and self._join_failures == 1:
-            self._notify(NoSuchStreamError(f"a stream of {list(self._streams)} does not exist"))
+            missing = NoSuchStreamError(f"a stream of {list(self._streams)} does not exist")
+            self._delivery.notify(missing)
 
     def _leave(self) -> None:
         """Drops every partition (stop, on_revoked, commit) and leaves the group."""
@@ -490,7 +473,7 @@ class GroupMember:
                         tp, handover_until=handover_until, pulled=self._pull is not None
                     )
             _log.info("%s assigned %s", self._consumer_id, [str(tp) for tp in gained])
-            self._callback("on_assigned", self._options.on_assigned, gained)
+            self._delivery.callback("on_assigned", self._options.on_assigned, gained)
 
     def _tend(self) -> None:
         """Starts reading the partitions held but not read: new ones, and
@@ -552,7 +535,7 @@ class GroupMember:
                 groupId=self._group_id, groupEpoch=epoch, consumerId=m.consumer_id
             )
             subscription = open_reading(
-                self._router, tp, plan.start, consumer, self._deliverer(entry), budget
+                self._router, tp, plan.start, consumer, self._delivery.deliverer(entry), budget
             )
         except LiftbridgeError as e:
             if classify(e) is Refusal.FENCED:
@@ -566,7 +549,7 @@ class GroupMember:
                 delay,
             )
             if not transient(e):
-                self._report(entry, e)
+                self._delivery.report(entry, e)
             return
         if plan.pin is not None:
             # The policy's start counts as handled: committed now (and, should
@@ -574,8 +557,7 @@ class GroupMember:
             # open, i.e. not fenced by a member with a newer epoch.
             entry.carried = plan.pin
         entry.started(subscription)
-        with self._lock:
-            entry.reported = False
+        self._delivery.reading(entry)
         _log.debug("%s reads %s from %s at epoch %d", self._consumer_id, tp, plan.start, epoch)
         if plan.pin is not None:
             self._commits.quietly(entry, final=False)
@@ -606,67 +588,6 @@ class GroupMember:
                 self._heart.keepalive()
         lost = tuple(entry.tp for entry in dropped)
         _log.info("%s revoked %s", self._consumer_id, [str(tp) for tp in lost])
-        self._callback("on_revoked", self._options.on_revoked, lost)
+        self._delivery.callback("on_revoked", self._options.on_revoked, lost)
         for entry in dropped:
             self._commits.quietly(entry, final=final)
-
-    # ------------------------------------------------- user code, safely --
-
-    def _deliverer(self, entry: Assigned) -> Handler:
-        handler, local, tp, pull = self._handler, self._in_handler, entry.tp, self._pull
-
-        def deliver(message: Message | None, error: BaseException | None) -> None:
-            if message is None:
-                self._reading_failed(tp, error)
-                return
-            entry.delivered = message.offset
-            if pull is not None:
-                pull.offer(entry, message)
-                return
-            entry.handling_since = time.monotonic()
-            local.depth = getattr(local, "depth", 0) + 1
-            try:
-                handler(message, None)
-            finally:
-                local.depth -= 1
-                entry.handling_since = None
-
-        return deliver
-
-    def _reading_failed(self, tp: StreamPartition, error: BaseException | None) -> None:
-        """On a partition's thread: its reading failed. The group thread starts
-        it again; the handler hears only of failures that need attention."""
-        self._wake.set()
-        if transient(error) or error is None:
-            _log.debug("reading %s failed: %s", tp, error)
-            return
-        with self._lock:
-            entry = self._held.get(tp)
-        if entry is not None:
-            self._report(entry, error)
-
-    def _report(self, entry: Assigned, error: BaseException) -> None:
-        with self._lock:
-            if entry.reported:
-                return
-            entry.reported = True
-        self._notify(error)
-
-    def _notify(self, error: BaseException) -> None:
-        try:
-            self._handler(None, error)
-        except Exception:
-            _log.exception("handler of group %s raised on an error", self._group_id)
-
-    def _callback(
-        self,
-        name: str,
-        callback: AssignmentCallback | None,
-        partitions: tuple[StreamPartition, ...],
-    ) -> None:
-        if callback is None:
-            return
-        try:
-            callback(partitions)
-        except Exception:
-            _log.exception("%s callback of group %s raised", name, self._group_id)

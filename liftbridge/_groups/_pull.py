@@ -24,6 +24,7 @@ import threading
 import time
 
 from liftbridge._consume._handoff import Empty, Handoff
+from liftbridge._consume._subscription import Handler
 from liftbridge._core._messages import Message
 from liftbridge._errors import ClientClosedError, DeadlineExceededError, LiftbridgeError
 from liftbridge._groups._partitions import Assigned
@@ -126,3 +127,13 @@ def next_message(buffer: PullBuffer, timeout: float) -> Message:
     if not batch:
         raise DeadlineExceededError(f"no message within {timeout:g}s")
     return batch[0]
+
+
+def pull_errors(pull: PullBuffer | None) -> Handler:
+    """The handler of a pulling member: errors wait for the next fetch."""
+
+    def keep(message: Message | None, error: BaseException | None) -> None:
+        if pull is not None and isinstance(error, LiftbridgeError):
+            pull.fail(error)
+
+    return keep

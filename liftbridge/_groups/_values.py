@@ -12,11 +12,11 @@ from __future__ import annotations
 import enum
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from liftbridge._core import _validate as check
-from liftbridge._errors import InvalidArgumentError, LiftbridgeError, Refusal
+from liftbridge._errors import ArgumentTypeError, InvalidArgumentError, LiftbridgeError, Refusal
 from liftbridge_api import api_pb2
 
 GROUP_CURSOR_PREFIX = "__group:"
@@ -254,3 +254,17 @@ class OverflowRule:
         if member:
             return any(high is not None and count > low for high, low, count in marks)
         return any(high is not None and count >= high for high, _, count in marks)
+
+
+def stream_list(streams: str | Sequence[str]) -> tuple[str, ...]:
+    """The streams a consumer subscribes to, checked, without repeats."""
+    if isinstance(streams, (bytes, bytearray, memoryview)):
+        raise ArgumentTypeError(
+            f"streams must be a str or a list of str, got {type(streams).__name__}"
+        )
+    if isinstance(streams, str):
+        streams = [streams]
+    if not isinstance(streams, Sequence) or not streams:
+        raise InvalidArgumentError("streams must be a stream name or a non-empty list of them")
+    names = [check.stream_name(s, arg=f"streams[{i}]") for i, s in enumerate(streams)]
+    return tuple(dict.fromkeys(names))

@@ -63,7 +63,7 @@ def test_bad_options_fail_before_any_rpc(client: liftbridge.Client, stream: str)
     with pytest.raises(liftbridge.InvalidArgumentError, match="not both"):
         client.pull(stream, max_buffered_messages=10, max_buffered_bytes=10)
     with pytest.raises(liftbridge.InvalidArgumentError, match="refill_threshold"):
-        client.pull(stream, max_buffered_messages=10, refill_threshold=10)
+        client.pull(stream, max_buffered_messages=10, refill_threshold=11)
     with pytest.raises(liftbridge.InvalidArgumentError, match="max_buffered_messages"):
         client.pull(stream, max_buffered_messages=0)
     with pytest.raises(liftbridge.InvalidArgumentError, match="stop"):
@@ -79,8 +79,27 @@ def test_bad_options_fail_before_any_rpc(client: liftbridge.Client, stream: str)
             consumer.fetch(1, max_bytes=1)
         with pytest.raises(liftbridge.InvalidArgumentError, match="max_messages"):
             consumer.fetch(0)
-    with pytest.raises(liftbridge.InvalidArgumentError, match="partition"):
+
+
+def test_a_partition_the_stream_lacks_is_no_such_partition(
+    client: liftbridge.Client, stream: str
+) -> None:
+    with pytest.raises(liftbridge.NoSuchPartitionError, match="no partition 3"):
         client.pull(stream, partitions=[3])
+
+
+def test_a_refill_threshold_equal_to_the_bound_refills_at_once(
+    client: liftbridge.Client, stream: str
+) -> None:
+    # Record 002: a threshold may be as high as its bound (not higher).
+    _publish(client, stream, 30)
+    with client.pull(
+        stream, start=EARLIEST, max_buffered_messages=10, refill_threshold=10
+    ) as consumer:
+        _until(lambda: consumer.buffered == 10, "the buffer did not fill")
+        assert consumer.next(timeout=5).offset == 0
+        _until(lambda: consumer.buffered == 10, "one taken did not refill one")
+        assert [m.offset for m in consumer.fetch(29, timeout=10)] == list(range(1, 30))
 
 
 def test_next_gives_one_message_or_a_typed_timeout(client: liftbridge.Client, stream: str) -> None:
@@ -204,6 +223,48 @@ def test_drain_delivers_what_is_buffered(client: liftbridge.Client, stream: str)
     assert handle.wait(5)
     assert seen == list(range(6))
     assert consumer.position() == {0: 5}
+
+
+@pytest.mark.parametrize("by_bytes", [False, True], ids=["messages", "bytes"])
+def test_drain_delivers_no_more_than_the_bound(
+    client: liftbridge.Client, stream: str, by_bytes: bool
+) -> None:
+    # A slow handler (so that the buffer is full and the handler thread takes
+    # whole chunks) holds offset 100 while the consumer reads ahead: what
+    # drain then still delivers (what was held) stays within the buffer's
+    # bound, messages taken into the handler thread's chunk included.
+    _publish(client, stream, 400, size=126)  # 128-130 bytes with the key
+    seen: list[liftbridge.Message] = []
+    gate = threading.Event()
+
+    def handler(message: liftbridge.Message) -> None:
+        seen.append(message)
+        if message.offset == 100:
+            gate.wait(10)
+        time.sleep(0.002)
+
+    if by_bytes:
+        consumer = client.pull(stream, start=EARLIEST, max_buffered_bytes=8192)
+    else:
+        consumer = client.pull(stream, start=EARLIEST, max_buffered_messages=50)
+    handle = consumer.consume(handler)
+    _until(lambda: len(seen) == 101, "the handler did not reach offset 100")
+    filled = -1
+    while consumer.buffered != filled:  # until reading ahead stopped
+        filled = consumer.buffered
+        time.sleep(0.3)
+    stopper = _in_background(handle.drain)
+    _until(lambda: consumer.closed, "drain did not close the consumer")
+    gate.set()
+    stopper.join(10)
+    assert handle.wait(5) and handle.error is None
+    after = seen[101:]
+    assert [m.offset for m in seen] == list(range(len(seen)))
+    assert after, "drain delivered nothing"
+    if by_bytes:
+        assert sum(len(m.value) + len(m.key or b"") for m in after) <= 8192
+    else:
+        assert len(after) <= 50
 
 
 def test_stop_discards_what_is_buffered(client: liftbridge.Client, stream: str) -> None:

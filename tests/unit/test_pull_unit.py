@@ -218,7 +218,7 @@ def test_byte_bound_lets_one_large_message_in_and_waits_for_the_threshold() -> N
 def test_bad_options_are_refused_before_any_call() -> None:
     source = FakeSource()
     with pytest.raises(liftbridge.InvalidArgumentError, match="refill_threshold"):
-        _consumer(source, max_buffered_messages=4, refill_threshold=4)
+        _consumer(source, max_buffered_messages=4, refill_threshold=5)
     with pytest.raises(liftbridge.ArgumentTypeError, match="FromCursor"):
         _consumer(source, start=liftbridge.FromCursor("c", otherwise="x"))  # type: ignore[arg-type]
     with pytest.raises(liftbridge.InvalidArgumentError, match="stall_timeout"):
