@@ -114,7 +114,11 @@ def test_a_retried_task_racing_a_foreign_writer_stores_each_row_once(
 
     def foreign() -> None:
         while not stop.wait(0.002):
-            client.publish(unique_name, b"foreign")
+            try:
+                client.publish(unique_name, b"foreign")
+            except liftbridge.LiftbridgeError as e:  # a slow machine: the ack timed out
+                failures.append(e)
+                return
 
     # The first attempt stored a third of the rows before it died.
     first = _router(server)
