@@ -237,6 +237,10 @@ class NatsStreamPublisher:
         self._acks_thread = threading.Thread(
             target=self._run_acks, name="liftbridge-nats-acks", daemon=True
         )
+        # Values up to _plain_limit bytes fit in max_payload with any correlation id
+        # (set before connecting: the I/O thread may hear of a new max_payload at once).
+        self._plain = PlainFrames(PLAIN_MESSAGE_HEADER, self._inbox_field)
+        self._max_payload = self._plain_limit = 0
         self._nats = NatsSocket(self._where, self._inbox, self._deliver, self._on_closed)
         try:
             self._nats.connect(
@@ -251,10 +255,7 @@ class NatsStreamPublisher:
         except BaseException:
             self._close_state()
             raise
-        self._max_payload = self._nats.max_payload
-        # Values up to _plain_limit bytes fit in max_payload with any correlation id.
-        self._plain = PlainFrames(PLAIN_MESSAGE_HEADER, self._inbox_field)
-        self._plain_limit = self._max_payload - self._plain.overhead
+        self._set_max_payload(self._nats.max_payload)
         self._acks_thread.start()
         logger.debug(
             "NATS stream publisher connected to %s, ack inbox %s", self._where, self._inbox
@@ -590,17 +591,17 @@ class NatsStreamPublisher:
         here, on the I/O thread (no user code: handlers and done-callbacks
         go to liftbridge-callbacks), sparing a thread hop per batch; the
         rest goes to the acks thread."""
-        if type(item) is list:
-            try:
+        try:
+            if type(item) is list:
                 self._window.settle_acks(item)
-            except Exception:  # never let the I/O thread die: futures would hang
-                logger.exception("settling acks on %s failed; continuing", self._inbox)
-        elif type(item) is int:  # AckPolicy.NONE frames written (or dropped)
-            self._window.release(item)
-        elif type(item) is MaxPayload:
-            self._set_max_payload(item.size)
-        else:
-            self._acks_inbox.put(item)
+            elif type(item) is int:  # AckPolicy.NONE frames written (or dropped)
+                self._window.release(item)
+            elif type(item) is MaxPayload:
+                self._set_max_payload(item.size)
+            else:
+                self._acks_inbox.put(item)
+        except Exception:  # never let the I/O thread die: futures would hang
+            logger.exception("handling %r on %s failed; continuing", type(item), self._inbox)
 
     def _set_max_payload(self, size: int) -> None:
         """Takes the NATS server's ``max_payload`` (a later INFO changed it);
