@@ -22,9 +22,8 @@ synchronous, thread-safe API. Five kinds of thread:
   the futures and frees window slots (the table of pending acks and the
   window are :class:`~liftbridge._publish._nats_window.AckWindow`), all without user
   code, which would stall the connection;
-- ``liftbridge-nats-acks`` (:mod:`liftbridge._publish._nats_acks`): fails
-  publishes NATS did not take, or all pending ones when NATS gives up or the
-  publisher closes;
+- ``liftbridge-nats-acks`` (:mod:`liftbridge._publish._nats_acks`): fails publishes NATS did
+  not take, or all pending ones when NATS gives up or the publisher closes;
 - ``liftbridge-ack-timer`` (:mod:`liftbridge._core._deadlines`), the client's one
   thread for every ack deadline: fails late publishes with
   :class:`AckTimeoutError` and frees their slots, and fails at once with
@@ -67,10 +66,12 @@ from liftbridge._errors import (
 )
 from liftbridge._publish._bytes import (
     PLAIN_MESSAGE_HEADER,
-    WIRE_POLICIES,
     PlainFrames,
     ack_inbox_field,
     envelope_frame,
+)
+from liftbridge._publish._bytes import (
+    WIRE_POLICIES as _WIRE_POLICIES,
 )
 from liftbridge._publish._nats_acks import AcksThread
 from liftbridge._publish._nats_subjects import Subjects
@@ -96,7 +97,6 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
-_WIRE_POLICIES = WIRE_POLICIES
 # AckPolicy.NONE, looked up once (an enum member's lookup on its class is slow).
 _NONE = AckPolicy.NONE
 
@@ -227,8 +227,11 @@ class NatsStreamPublisher:
         # Publishes awaiting a partition leader found down fail at once, on
         # the ack timer (the listener runs on liftbridge-broker-watch).
         self._router.on_broker_down(self._broker_down)
-        # Fails publishes NATS did not take, or all pending ones when NATS gives up or at close.
         self._acks = AcksThread(self._window, self._where, lambda: self._nats.drop_unsent())
+        # Values up to _plain_limit bytes fit in max_payload with any correlation id
+        # (set before connecting: the I/O thread may hear of a new max_payload at once).
+        self._plain = PlainFrames(PLAIN_MESSAGE_HEADER, self._inbox_field)
+        self._max_payload = self._plain_limit = 0
         self._nats = NatsSocket(self._where, self._inbox, self._deliver, self._on_closed)
         try:
             self._nats.connect(
@@ -243,10 +246,7 @@ class NatsStreamPublisher:
         except BaseException:
             self._close_state()
             raise
-        self._max_payload = self._nats.max_payload
-        # Values up to _plain_limit bytes fit in max_payload with any correlation id.
-        self._plain = PlainFrames(PLAIN_MESSAGE_HEADER, self._inbox_field)
-        self._plain_limit = self._max_payload - self._plain.overhead
+        self._set_max_payload(self._nats.max_payload)
         self._acks.start()
         logger.debug(
             "NATS stream publisher connected to %s, ack inbox %s", self._where, self._inbox
@@ -579,17 +579,17 @@ class NatsStreamPublisher:
         here, on the I/O thread (no user code: handlers and done-callbacks
         go to liftbridge-callbacks), sparing a thread hop per batch; the
         rest goes to the acks thread."""
-        if type(item) is list:
-            try:
+        try:
+            if type(item) is list:
                 self._window.settle_acks(item)
-            except Exception:  # never let the I/O thread die: futures would hang
-                logger.exception("settling acks on %s failed; continuing", self._inbox)
-        elif type(item) is int:  # AckPolicy.NONE frames written (or dropped)
-            self._window.release(item)
-        elif type(item) is MaxPayload:
-            self._set_max_payload(item.size)
-        else:
-            self._acks.put(item)
+            elif type(item) is int:  # AckPolicy.NONE frames written (or dropped)
+                self._window.release(item)
+            elif type(item) is MaxPayload:
+                self._set_max_payload(item.size)
+            else:
+                self._acks.put(item)
+        except Exception:  # never let the I/O thread die: futures would hang
+            logger.exception("handling %r on %s failed; continuing", type(item), self._inbox)
 
     def _set_max_payload(self, size: int) -> None:
         """Takes the NATS server's ``max_payload`` (a later INFO changed it);
