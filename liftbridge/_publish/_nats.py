@@ -88,7 +88,7 @@ def _import_pynats2() -> Any:
             import pynats2
     except ImportError as e:
         raise MissingDependencyError(
-            "publishing over NATS needs the pynats2 package: pip install 'liftbridge[nats]'"
+            "publishing over NATS needs the pynats2 package: pip install 'liftbridge[pynats2]'"
         ) from e
     return pynats2
 
