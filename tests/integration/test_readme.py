@@ -31,11 +31,9 @@ def readme_server() -> Iterator[LocalServer]:
 def test_only_blocks_that_need_spark_or_docker_are_left_out() -> None:
     found = readme_blocks.blocks()
     assert len(found) >= 9
-    left_out = sorted(b.not_run for b in found if b.not_run is not None)
-    assert left_out == [
-        "needs Docker",
-        "needs a SparkSession: the spark extra and Java",
-    ]
+    left_out = {b.not_run for b in found if b.not_run is not None}
+    assert left_out == {"needs Docker", "needs a SparkSession: the spark extra and Java"}
+    assert sum(b.not_run is None for b in found) >= 7
 
 
 def test_the_readme_runs_in_order_twice(readme_server: LocalServer, tmp_path: Path) -> None:
