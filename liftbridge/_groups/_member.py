@@ -306,6 +306,9 @@ class GroupMember:
                 with self._lock:
                     since = [e.handling_since for e in self._held.values()]
                 wakeups.extend(s + pin_timeout for s in since if s is not None)
+                last_pull = None if self._pull is None else self._pull.last_pull()
+                if last_pull is not None:
+                    wakeups.append(last_pull + pin_timeout)
         return max(0.01, min(wakeups) - now)
 
     def _finish(self) -> None:
@@ -382,24 +385,25 @@ class GroupMember:
         stuck past ``pin_timeout`` or an operator asked for it."""
         if pin.state.pinned:
             with self._lock:
-                stuck = [e.tp for e in self._held.values() if self._stuck(e)]
-            if stuck:
+                stuck = [str(e.tp) for e in self._held.values() if self._stuck(e)]
+            limit, pull = self._options.pin_timeout, self._pull
+            if stuck or (pull is not None and limit is not None and pull.idle_for(limit)):
                 _log.warning(
-                    "%s gives up the pin of group %s: the handler has not returned "
-                    "within pin_timeout (%gs) on %s",
+                    "%s gives up the pin of group %s: %s within pin_timeout (%gs)",
                     self._consumer_id,
                     self._group_id,
-                    self._options.pin_timeout,
-                    ", ".join(map(str, stuck)),
+                    f"the handler has not returned on {', '.join(stuck)}" if stuck else "no pull",
+                    limit,
                 )
                 self._give_up_pin(pin, UnpinReason.TIMEOUT)
                 return
         # A member that gave the pin up for a stuck handler waits for it to
         # return before it stands again.
         self._abandoned = [e for e in self._abandoned if e.handling_since is not None]
-        if pin.tend(self._consumer_id, may_join=not self._abandoned):
-            _log.info("%s gives up the pin of %s: unpinned", self._consumer_id, self._group_id)
-            self._give_up_pin(pin, UnpinReason.ADMIN)
+        reason = pin.tend(self._consumer_id, may_join=not self._abandoned)
+        if reason is not None:
+            _log.info("%s gives up the pin of %s: %s", self._consumer_id, self._group_id, reason)
+            self._give_up_pin(pin, reason)
             return
         want = pin.state.pinned
         if want != self._want_member:
