@@ -74,8 +74,9 @@ class GoDriver:
             f"-window={window}",
             f"-last-offset={last_offset}",
             f"-partition={partition}",
-            f"-rate={rate:g}",
         ]
+        if workload == "e2e":  # a flag older builds lack (the build folder is shared)
+            command.append(f"-rate={rate:g}")
         self._process = subprocess.Popen(
             command,
             stdin=subprocess.PIPE,

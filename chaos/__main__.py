@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from chaos import fuzz, fuzz_http2
+from chaos import fuzz, fuzz_http2, fuzz_nats
 from chaos.rows import FAST, ROWS, RowResult, run_row
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +38,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=1_000_000,
         help="HTTP/2 frame reader fuzz inputs, each fed whole and byte by byte (0: none)",
+    )
+    parser.add_argument(
+        "--fuzz-nats",
+        type=int,
+        default=1_000_000,
+        help="NATS frame parser fuzz inputs, each fed whole and byte by byte (0: none)",
     )
     parser.add_argument("--json", type=Path, default=RESULTS, help="where to write results")
     args = parser.parse_args(argv)
@@ -85,6 +91,17 @@ def main(argv: list[str] | None = None) -> int:
             "inputs_per_second": round(h2.per_second),
             "findings": h2.findings,
         }
+    if args.fuzz_nats:
+        print(f"-- fuzz the NATS frame parser: {args.fuzz_nats:,} inputs ...", flush=True)
+        nats = fuzz_nats.run(args.fuzz_nats)
+        fuzz_failed = fuzz_failed or bool(nats.findings)
+        report["fuzz_nats"] = {
+            "inputs": nats.inputs,
+            "refused": nats.refused,
+            "seconds": round(nats.seconds, 1),
+            "inputs_per_second": round(nats.per_second),
+            "findings": nats.findings,
+        }
     report["seconds"] = round(time.monotonic() - started, 1)
     print()
     print(table(results))
@@ -102,6 +119,14 @@ def main(argv: list[str] | None = None) -> int:
             f"fuzz HTTP/2: {h['inputs']:,} inputs in {h['seconds']} s "
             f"({h['inputs_per_second']:,}/s), each whole and byte by byte, "
             f"{h['ended']:,} ended the stream, {len(h['findings'])} finding(s)"
+        )
+    if args.fuzz_nats:
+        n = report["fuzz_nats"]
+        assert isinstance(n, dict)
+        print(
+            f"fuzz NATS: {n['inputs']:,} inputs in {n['seconds']} s "
+            f"({n['inputs_per_second']:,}/s), each whole and byte by byte, "
+            f"{n['refused']:,} refused (ProtocolError), {len(n['findings'])} finding(s)"
         )
     print(f"total {report['seconds']} s; JSON: {args.json}")
     args.json.parent.mkdir(parents=True, exist_ok=True)

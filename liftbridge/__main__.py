@@ -1,4 +1,4 @@
-"""``python -m liftbridge``: the same command line as the ``liftbridge`` script."""
+"""``python -m liftbridge``: the same command line as the ``liftbridge-cli`` script."""
 
 from liftbridge.cli import main
 

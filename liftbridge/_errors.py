@@ -125,6 +125,14 @@ class UnavailableError(LiftbridgeError, ConnectionError):
     retriable = True
 
 
+class ProtocolError(UnavailableError):
+    """A server sent what its protocol does not allow (a NATS frame with a
+    negative or oversized length, a malformed ``INFO``, bytes that are no
+    frame at all). The SDK dropped that connection; a connection being
+    made fails with this error, one in use is made again.
+    """
+
+
 class StreamRefusedError(UnavailableError):
     """The broker refused the stream before processing anything sent on it
     (HTTP/2 REFUSED_STREAM, or a GOAWAY naming a lower last stream: RFC 9113

@@ -70,14 +70,16 @@ from liftbridge._errors import (
     MessageTooLargeError,
     NoSuchPartitionError,
     NoSuchStreamError,
+    PermissionDeniedError,
     UnavailableError,
 )
 from liftbridge._publish._bytes import PlainFrames, ack_inbox_field, message_bytes
 from liftbridge._publish._nats_window import AckHandler, AckWindow, Pending
 from liftbridge._publish._publishing import check_future
 from liftbridge._transport._nats_frames import pub_prefix
+from liftbridge._transport._nats_handshake import check_tls_required
 from liftbridge._transport._nats_socket import CLOSE_TIMEOUT as _CLOSE_TIMEOUT
-from liftbridge._transport._nats_socket import NatsSocket, check_tls_required
+from liftbridge._transport._nats_socket import MaxPayload, NatsSocket, Refused
 from liftbridge_api import api_pb2
 
 logger = logging.getLogger(__name__)
@@ -133,6 +135,11 @@ class NatsStreamPublisher:
     When the partition leader a publish awaits goes down (its gRPC connection
     closes and a reconnect is refused), the publish fails at once with
     :class:`LeaderLostError`: it may or may not have been stored.
+    A publish NATS refuses (an ``-ERR`` permissions violation for its subject)
+    fails at once with :class:`PermissionDeniedError`. A server that breaks the
+    NATS protocol (a malformed ``INFO``, a frame with a bad size) fails the
+    constructor with :class:`ProtocolError`; later it costs the connection,
+    which is made again. ``max_payload`` follows the server's latest ``INFO``.
 
     Thread-safe; use it as a context manager or call :meth:`close`.
 
@@ -141,7 +148,8 @@ class NatsStreamPublisher:
             (metadata) and its ack timer; closing it closes this publisher.
         url: the NATS server: ``nats://host:port``, ``tls://host:port`` for
             TLS, with ``user:password@`` for credentials.
-        max_inflight: publishes awaiting acks at most; ``publish_async``
+        max_inflight: publishes awaiting acks at most (an AckPolicy.NONE
+            publish holds its slot until NATS is written to); ``publish_async``
             blocks (up to its ``timeout``) while the window is full.
         ack_timeout: default seconds to wait for an ack.
         connect_timeout: seconds to wait for the NATS server when connecting.
@@ -157,6 +165,7 @@ class NatsStreamPublisher:
     Raises:
         MissingDependencyError: ``credentials`` without the nkeys package.
         InvalidArgumentError: a bad argument (ArgumentTypeError for a wrong type).
+        ProtocolError: the NATS server broke the protocol (a malformed INFO).
         UnavailableError: the NATS server cannot be reached or refused us.
         ClientClosedError: ``client`` is closed.
     """
@@ -266,7 +275,7 @@ class NatsStreamPublisher:
 
     @property
     def max_payload(self) -> int:
-        """The largest envelope the NATS server accepts, in bytes."""
+        """The largest envelope the NATS server accepts, in bytes (its latest INFO's)."""
         return self._max_payload
 
     @overload
@@ -323,7 +332,8 @@ class NatsStreamPublisher:
         The partition is ``partition`` when given, else the ``partitioner``'s
         choice, else the key's partition (:class:`PartitionByKey`) when there
         is a key, else 0. Blocks only while ``max_inflight`` publishes await
-        acks, until an eighth of the window has freed up (or ``timeout``).
+        acks (or, with AckPolicy.NONE, their writes), until an eighth of the
+        window has freed up (or ``timeout``).
 
         Args:
             stream: the stream.
@@ -425,7 +435,8 @@ class NatsStreamPublisher:
             entry.leader = leader or self._router.leader_address(stream, partition)
             self._window.admit(entry)
         else:
-            self._window.check_open()
+            # Its slot is given back once the frame is written (_deliver).
+            self._window.admit_unacked(timeout)
         self._nats.send_frame(subject, frame, entry)
         if not wants_ack and outcome is not None:
             outcome.set_result(None)
@@ -673,8 +684,20 @@ class NatsStreamPublisher:
                 self._window.settle_acks(item)
             except Exception:  # never let the I/O thread die: futures would hang
                 logger.exception("settling acks on %s failed; continuing", self._inbox)
+        elif type(item) is int:  # AckPolicy.NONE frames written (or dropped)
+            self._window.release(item)
+        elif type(item) is MaxPayload:
+            self._set_max_payload(item.size)
         else:
             self._acks_inbox.put(item)
+
+    def _set_max_payload(self, size: int) -> None:
+        """Takes the NATS server's ``max_payload`` (a later INFO changed it);
+        publishes from now on are checked against it. Single attribute
+        writes: a publish racing with this one is checked against either,
+        and the I/O thread refuses a frame over the new one anyway."""
+        self._max_payload = size
+        self._plain_limit = size - self._plain.overhead
 
     # --------------------------------------------------------- acks thread --
 
@@ -688,8 +711,13 @@ class NatsStreamPublisher:
                     self._nats.drop_unsent()
                     window.fail_all(self._closed_before_ack)
                     return
-                if isinstance(item, tuple):
+                if isinstance(item, Refused):
+                    window.fail_subject(item.subject, functools.partial(self._refused, item))
+                elif isinstance(item, tuple):
                     entry, error = item
+                    if not isinstance(error, UnavailableError):
+                        window.settle(entry, error)  # too large for the server: never sent
+                        continue
                     # Never written (held while NATS was away): not stored, so
                     # retriable, unlike the ConnectionLostError of one written.
                     window.settle(
@@ -703,6 +731,12 @@ class NatsStreamPublisher:
                     window.fail_all(functools.partial(self._lost_before_ack, item))
             except Exception:  # never let this thread die: futures would hang
                 logger.exception("liftbridge-nats-acks failed; continuing")
+
+    def _refused(self, refusal: Refused, entry: Pending) -> BaseException:
+        return PermissionDeniedError(
+            f"the NATS server at {self._where} refused the publish to {entry.subject!r}: "
+            f"{refusal.reason} (nothing was stored)"
+        )
 
     def _lost_before_ack(self, error: BaseException, entry: Pending) -> BaseException:
         return ConnectionLostError(

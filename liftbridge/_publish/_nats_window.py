@@ -153,6 +153,23 @@ class AckWindow:
         if timeout != self._ack_timeout:
             self._timer.schedule(entry.deadline, functools.partial(self._expire, entry))
 
+    def admit_unacked(self, timeout: float) -> None:
+        """Takes a window slot for a publish that wants no ack
+        (AckPolicy.NONE), waiting as :meth:`admit` does; :meth:`release`
+        gives it back once the frame is written (or dropped), so such
+        publishes queue no more than the window either.
+
+        Raises:
+            PublishWindowFullError: no slot in time (or none at once there).
+            LiftbridgeError: the refusal (closed, connection lost).
+        """
+        with self._lock:
+            if self._refusal is not None:
+                raise self._refusal()
+            if self._inflight >= self._max_inflight:
+                self._wait_for_slot(timeout)
+            self._inflight += 1
+
     def _wait_for_slot(self, timeout: float) -> None:
         """Waits, holding ``_lock``, until the window has a slot (see :meth:`admit`)."""
         if self._runner.on_callback_thread:
@@ -246,6 +263,16 @@ class AckWindow:
             self._deliver([(entry, None, error)])
             self._release(1)
 
+    def fail_subject(self, subject: str, error: Callable[[Pending], BaseException]) -> None:
+        """Fails the pending publishes to ``subject`` with ``error(entry)``
+        (the NATS server refused publishes there)."""
+        with self._lock:
+            entries = [e for e in self._pending.values() if e.subject == subject]
+            for entry in entries:
+                del self._pending[entry.correlation_id]
+        self._deliver([(entry, None, error(entry)) for entry in entries])
+        self._release(len(entries))
+
     def fail_all(self, error: Callable[[Pending], BaseException]) -> None:
         """Fails every pending publish with ``error(entry)``."""
         with self._lock:
@@ -334,6 +361,10 @@ class AckWindow:
                 calls.append((entry.handler, ack, error))
         if calls:
             self._runner.submit(_call_handlers, calls)
+
+    def release(self, count: int) -> None:
+        """Gives back ``count`` slots of :meth:`admit_unacked`."""
+        self._release(count)
 
     def _release(self, count: int) -> None:
         if not count:

@@ -6,38 +6,46 @@
 writing publish envelopes to partition subjects and reading the acks that
 come back on one inbox. One thread does all the I/O: it writes the ``PUB``
 frames publishers queued (each built on its publisher's thread), many per
-``sendall``, reads with
-large ``recv`` calls and cuts the inbox's payloads straight out of the
-buffer (:class:`FrameParser`), answers ``PING``, pings an idle server to
-find a dead connection, and reconnects. A general client (nats-py) spends
-about as much per message on its own objects and coroutines as the whole
-rest of the publish path: this module is why the NATS path needs no
-third-party package (``nkeys`` only for ``.creds`` files).
+``sendall``, reads with large ``recv`` calls and cuts the inbox's payloads
+straight out of the buffer (:class:`~liftbridge._transport._nats_frames.FrameParser`),
+answers ``PING``, pings the server every :data:`PING_INTERVAL` to find a
+dead connection (by the PONGs that answer those PINGs, never by other
+bytes), and reconnects (:func:`~liftbridge._transport._nats_handshake.handshake`).
+A general client (nats-py) spends about as much per message on its own
+objects and coroutines as the whole rest of the publish path: this module is
+why the NATS path needs no third-party package (``nkeys`` only for ``.creds``
+files).
 
 What it reads or fails to write goes to its owner through one ``deliver``
 function, called on the I/O thread; it never runs user code.
+
+A server that breaks the protocol (the parser refuses what it sends) costs
+its connection, never the thread: the connection is made again as after any
+drop, and reconnecting gives up after the attempts allowed.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import logging
 import select
 import socket
 import ssl
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from time import monotonic
-from typing import Any
-from urllib.parse import unquote, urlsplit
 
-from liftbridge.__version__ import __version__
-from liftbridge._errors import UnavailableError
-from liftbridge._transport._nats_creds import Credentials
-from liftbridge._transport._nats_frames import FrameParser, ProtocolError, pub_prefix
-from liftbridge._transport._nats_info import DEFAULT_PORT, server_info
+from liftbridge._errors import (
+    LiftbridgeError,
+    MessageTooLargeError,
+    ProtocolError,
+    UnavailableError,
+)
+from liftbridge._transport._nats_frames import FrameParser, denied_subject, fatal, pub_prefix
+from liftbridge._transport._nats_handshake import Dial, Lost, handshake
+from liftbridge._transport._nats_info import DEFAULT_PORT
 
 logger = logging.getLogger(__name__)
 
@@ -45,10 +53,10 @@ CLOSE_TIMEOUT = 5.0
 """Seconds closing may take: writing what is queued, then joining the thread."""
 
 PING_INTERVAL = 10.0
-"""Seconds without a byte from the server before it is pinged."""
+"""Seconds between the liveness PINGs (whatever else the server sends)."""
 
 MAX_PINGS_OUT = 2
-"""Pings left unanswered when the next is due: the connection is then dead."""
+"""PINGs left unanswered when the next is due: the connection is then stale."""
 
 RECONNECT_BUFFER = 8 * 1024 * 1024
 """Bytes of frames (envelopes and their PUB lines) held while reconnecting;
@@ -63,28 +71,21 @@ _READ_SIZE = 1024 * 1024
 _INBOX_SID = b"1"
 
 
-def check_tls_required(url: str, timeout: float) -> None:
-    """Refuses a server that does not require TLS when TLS is asked for,
-    before anything else is set up (the connection checks again).
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Delivered when the server refused publishes to ``subject`` (an
+    ``-ERR`` such as a permissions violation); the connection stays."""
 
-    Raises:
-        UnavailableError: the server cannot be reached or does not require TLS.
-    """
-    parts = urlsplit(url)
-    host, port = parts.hostname or "", parts.port or DEFAULT_PORT
-    if not server_info(host, port, timeout).get("tls_required"):
-        raise UnavailableError(_no_tls_message(f"{host}:{port}"))
+    subject: str
+    reason: str  # the server's text
 
 
-def _no_tls_message(where: str) -> str:
-    return (
-        f"TLS was asked for, but the NATS server at {where} does not require it "
-        "(the connection would be in plain text): enable TLS on the server"
-    )
+@dataclass(frozen=True, slots=True)
+class MaxPayload:
+    """Delivered when a server's INFO changed ``max_payload`` (a later INFO,
+    or the server reconnected to)."""
 
-
-class _Lost(Exception):
-    """The connection is gone (EOF, a stale connection, a fatal -ERR)."""
+    size: int
 
 
 class NatsSocket:
@@ -93,9 +94,12 @@ class NatsSocket:
     Args:
         where: ``host:port`` for messages (never the credentials).
         inbox: the subject acks arrive on.
-        deliver: takes, on the I/O thread, a list of raw ack payloads, or
+        deliver: takes, on the I/O thread, a list of raw ack payloads;
             ``(entry, error)`` for an envelope NATS did not take (``entry``
-            as given to :meth:`send`). It must not block nor run user code.
+            as given to :meth:`send`); an int, the number of frames sent
+            with no entry (None) that left the queue, written or dropped;
+            a :class:`Refused`; a :class:`MaxPayload`. It must not block
+            nor run user code.
         on_closed: called on the I/O thread when the connection closed:
             after :meth:`close`, or because reconnecting gave up.
     """
@@ -134,12 +138,7 @@ class NatsSocket:
         self._max_payload = 0
         self._thread = threading.Thread(target=self._run, name="liftbridge-nats-io", daemon=True)
         # Connection settings (set by connect()).
-        self._host = ""
-        self._port = DEFAULT_PORT
-        self._tls: ssl.SSLContext | None = None
-        self._auth: dict[str, Any] = {}
-        self._credentials: Credentials | None = None
-        self._timeout = 5.0
+        self._dial = Dial("127.0.0.1", DEFAULT_PORT, 5.0)
         self._attempts = 0
         self._wait = 0.5
 
@@ -170,40 +169,29 @@ class NatsSocket:
 
         Raises:
             MissingDependencyError: credentials without ``nkeys``.
+            ProtocolError: the server broke the protocol (a malformed INFO).
             UnavailableError: no connection (the reason is in the message).
         """
         try:
-            self._configure(url, tls, token, credentials)
-            self._timeout = connect_timeout
+            self._dial = Dial.from_url(
+                url, timeout=connect_timeout, tls=tls, token=token, credentials=credentials
+            )
             self._attempts = max_reconnect_attempts
             self._wait = reconnect_wait
             self._sock = self._open()
         except BaseException as e:
             self._wake_r.close()
             self._wake_w.close()
-            if isinstance(e, OSError | ProtocolError | _Lost | UnavailableError):
+            if isinstance(e, ProtocolError):
+                raise ProtocolError(
+                    f"cannot connect to the NATS server at {self._where}: {_reason(e)}"
+                ) from e
+            if isinstance(e, OSError | Lost | UnavailableError):
                 raise UnavailableError(
                     f"cannot connect to the NATS server at {self._where}: {_reason(e)}"
                 ) from e
             raise
         self._thread.start()
-
-    def _configure(
-        self, url: str, tls: ssl.SSLContext | None, token: str | None, credentials: str | None
-    ) -> None:
-        parts = urlsplit(url)
-        self._host, self._port = parts.hostname or "127.0.0.1", parts.port or DEFAULT_PORT
-        if tls is None and parts.scheme == "tls":
-            tls = ssl.create_default_context()
-        self._tls = tls
-        if parts.username and parts.password is not None:
-            self._auth = {"user": unquote(parts.username), "pass": unquote(parts.password)}
-        elif parts.username:
-            self._auth = {"auth_token": unquote(parts.username)}
-        if token is not None:
-            self._auth["auth_token"] = token
-        if credentials is not None:
-            self._credentials = Credentials.read(credentials)
 
     @property
     def max_payload(self) -> int:
@@ -213,7 +201,10 @@ class NatsSocket:
     def send(self, subject: str, envelope: bytes, entry: object) -> None:
         """Queues an envelope for the I/O thread (woken if asleep). One NATS
         does not take is delivered back as ``(entry, error)``, unless
-        ``entry`` is None (then it is logged)."""
+        ``entry`` is None (then it is logged and counted as gone). One over
+        the server's ``max_payload`` when written is not written: it is
+        refused with :class:`MessageTooLargeError` (the server would close
+        the connection)."""
         frame = b"%s%d\r\n%s\r\n" % (pub_prefix(subject), len(envelope), envelope)
         self.send_frame(subject, frame, entry)
 
@@ -232,11 +223,16 @@ class NatsSocket:
 
     def flush(self, timeout: float | None) -> None:
         """Waits (up to ``timeout``) until what was queued is written and the
-        server has seen it; gives up quietly once closed or disconnected."""
+        server has seen it; gives up quietly once closed or disconnected.
+        With ``timeout`` None it still ends: the PONG comes, the connection
+        drops (a server that stops answering PINGs is dropped as stale), or
+        the I/O thread ends, which sets every waiter it may have missed."""
         if self._closing or self._closed.is_set():
             return
         done = threading.Event()
         self._flushes.append(done)
+        if self._closed.is_set():  # the I/O thread ended after the check above
+            return
         self._idle = False
         self._wake()
         done.wait(timeout)
@@ -266,83 +262,27 @@ class NatsSocket:
     # ------------------------------------------------------------ connecting --
 
     def _open(self) -> socket.socket:
-        """One connection: INFO, TLS, CONNECT, SUB, then PING until its PONG."""
-        where = self._where
-        sock = socket.create_connection((self._host, self._port), timeout=self._timeout)
-        self._opening = sock
-        try:
-            if self._closing:  # close() came first and did not see this socket
-                raise _Lost("closing")
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            parser = FrameParser(_INBOX_SID)
-            deadline = monotonic() + self._timeout
-            pending = self._read_until(sock, parser, deadline, lambda: bool(parser.infos))
-            info = parser.infos.pop(0)
-            if self._tls is not None and not info.get("tls_required"):
-                raise UnavailableError(_no_tls_message(where))
-            if info.get("tls_required"):
-                context = self._tls or ssl.create_default_context()
-                sock = context.wrap_socket(sock, server_hostname=self._host)
-                self._opening = sock
-            connect: dict[str, Any] = {
-                "verbose": False,
-                "pedantic": False,
-                "name": "liftbridge-python",
-                "lang": "python",
-                "version": __version__,
-                "protocol": 1,
-                "headers": True,
-                "no_responders": False,
-                "tls_required": self._tls is not None or bool(info.get("tls_required")),
-                **self._auth,
-            }
-            if self._credentials is not None:
-                connect.update(self._credentials.sign(str(info.get("nonce", ""))))
-            sock.sendall(
-                b"CONNECT "
-                + json.dumps(connect, separators=(",", ":")).encode()
-                + b"\r\nSUB "
-                + self._inbox.encode()
-                + b" "
-                + _INBOX_SID
-                + b"\r\nPING\r\n"
-            )
-            pending += self._read_until(
-                sock, parser, deadline, lambda: parser.pongs > 0 or bool(parser.errors)
-            )
-            if parser.errors:
-                raise _Lost(f"the server said {parser.errors[0]!r}")
-            self._max_payload = int(info.get("max_payload") or 1024 * 1024)
-            if parser.pings:
-                sock.sendall(b"PONG\r\n" * parser.pings)
-            if pending:  # acks sent early are impossible, but never drop bytes
-                self._deliver(pending)
-            sock.settimeout(self._timeout)  # bounds sendall; reads wait in select()
-            return sock
-        except BaseException:
-            sock.close()
-            raise
-        finally:
-            self._opening = None
+        """One connection (:func:`handshake`); its INFO's ``max_payload`` taken."""
+        opened = handshake(
+            self._dial, self._inbox, _INBOX_SID, self._where, self._track, self._is_closing
+        )
+        self._set_max_payload(opened.max_payload)
+        if opened.early:  # acks sent early are impossible, but never drop bytes
+            self._deliver(opened.early)
+        return opened.sock
 
-    @staticmethod
-    def _read_until(
-        sock: socket.socket, parser: FrameParser, deadline: float, done: Callable[[], bool]
-    ) -> list[bytes]:
-        payloads: list[bytes] = []
-        while not done():
-            left = deadline - monotonic()
-            if left <= 0:
-                raise _Lost("no answer in time")
-            sock.settimeout(left)
-            data = sock.recv(65536)
-            if not data:
-                raise _Lost(
-                    "the server closed the connection"
-                    + (f": {parser.errors[0]!r}" if parser.errors else "")
-                )
-            payloads += parser.feed(data)
-        return payloads
+    def _track(self, sock: socket.socket | None) -> None:
+        self._opening = sock
+
+    def _is_closing(self) -> bool:
+        return self._closing
+
+    def _set_max_payload(self, size: int) -> None:
+        """Takes a server's ``max_payload``; the owner hears of a change."""
+        previous, self._max_payload = self._max_payload, size
+        if previous and size != previous:
+            logger.info("the NATS server at %s now takes %d-byte payloads", self._where, size)
+            self._deliver(MaxPayload(size))
 
     # -------------------------------------------------------------- I/O thread --
 
@@ -351,7 +291,7 @@ class NatsSocket:
             while not self._closing:
                 try:
                     self._serve()
-                except (OSError, ProtocolError, _Lost, ValueError) as e:
+                except (OSError, LiftbridgeError, Lost) as e:  # ProtocolError among them
                     if not self._closing:
                         logger.warning(
                             "NATS connection to %s lost (%s); reconnecting", self._where, _reason(e)
@@ -365,6 +305,8 @@ class NatsSocket:
             self._drop_connection()
             self._fail_held(UnavailableError(f"the NATS connection to {self._where} closed"))
             self._closed.set()
+            while self._flushes:  # appended before flush() saw _closed set
+                self._flushes.popleft().set()
             for end in (self._wake_r, self._wake_w):
                 end.close()
             try:
@@ -376,12 +318,14 @@ class NatsSocket:
         """Writes and reads until the connection drops or close() is called."""
         sock = self._sock
         assert sock is not None
-        parser = FrameParser(_INBOX_SID, self._inbox.encode())
+        parser = FrameParser(_INBOX_SID, self._inbox.encode(), f"the NATS server at {self._where}")
+        parser.max_payload = self._max_payload
         outbox, flushes, pongs = self._outbox, self._flushes, self._pongs
         wake_r, deliver = self._wake_r, self._deliver
         # Bytes TLS decrypted already are not seen by select().
         decrypted = sock.pending if isinstance(sock, ssl.SSLSocket) else None
         ping_due = monotonic() + PING_INTERVAL
+        pings_out = 0  # liveness PINGs sent since the last PONG
         self._write(sock)  # what was held while reconnecting
         while True:
             if self._closing:
@@ -408,69 +352,118 @@ class NatsSocket:
             if sock in readable:
                 data = sock.recv(_READ_SIZE)
                 if not data:
-                    raise _Lost("the server closed the connection")
+                    raise Lost("the server closed the connection")
                 payloads = parser.feed(data)
                 if payloads:
                     deliver(payloads)
-                ping_due = monotonic() + PING_INTERVAL
                 if parser.pings:
                     sock.sendall(b"PONG\r\n" * parser.pings)
                     parser.pings = 0
-                while parser.pongs:
-                    parser.pongs -= 1
-                    if pongs:
-                        waiter = pongs.popleft()
-                        if waiter is not None:
-                            waiter.set()
+                if parser.pongs:
+                    pings_out = 0
+                    while parser.pongs:
+                        parser.pongs -= 1
+                        if pongs:
+                            waiter = pongs.popleft()
+                            if waiter is not None:
+                                waiter.set()
                 if parser.errors:
-                    for error in parser.errors:
-                        logger.warning("the NATS server at %s said %r", self._where, error)
-                    parser.errors.clear()
+                    self._server_said(parser.errors)
                 if parser.infos:
-                    self._max_payload = int(
-                        parser.infos[-1].get("max_payload") or self._max_payload
-                    )
                     parser.infos.clear()
-            elif monotonic() >= ping_due:
-                if len(pongs) >= MAX_PINGS_OUT:
-                    raise _Lost(f"no PONG to {len(pongs)} PINGs")
+                    self._set_max_payload(parser.max_payload)
+            # Only PONGs to our PINGs show the server alive, not other bytes
+            # (a server may PING us, or send garbage, yet never answer).
+            if monotonic() >= ping_due:
+                if pings_out >= MAX_PINGS_OUT:
+                    raise Lost(f"no PONG to {pings_out} PINGs: the connection is stale")
+                pings_out += 1
                 pongs.append(None)
                 sock.sendall(b"PING\r\n")
                 ping_due = monotonic() + PING_INTERVAL
 
+    def _server_said(self, errors: list[str]) -> None:
+        """Acts on ``-ERR``s read: a refused publish goes to the owner, one
+        the server closes the connection after drops it at once."""
+        said = errors[:]
+        errors.clear()
+        for text in said:
+            subject = denied_subject(text)
+            if subject is not None:
+                logger.debug("the NATS server at %s said %r", self._where, text)
+                self._deliver(Refused(subject, text))
+            elif fatal(text):
+                raise Lost(f"the server said {text!r}")
+            else:
+                logger.warning("the NATS server at %s said %r", self._where, text)
+
     def _write(self, sock: socket.socket) -> None:
         """Writes held frames, then queued ones (many per ``sendall``), then
-        a PING for each flush waiting."""
+        a PING for each flush waiting. Frames without an entry that left
+        the queue are counted to the owner, even when a write fails."""
         outbox = self._outbox
+        limit = self._max_payload  # a frame no longer is smaller than that: no check
         frames: list[bytes] = []
-        size = 0
+        size = unacked = 0
         held, self._held, self._held_bytes = self._held, [], 0
-        for index, (_, frame, _) in enumerate(held):
-            frames.append(frame)
-            size += len(frame)
-            if size >= _WRITE_CHUNK:
-                try:
+        try:
+            for index, item in enumerate(held):
+                frame = item[1]
+                if item[2] is None:
+                    unacked += 1
+                if len(frame) > limit and self._over_limit(item, limit):
+                    continue
+                frames.append(frame)
+                size += len(frame)
+                if size >= _WRITE_CHUNK:
+                    try:
+                        sock.sendall(b"".join(frames))
+                    except BaseException:
+                        # Those not in this write wait for the next connection
+                        # (those in it may have been written: never re-sent).
+                        self._held = held[index + 1 :]
+                        self._held_bytes = sum(len(item[1]) for item in self._held)
+                        raise
+                    frames, size = [], 0
+            while outbox:
+                item = outbox.popleft()
+                frame = item[1]
+                length = len(frame)
+                if item[2] is None:
+                    unacked += 1
+                if length > limit and self._over_limit(item, limit):
+                    continue
+                frames.append(frame)
+                size += length
+                if size >= _WRITE_CHUNK:
                     sock.sendall(b"".join(frames))
-                except BaseException:
-                    # Those not in this write wait for the next connection
-                    # (those in it may have been written: never re-sent).
-                    self._held = held[index + 1 :]
-                    self._held_bytes = sum(len(item[1]) for item in self._held)
-                    raise
-                frames, size = [], 0
-        while outbox:
-            frame = outbox.popleft()[1]
-            frames.append(frame)
-            size += len(frame)
-            if size >= _WRITE_CHUNK:
+                    frames, size = [], 0
+            flushes = self._flushes
+            while flushes:
+                self._pongs.append(flushes.popleft())
+                frames.append(b"PING\r\n")
+            if frames:
                 sock.sendall(b"".join(frames))
-                frames, size = [], 0
-        flushes = self._flushes
-        while flushes:
-            self._pongs.append(flushes.popleft())
-            frames.append(b"PING\r\n")
-        if frames:
-            sock.sendall(b"".join(frames))
+        finally:
+            if unacked:
+                self._deliver(unacked)
+
+    def _over_limit(self, item: tuple[str, bytes, object], limit: int) -> bool:
+        """Refuses a frame whose payload is over ``max_payload`` (lowered by
+        the server since it was made): the server would close the connection."""
+        frame = item[1]
+        line = frame[: frame.find(b"\r\n")]
+        payload = int(line.rsplit(b" ", 1)[1])
+        if payload <= limit:
+            return False
+        self._refuse(
+            item,
+            MessageTooLargeError(
+                f"the envelope is {payload} bytes, over the NATS server's max_payload of "
+                f"{limit} bytes (nothing was sent)"
+            ),
+        )
+        return True
 
     def _drop_connection(self) -> None:
         """Closes the socket; flush waiters give up."""
@@ -505,7 +498,7 @@ class NatsSocket:
                 return False
             try:
                 self._sock = self._open()
-            except (OSError, ProtocolError, _Lost, UnavailableError) as e:
+            except (OSError, LiftbridgeError, Lost) as e:  # a malformed INFO among them
                 logger.warning(
                     "reconnecting to NATS at %s (attempt %d of %d): %s",
                     self._where,
@@ -525,29 +518,37 @@ class NatsSocket:
     def _hold(self) -> None:
         """Moves queued frames to the reconnect buffer; fails those past it."""
         outbox = self._outbox
+        dropped = 0
         while outbox:
             item = outbox.popleft()
             if self._held_bytes + len(item[1]) > RECONNECT_BUFFER:
-                self._refuse(item, UnavailableError("the NATS reconnect buffer is full"))
+                dropped += self._refuse(item, UnavailableError("the NATS reconnect buffer is full"))
             else:
                 self._held.append(item)
                 self._held_bytes += len(item[1])
+        if dropped:
+            self._deliver(dropped)
         while self._flushes:
             self._flushes.popleft().set()
 
     def _fail_held(self, error: Exception) -> None:
         held, self._held, self._held_bytes = self._held, [], 0
-        held += self._outbox
-        self._outbox.clear()
-        for item in held:
-            self._refuse(item, error)
+        outbox = self._outbox
+        while outbox:  # popped one by one: a publisher may be appending
+            held.append(outbox.popleft())
+        dropped = sum(self._refuse(item, error) for item in held)
+        if dropped:
+            self._deliver(dropped)
 
-    def _refuse(self, item: tuple[str, bytes, object], error: Exception) -> None:
+    def _refuse(self, item: tuple[str, bytes, object], error: Exception) -> int:
+        """Gives a frame not written back to its owner with ``error``;
+        returns 1 for a frame without an entry (only logged), else 0."""
         subject, _, entry = item
         if entry is None:
             logger.warning("dropped an AckPolicy.NONE publish on %s: %r", subject, error)
-        else:
-            self._deliver((entry, error))
+            return 1
+        self._deliver((entry, error))
+        return 0
 
 
 def _reason(error: BaseException) -> str:

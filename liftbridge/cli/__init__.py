@@ -1,4 +1,4 @@
-"""The ``liftbridge`` command line, built on the public API only."""
+"""The ``liftbridge-cli`` command line, built on the public API only."""
 
 from liftbridge.cli._main import main
 

@@ -1,7 +1,7 @@
-"""What the ``liftbridge`` command line reads and prints: start and stop
-positions given as text, messages shown in the ``--format`` styles, and the
-optional progress bars (tqdm, the ``cli`` extra). Pure functions, except the
-bars, which write to stderr.
+"""What the ``liftbridge-cli`` command line reads and prints: start and stop
+positions given as text, messages shown in the ``--format`` styles, publish input
+read in the ``--input`` styles, and the optional progress bars (tqdm, the ``cli``
+extra). Pure functions, except the bars, which write to stderr.
 """
 
 from __future__ import annotations
@@ -16,7 +16,11 @@ from typing import Protocol
 import liftbridge
 from liftbridge._core._display import show_datetime
 
-FORMATS = ("text", "value", "json", "hex")
+PROG = "liftbridge-cli"
+"""The command's name: not ``liftbridge``, which is the server's executable."""
+
+FORMATS = ("text", "value", "base64", "json", "hex")
+INPUTS = ("raw", "base64", "json")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
@@ -97,28 +101,95 @@ def _json_bytes(data: bytes | None) -> str | dict[str, str] | None:
         return {"base64": base64.b64encode(data).decode("ascii")}
 
 
-def format_message(message: liftbridge.Message, style: str) -> str:
-    """One message as one line of output in the given format."""
+def message_record(message: liftbridge.Message) -> dict[str, object]:
+    """A message as a JSON-ready dict; bytes that are not UTF-8 as ``{"base64": ...}``."""
+    return {
+        "stream": message.stream,
+        "partition": message.partition,
+        "offset": message.offset,
+        "timestamp": message.timestamp.isoformat(),
+        "key": _json_bytes(message.key),
+        "value": _json_bytes(message.value),
+        "headers": {name: _json_bytes(v) for name, v in message.headers.items()},
+    }
+
+
+def format_message(message: liftbridge.Message, style: str) -> bytes:
+    """One message as one line of output (without its newline) in the given format.
+
+    ``value`` is the value's bytes exactly; ``base64`` and ``json`` are safe for
+    any bytes, newlines included; ``text`` and ``hex`` are for people.
+    """
     where = f"{message.partition}/{message.offset}"
     if style == "value":
-        return _text(message.value)
+        return message.value
+    if style == "base64":
+        return base64.b64encode(message.value)
     if style == "hex":
-        return f"{where}  {message.value.hex(' ')}"
+        return f"{where}  {message.value.hex(' ')}".encode()
     if style == "json":
-        return json.dumps(
-            {
-                "stream": message.stream,
-                "partition": message.partition,
-                "offset": message.offset,
-                "timestamp": message.timestamp.isoformat(),
-                "key": _json_bytes(message.key),
-                "value": _json_bytes(message.value),
-                "headers": {name: _json_bytes(v) for name, v in message.headers.items()},
-            },
-            ensure_ascii=False,
-        )
+        return json.dumps(message_record(message), ensure_ascii=False).encode()
     key = f"  key={_text(message.key)}" if message.key is not None else ""
-    return f"{where}  {show_datetime(message.timestamp)}{key}  {_text(message.value)}"
+    return f"{where}  {show_datetime(message.timestamp)}{key}  {_text(message.value)}".encode()
+
+
+# --------------------------------------------------------------- input --
+
+
+def strip_line(line: bytes) -> bytes:
+    """A line of input without its ``\\n`` or ``\\r\\n``."""
+    if line.endswith(b"\n"):
+        line = line[:-1]
+    if line.endswith(b"\r"):
+        line = line[:-1]
+    return line
+
+
+def _bytes_field(record: dict[str, object], name: str, number: int) -> bytes | None:
+    value = record.get(name)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape")
+    if isinstance(value, dict) and set(value) == {"base64"} and isinstance(value["base64"], str):
+        return _b64(value["base64"], number)
+    raise CliError(f'line {number}: {name!r} must be a string, {{"base64": ...}} or null')
+
+
+def _b64(text: str | bytes, number: int) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        raise CliError(f"line {number}: not valid base64") from None
+
+
+def parse_input(
+    line: bytes, style: str, number: int
+) -> tuple[bytes, bytes | None, dict[str, bytes] | None]:
+    """One line of publish input as ``(value, key, headers)``; key and headers are
+    ``None`` unless a ``json`` line gives them.
+
+    Raises:
+        CliError: the line does not fit the style, naming its number.
+    """
+    if style == "raw":
+        return line, None, None
+    if style == "base64":
+        return _b64(line, number), None, None
+    try:
+        record = json.loads(line)
+    except ValueError as e:
+        raise CliError(f"line {number}: not JSON ({e})") from None
+    if not isinstance(record, dict):
+        raise CliError(f"line {number}: a JSON object with a 'value' is needed")
+    value = _bytes_field(record, "value", number)
+    if value is None:
+        raise CliError(f"line {number}: the JSON object has no 'value'")
+    headers_in = record.get("headers") or {}
+    if not isinstance(headers_in, dict):
+        raise CliError(f"line {number}: 'headers' must be an object")
+    headers = {str(name): _bytes_field(headers_in, name, number) or b"" for name in headers_in}
+    return value, _bytes_field(record, "key", number), headers or None
 
 
 class Progress(Protocol):

@@ -68,10 +68,31 @@ def resolve_binary(explicit: str | os.PathLike[str] | None, *, env_var: str, nam
     from_env = os.environ.get(env_var)
     if from_env:
         return _executable(Path(from_env), f"{env_var}={from_env!r}", how)
-    found = shutil.which(name)
-    if found is None:
-        raise ServerBinaryNotFoundError(f"cannot find the {name} server executable: {how}")
-    return os.path.abspath(found)
+    skipped: list[str] = []
+    for directory in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        found = shutil.which(name, path=directory or os.curdir)
+        if found is None:
+            continue
+        if is_python_script(Path(found)):
+            skipped.append(os.path.abspath(found))
+            continue
+        return os.path.abspath(found)
+    if skipped:
+        how = f"{', '.join(skipped)} on PATH is a Python script, not the server; {how}"
+    raise ServerBinaryNotFoundError(f"cannot find the {name} server executable: {how}")
+
+
+def is_python_script(path: Path) -> bool:
+    """Tells whether ``path`` is a Python script (such as a console script of an old
+    ``liftbridge`` SDK, whose command line was named like the server): the servers
+    are compiled programs, never scripts run by Python."""
+    try:
+        with path.open("rb") as file:
+            head = file.read(256)
+    except OSError:
+        return False
+    first_line = head.split(b"\n", 1)[0]
+    return head.startswith(b"#!") and b"python" in first_line
 
 
 _GET_LIFTBRIDGE = (
@@ -100,6 +121,10 @@ def _executable(path: Path, origin: str, how: str) -> str:
         raise ServerBinaryNotFoundError(f"{origin} is not a file; {how}")
     if not os.access(path, os.X_OK):
         raise ServerBinaryNotFoundError(f"{origin} is not executable; {how}")
+    if is_python_script(path):
+        raise ServerBinaryNotFoundError(
+            f"{origin} is a Python script (the SDK's command line?), not the server; {how}"
+        )
     return str(path.resolve())
 
 

@@ -11,7 +11,7 @@ from types import TracebackType
 
 import grpc
 
-from liftbridge._errors import InvalidArgumentError
+from liftbridge._errors import ArgumentTypeError, InvalidArgumentError
 from liftbridge.testing._config import (
     ConfigValue,
     check_log_level,
@@ -78,6 +78,8 @@ class LocalServer:
         startup_timeout: float = 30.0,
         stop_timeout: float = 10.0,
         log_level: str = "info",
+        port: int | None = None,
+        nats_port: int | None = None,
     ) -> None:
         """Checks the arguments and finds the executable; nothing starts yet.
 
@@ -104,6 +106,9 @@ class LocalServer:
                 readiness.
             stop_timeout: seconds :meth:`stop` waits after SIGINT before SIGKILL.
             log_level: the server's ``logging.level``: debug, info, warn or error.
+            port: the API port; default a free one. A fixed port that is taken
+                fails the start instead of moving to another.
+            nats_port: the embedded NATS server's port; default a free one.
 
         Raises:
             InvalidArgumentError: a bad combination of arguments, naming them.
@@ -112,6 +117,10 @@ class LocalServer:
         self._binary = resolve_binary(binary, env_var=LIFTBRIDGE_BIN_ENV, name="liftbridge")
         self._server_id = server_id
         self._log_level = check_log_level(log_level)
+        self._port = _port_or_none("port", port)
+        self._fixed_nats_port = _port_or_none("nats_port", nats_port)
+        if self._port is not None and self._port == self._fixed_nats_port:
+            raise InvalidArgumentError(f"port and nats_port must differ, both are {port}")
         self._consumer_timeout = consumer_timeout
         self._coordinator_timeout = coordinator_timeout
         self._overrides = dict(config_overrides or {})
@@ -312,16 +321,21 @@ class LocalServer:
         )
 
     def _launch(self, node: NodeRunner, deadline: float) -> None:
+        fixed = self._port is not None or self._fixed_nats_port is not None
         for attempt in range(1, PORT_ATTEMPTS + 1):
-            port = free_port()
-            self._nats_port = _other_free_port(port)
+            port = self._port if self._port is not None else free_port()
+            self._nats_port = (
+                self._fixed_nats_port
+                if self._fixed_nats_port is not None
+                else _other_free_port(port)
+            )
             self._configure(node, port)
             node.process.start()
             try:
                 self._wait_ready(node, deadline)
                 return
             except PortTakenError:
-                if attempt == PORT_ATTEMPTS:
+                if fixed or attempt == PORT_ATTEMPTS:
                     raise
 
     def _wait_ready(self, node: NodeRunner, deadline: float) -> None:
@@ -352,6 +366,16 @@ def _positive(name: str, value: float) -> float:
     if not value > 0:
         raise InvalidArgumentError(f"{name} must be a positive number of seconds, got {value!r}")
     return float(value)
+
+
+def _port_or_none(name: str, value: int | None) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentTypeError(f"{name} must be an int or None, got {type(value).__name__}")
+    if not 0 < value < 65536:
+        raise InvalidArgumentError(f"{name} must be a TCP port (1-65535), got {value}")
+    return value
 
 
 def _other_free_port(taken: int) -> int:

@@ -1,19 +1,26 @@
-"""The ``liftbridge`` command line, driven through subprocess against the session server."""
+"""The ``liftbridge-cli`` command line, driven through subprocess against the session server."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO
 
 import pytest
 
 import liftbridge
+from liftbridge.testing._process import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+"""This checkout: a child started elsewhere imports the SDK from here."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +61,7 @@ def test_create_publish_read_streams_delete(cli: Cli, unique_name: str) -> None:
     assert "2 partition(s)" in cli("create", unique_name, "--partitions", "2").out
     published = cli("publish", unique_name, "one", "two", "-p", "1", "--print-offsets")
     assert published.out.splitlines() == [f"{unique_name}/1 offset 0", f"{unique_name}/1 offset 1"]
-    assert "published 2 message(s)" in published.err
+    assert "2 of 2 message(s) stored" in published.err
 
     rows = [r for r in _jsonl(cli("streams", "--format", "json").out) if r["stream"] == unique_name]
     assert [(r["partition"], r["high_watermark"], r["newest_offset"]) for r in rows] == [
@@ -77,7 +84,7 @@ def test_create_publish_read_streams_delete(cli: Cli, unique_name: str) -> None:
     assert "deleted" in cli("delete", unique_name).out
     assert unique_name not in cli("streams").out
     gone = cli("delete", unique_name, expect=1)
-    assert gone.err.startswith("liftbridge: NoSuchStreamError: ")
+    assert gone.err.startswith("liftbridge-cli: NoSuchStreamError: ")
     assert "Traceback" not in gone.err
 
 
@@ -85,7 +92,7 @@ def test_publish_stdin_lines_with_keys_and_headers(cli: Cli, unique_name: str) -
     cli("create", unique_name, "-p", "3")
     lines = "".join(f"customer-{n % 3}:order-{n}\n" for n in range(30))
     run = cli("publish", unique_name, "-K", ":", "-H", "source=cli", "-H", "v=1", stdin=lines)
-    assert "published 30 message(s)" in run.err
+    assert "30 of 30 message(s) stored" in run.err
     messages = _jsonl(cli("read", unique_name, "-f", "json").out)
     assert len(messages) == 30
     by_key: dict[str, set[object]] = {}
@@ -171,8 +178,12 @@ def test_cursors_and_group_lag(cli: Cli, client: liftbridge.Client, stream: str)
     client.set_cursor("__group:billing", stream, 0, 1)  # what a group member commits
     (row,) = _jsonl(cli("groups", "billing", "--stream", stream, "--format", "json").out)
     assert (row["committed"], row["high_watermark"], row["lag"]) == (1, 3, 2)
-    (fresh,) = _jsonl(cli("groups", "nobody", "--stream", stream, "--format", "json").out)
-    assert (fresh["committed"], fresh["lag"]) == (None, 4)
+    unknown = cli("groups", "nobody", "--stream", stream, expect=1)
+    assert "consumer group 'nobody' has committed no offset" in unknown.err
+    assert "Traceback" not in unknown.err and unknown.out == ""
+    assert "consumer group 'nobody'" in cli("groups", "nobody", expect=1).err
+    everywhere = _jsonl(cli("groups", "billing", "--json").out)
+    assert [(r["stream"], r["committed"]) for r in everywhere] == [(stream, 1)]
     text = cli("groups", "billing", "--stream", stream).out
     assert "lag" in text and "members, assignments and the coordinator are not shown" in text
 
@@ -203,15 +214,18 @@ def test_bad_usage_and_unreachable_servers(cli: Cli, stream: str) -> None:
     assert "--start 'soon'" in cli("read", stream, "--start", "soon", expect=2).err
     assert "NAME=VALUE" in cli("publish", stream, "x", "-H", "nope", expect=2).err
     assert "required" in cli(expect=2).err
+    assert "must be >= 1" in cli("create", stream, "-p", "0", expect=2).err
     unreachable = subprocess.run(
-        [sys.executable, "-m", "liftbridge", "-a", "127.0.0.1:1", "--timeout", "1", "streams"],
+        [sys.executable, "-m", "liftbridge", "streams", "-a", "127.0.0.1:1,127.0.0.1:2"],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
-    assert unreachable.returncode == 1
-    assert unreachable.stderr.startswith("liftbridge: UnavailableError: ")
+    assert unreachable.returncode == 3, unreachable.stderr
+    assert unreachable.stderr.startswith(
+        "liftbridge-cli: could not reach a Liftbridge server at 127.0.0.1:1, 127.0.0.1:2"
+    )
 
 
 def test_console_script_help_lists_every_command(cli: Cli) -> None:
@@ -227,5 +241,206 @@ def test_console_script_help_lists_every_command(cli: Cli) -> None:
         "read",
         "cursor",
         "groups",
+        "dev-server",
     ):
         assert name in text
+
+
+# ------------------------------------------------------ data kept intact --
+
+
+def _binary_values(count: int) -> list[bytes]:
+    """Values holding every byte value, CRLF, bare CR and LF, leading dashes, empties."""
+    special = [b"", b"-", b"--", b"-x", b"--help", b"\r\n", b"a\r\n", b"\r", b"\n", b"\x00"]
+    every_byte = bytes(range(256))
+    values = [*special, every_byte, every_byte[::-1]]
+    n = 0
+    while len(values) < count:
+        values.append(b"-" * (n % 3) + bytes((n * 7 + i) % 256 for i in range(n % 40)) + b"\r\n")
+        n += 1
+    return values
+
+
+def test_round_trips_10000_binary_values_between_streams_exactly(
+    cli: Cli, client: liftbridge.Client, unique_name: str
+) -> None:
+    source, copy = f"{unique_name}-a", f"{unique_name}-b"
+    cli("create", source)
+    cli("create", copy)
+    values = _binary_values(10_000)
+    lines = "".join(base64.b64encode(v).decode() + "\n" for v in values)
+    stored = cli("publish", source, "--input", "base64", stdin=lines)
+    assert "10000 of 10000 message(s) stored" in stored.err
+    # read | publish, as a shell pipeline would, through base64 lines.
+    exported = cli("read", source, "-f", "base64").out
+    cli("publish", copy, "-i", "base64", stdin=exported)
+    with client.subscribe(copy, start=0, stop=liftbridge.StopPosition.LATEST) as sub:
+        assert [m.value for m in sub] == values
+    # JSON lines carry keys and values of any bytes too.
+    as_json = cli("read", source, "-f", "json", "-c", "300").out
+    cli("publish", copy, "-i", "json", stdin=as_json)
+    with client.subscribe(copy, start=10_000, stop=liftbridge.StopPosition.LATEST) as sub:
+        assert [m.value for m in sub] == values[:300]
+
+
+def _run_bytes(cli: Cli, *args: str, stdin: bytes) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        cli.argv(*args), input=stdin, capture_output=True, timeout=60, check=False
+    )
+
+
+def test_raw_lines_store_any_bytes_strip_crlf_and_take_dashes(
+    cli: Cli, client: liftbridge.Client, stream: str
+) -> None:
+    done = _run_bytes(cli, "publish", stream, stdin=b"one\r\n\xff\xfe bad utf-8\n-dash\nlast")
+    assert done.returncode == 0, done.stderr
+    cli("publish", stream, "--", "-leading", "--dashes")
+    with client.subscribe(stream, start=0, stop=liftbridge.StopPosition.LATEST) as sub:
+        assert [m.value for m in sub] == [
+            b"one",
+            b"\xff\xfe bad utf-8",
+            b"-dash",
+            b"last",
+            b"-leading",
+            b"--dashes",
+        ]
+    raw = _run_bytes(cli, "read", stream, "-f", "value", "-c", "2", stdin=b"")
+    assert raw.stdout == b"one\n\xff\xfe bad utf-8\n"
+
+
+def test_publish_stops_at_the_first_failure_unless_keep_going(cli: Cli, unique_name: str) -> None:
+    lines = "".join(f"{n}\n" for n in range(100_000))
+    stopped = cli("publish", unique_name, stdin=lines, expect=1)
+    assert "0 of 1 message(s) stored" in stopped.err and "1 failed" in stopped.err
+    assert f"NoSuchStreamError: no such stream: {unique_name}" in stopped.err
+    going = cli("publish", unique_name, "a", "b", "c", "--keep-going", expect=1)
+    assert "0 of 3 message(s) stored" in going.err and "3 failed" in going.err
+
+
+def test_print_offsets_names_each_message_s_partition(cli: Cli, unique_name: str) -> None:
+    cli("create", unique_name, "-p", "4")
+    lines = "".join(f"customer-{n}:order-{n}\n" for n in range(40))
+    run = cli("publish", unique_name, "-K", ":", "--print-offsets", "--json", stdin=lines)
+    printed = _jsonl(run.out)
+    stored = _jsonl(cli("read", unique_name, "--json").out)
+    assert len(printed) == len(stored) == 40
+    where = {(m["partition"], m["offset"]) for m in stored}
+    assert {(p["partition"], p["offset"]) for p in printed} == where
+    assert len({p["partition"] for p in printed}) > 1
+
+
+def test_ctrl_c_during_publish_says_how_many_were_stored(
+    cli: Cli, client: liftbridge.Client, stream: str
+) -> None:
+    publisher = subprocess.Popen(
+        cli.argv("publish", stream),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert publisher.stdin is not None
+        publisher.stdin.write(b"".join(b"%d\n" % n for n in range(25)))
+        publisher.stdin.flush()
+        deadline = time.monotonic() + 30
+        while client.fetch_partition_metadata(stream, 0).newest_offset < 24:
+            assert time.monotonic() < deadline, "the 25 lines were not stored within 30 s"
+            time.sleep(0.1)
+        publisher.send_signal(signal.SIGINT)
+        _out, err = publisher.communicate(timeout=30)
+    finally:
+        if publisher.poll() is None:
+            publisher.kill()
+            publisher.communicate(timeout=10)
+    assert publisher.returncode == 130, err.decode()
+    assert "interrupted: 25 of 25 message(s) stored" in err.decode()
+
+
+def test_json_output_on_every_command(cli: Cli, unique_name: str) -> None:
+    created = _jsonl(cli("create", unique_name, "--json").out)
+    assert created == [{"stream": unique_name, "created": True}]
+    again = _jsonl(cli("create", unique_name, "--if-missing", "--json").out)
+    assert again == [{"stream": unique_name, "created": False}]
+    assert "StreamExistsError" in cli("create", unique_name, expect=1).err
+    cli("publish", unique_name, "v")
+    assert _jsonl(cli("--json", "cursor", "set", "c", unique_name, "0").out)[0]["offset"] == 0
+    assert _jsonl(cli("cursor", "get", "c", unique_name, "--json").out)[0]["offset"] == 0
+    assert _jsonl(cli("tail", unique_name, "-n", "1", "-c", "1", "--json").out)[0]["value"] == "v"
+    assert _jsonl(cli("pause", unique_name, "--json").out)[0]["paused"] is True
+    assert _jsonl(cli("readonly", unique_name, "--off", "--json").out)[0]["readonly"] is False
+    assert _jsonl(cli("delete", unique_name, "--json").out) == [
+        {"stream": unique_name, "deleted": True}
+    ]
+
+
+# ------------------------------------------------------------ dev server --
+
+
+def test_dev_server_runs_a_server_with_cursors_and_activity(tmp_path: Path) -> None:
+    port, nats_port = free_port(), free_port()
+    dev = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "liftbridge",
+            "dev-server",
+            "--json",
+            "--port",
+            str(port),
+            "--nats-port",
+            str(nats_port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert dev.stdout is not None
+        (line,) = _read_lines(dev.stdout, 1, 60)
+        started = json.loads(line)
+        assert started["address"] == f"127.0.0.1:{port}"
+        assert started["nats_url"] == f"nats://127.0.0.1:{nats_port}"
+        with liftbridge.Client(started["address"]) as client:
+            client.create_stream("dev", partitions=2)
+            client.set_cursor("reader", "dev", 1, 5)  # the cursors stream is there
+            assert client.fetch_cursor("reader", "dev", 1) == 5
+            internal = client.fetch_metadata().stream_names(internal=True)
+            assert {"__cursors", "__activity"} <= set(internal)
+        dev.send_signal(signal.SIGTERM)
+        _, err = dev.communicate(timeout=30)
+    finally:
+        if dev.poll() is None:
+            dev.kill()
+            dev.communicate(timeout=10)
+    assert dev.returncode == 0, err.decode()
+    assert psutil_gone(started["pid"])
+
+
+def psutil_gone(pid: int) -> bool:
+    """True when no process has ``pid`` any more (the server was stopped with it)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_dev_server_without_a_binary_says_where_it_looked(tmp_path: Path) -> None:
+    env = {**os.environ, "PATH": str(tmp_path), "PYTHONPATH": str(REPO)}
+    env.pop("LIFTBRIDGE_SERVER_BIN", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "liftbridge", "dev-server", "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert done.returncode == 1
+    assert "ServerBinaryNotFoundError" in done.stderr
+    assert ".cache/servers/bin/liftbridge" in done.stderr and "Traceback" not in done.stderr

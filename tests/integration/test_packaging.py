@@ -73,7 +73,8 @@ def test_wheel_carries_license_metadata_and_typing(wheel: Path) -> None:
     assert "liftbridge/py.typed" in names
     assert "liftbridge_api/api.proto" in names
     assert not any(n.startswith(("tests/", "examples/", "bench/")) for n in names)
-    assert b"liftbridge = liftbridge.cli:main" in entry_points
+    assert b"liftbridge-cli = liftbridge.cli:main" in entry_points
+    assert b"liftbridge = " not in entry_points  # the server's name, never ours
 
 
 def _readme_tour(stream: str, address: str) -> str:
@@ -119,7 +120,7 @@ def test_fresh_venv_runs_the_readme_tour(
     )
     assert str(venv) in where
     # The console script and `python -m liftbridge` are installed with it.
-    help_text = _run([str(bin_dir / "liftbridge"), "--help"], timeout=60, env=env, cwd=tmp_path)
+    help_text = _run([str(bin_dir / "liftbridge-cli"), "--help"], timeout=60, env=env, cwd=tmp_path)
     assert "streams" in help_text
     listing = _run(
         [str(bin_dir / "python"), "-m", "liftbridge", "--address", server_address, "streams"],

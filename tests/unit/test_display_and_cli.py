@@ -11,8 +11,15 @@ import pytest
 
 import liftbridge
 from liftbridge._core._metadata import FrozenMap, Metadata, PartitionInfo, StreamInfo
-from liftbridge.cli._main import build_parser
-from liftbridge.cli._text import CliError, format_message, parse_start, parse_stop
+from liftbridge.cli._main import addresses, build_parser, main
+from liftbridge.cli._text import (
+    CliError,
+    format_message,
+    parse_input,
+    parse_start,
+    parse_stop,
+    strip_line,
+)
 
 _MESSAGE = liftbridge.Message(
     offset=7,
@@ -45,9 +52,10 @@ def test_start_and_stop_positions() -> None:
 
 
 def test_message_formats() -> None:
-    assert format_message(_MESSAGE, "value") == "café"
-    assert format_message(_MESSAGE, "hex") == "2/7  63 61 66 c3 a9"
-    text = format_message(_MESSAGE, "text")
+    assert format_message(_MESSAGE, "value") == "café".encode()
+    assert format_message(_MESSAGE, "base64") == b"Y2Fmw6k="
+    assert format_message(_MESSAGE, "hex") == b"2/7  63 61 66 c3 a9"
+    text = format_message(_MESSAGE, "text").decode()
     assert text.startswith("2/7  2023-11-14 22:13:20.123457+00:00  key=k\\xff  café")
     record = json.loads(format_message(_MESSAGE, "json"))
     assert record["value"] == "café" and record["key"] == {"base64": "a/8="}
@@ -65,6 +73,55 @@ def test_parser_defaults() -> None:
     )
     args = build_parser().parse_args(["tail", "orders", "-p", "1", "-p", "2"])
     assert args.lines == 10 and args.partition == [1, 2]
+
+
+def test_global_options_before_or_after_the_command() -> None:
+    parser = build_parser()
+    before = parser.parse_args(["-a", "h:1", "--json", "--timeout", "3", "streams"])
+    after = parser.parse_args(["streams", "-a", "h:1", "--json", "--timeout", "3"])
+    for args in (before, after):
+        assert (args.address, args.json, args.timeout) == (["h:1"], True, 3.0)
+    neither = parser.parse_args(["streams"])
+    assert (neither.address, neither.json, neither.timeout) == (None, False, 10.0)
+    nested = parser.parse_args(["cursor", "get", "c", "s", "--address", "h:2"])
+    assert nested.address == ["h:2"]
+
+
+def test_address_lists_from_flags_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    parser = build_parser()
+    monkeypatch.setenv("LIFTBRIDGE_ADDRESS", "a:1, b:2,,c:3")
+    assert addresses(parser.parse_args(["streams"])) == ["a:1", "b:2", "c:3"]
+    given = parser.parse_args(["streams", "-a", "x:1,y:2", "-a", "z:3"])
+    assert addresses(given) == ["x:1", "y:2", "z:3"]
+    monkeypatch.delenv("LIFTBRIDGE_ADDRESS")
+    assert addresses(parser.parse_args(["streams"])) == ["127.0.0.1:9292"]
+
+
+def test_input_lines_are_bytes_exactly() -> None:
+    assert strip_line(b"a\r\n") == b"a" and strip_line(b"a\n") == b"a" and strip_line(b"a") == b"a"
+    assert strip_line(b"a\r\r\n") == b"a\r"  # only the line ending goes
+    assert parse_input(b"\xff-x", "raw", 1) == (b"\xff-x", None, None)
+    assert parse_input(b"//4=", "base64", 1) == (b"\xff\xfe", None, None)
+    line = b'{"value": {"base64": "//4="}, "key": "k", "headers": {"h": "v"}}'
+    assert parse_input(line, "json", 1) == (b"\xff\xfe", b"k", {"h": b"v"})
+    with pytest.raises(CliError, match="line 3: not valid base64"):
+        parse_input(b"%%%", "base64", 3)
+    with pytest.raises(CliError, match="line 4: the JSON object has no 'value'"):
+        parse_input(b'{"key": "k"}', "json", 4)
+    with pytest.raises(CliError, match="line 5: not JSON"):
+        parse_input(b"{", "json", 5)
+
+
+def test_help_shows_one_exit_code_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    top = capsys.readouterr().out
+    assert main(["publish", "--help"]) == 0
+    sub = capsys.readouterr().out
+    for text in (top, sub):
+        assert "exit status:" in text and "3    no server could be reached" in text
+    assert "liftbridge-cli" in top and "dev-server" in top
+    assert main(["read"]) == 2  # a usage error
+    assert "liftbridge-cli read: error" in capsys.readouterr().err
 
 
 def test_table_text_and_html_escape() -> None:

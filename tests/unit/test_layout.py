@@ -49,7 +49,6 @@ OVERSIZE: set[str] = {
     "liftbridge._publish._nats",
     "liftbridge._publish._nats_stream",
     "liftbridge._publish._publisher",
-    "liftbridge.cli._main",
 }
 
 

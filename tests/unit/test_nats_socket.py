@@ -12,8 +12,9 @@ from collections.abc import Iterator
 import pytest
 
 from liftbridge import MissingDependencyError, UnavailableError
+from liftbridge._errors import ProtocolError
 from liftbridge._transport import _nats_socket
-from liftbridge._transport._nats_frames import FrameParser, ProtocolError
+from liftbridge._transport._nats_frames import FrameParser
 from liftbridge._transport._nats_socket import NatsSocket
 
 INBOX = b"_INBOX.abc"

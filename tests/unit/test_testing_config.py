@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from liftbridge import ArgumentTypeError, InvalidArgumentError
-from liftbridge.testing import LocalServer
+from liftbridge.testing import LocalServer, ServerBinaryNotFoundError
 from liftbridge.testing._config import (
     go_duration,
     internal_streams,
@@ -17,6 +18,7 @@ from liftbridge.testing._config import (
     render_nats_conf,
     render_yaml,
 )
+from liftbridge.testing._process import resolve_binary
 
 
 def test_dotted_keys_become_nested_sections_in_first_seen_order() -> None:
@@ -184,3 +186,37 @@ def test_local_server_checks_its_arguments_before_starting(tmp_path: Path) -> No
         LocalServer(binary=fake, config_overrides={"nats.embedded": False})
     with pytest.raises(InvalidArgumentError, match="startup_timeout"):
         LocalServer(binary=fake, startup_timeout=0)
+
+
+def test_a_python_script_is_never_taken_for_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "scripts" / "liftbridge"  # an old SDK's console script
+    script.parent.mkdir()
+    script.write_text("#!/usr/bin/python3\nfrom liftbridge.cli import main\nmain()\n")
+    script.chmod(0o755)
+    server = tmp_path / "bin" / "liftbridge"
+    server.parent.mkdir()
+    server.write_bytes(b"\x7fELF\x02\x01\x01")
+    server.chmod(0o755)
+    monkeypatch.delenv("LIFTBRIDGE_SERVER_BIN", raising=False)
+    monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}{server.parent}")
+    assert resolve_binary(None, env_var="LIFTBRIDGE_SERVER_BIN", name="liftbridge") == str(server)
+    monkeypatch.setenv("PATH", str(script.parent))
+    with pytest.raises(ServerBinaryNotFoundError, match=r"scripts/liftbridge on PATH is a Python"):
+        LocalServer()
+    monkeypatch.setenv("LIFTBRIDGE_SERVER_BIN", str(script))
+    with pytest.raises(ServerBinaryNotFoundError, match="is a Python script"):
+        LocalServer()
+
+
+def test_fixed_ports_are_checked() -> None:
+    with pytest.raises(InvalidArgumentError, match="port must be a TCP port"):
+        LocalServer(binary=_ANY_EXECUTABLE, port=70000)
+    with pytest.raises(ArgumentTypeError, match="nats_port must be an int"):
+        LocalServer(binary=_ANY_EXECUTABLE, nats_port="4222")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="must differ"):
+        LocalServer(binary=_ANY_EXECUTABLE, port=4222, nats_port=4222)
+
+
+_ANY_EXECUTABLE = "/bin/sh"
