@@ -214,9 +214,11 @@ class PinElection:
 
         Returns:
             ADMIN when an operator asked for an unpin, LOST when the pin was
-            lost (this member's election membership expired, e.g. it was
-            frozen): either way the caller gives the pin up and stands again
-            under a new id, so it never takes the pin back (record 003).
+            lost because this member's election membership expired (e.g. it
+            was frozen): either way the caller gives the pin up and stands
+            again under a new id, so it never takes the pin back (record
+            003). A pin lost while still a member (the server moved it) is
+            only reported as an event, as before.
         """
         now = time.monotonic()
         if self._heart.membership is None and self.state.pinned:
@@ -241,7 +243,8 @@ class PinElection:
         elif not holds and self.state.pinned:
             _log.warning("%s lost the pin of group %s", consumer_id, self._group_id)
             self._unpinned(UnpinReason.LOST)
-            return UnpinReason.LOST
+            if self._heart.membership is None:
+                return UnpinReason.LOST  # expired: stand again under a new id
         elif holds and now >= self._next_unpin_check:
             m = self._heart.membership
             assert m is not None

@@ -1069,7 +1069,7 @@ def test_a_pinned_puller_that_stops_pulling_loses_the_pin_and_comes_back_as_stan
             firsts.extend(m.offset for m in first.fetch(5, timeout=0.5))
         assert firsts == [0, 1, 2, 3, 4] and first.assignment == parts
         first.checkpoint()
-        wait_for(lambda: second.assignment == parts, 1.5 + 4 * HEARTBEAT, "the standby takes over")
+        wait_for(lambda: second.assignment == parts, 1.5 + 8 * HEARTBEAT, "the standby takes over")
         assert log.kinds()[:2] == [("pinned", None), ("unpinned", "timeout")]
         publish(client, unique_name, 1, 5)
         wait_for(lambda: sorted(seconds) == [5, 6, 7, 8, 9], 10, "the new holder pulls the rest")
