@@ -40,7 +40,8 @@ def thread_cpu() -> dict[str, float]:
         except OSError:  # the thread ended meanwhile
             continue
         name = names.get(int(task), f"native-{task}")
-        name = name.rsplit("-", 1)[0] if name.startswith("liftbridge-") else name
+        head, _, tail = name.rpartition("-")
+        name = head if head and tail.isdigit() else name  # one line per kind of thread
         spent[name] = spent.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
     return spent
 

@@ -91,7 +91,7 @@ class Ledger:
         with self._lock:
             self._outcomes.append(outcome)
         try:
-            client.publish(stream, value, timeout=timeout, **options)  # type: ignore[arg-type]
+            client.publish(stream, value, timeout=timeout, **options)  # type: ignore[call-overload]
         except Exception as e:
             self._settle(outcome, e)
             return False

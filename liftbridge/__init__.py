@@ -84,6 +84,11 @@ from liftbridge._groups._describe import GroupDescription, GroupMemberInfo
 from liftbridge._groups._pin import PinCallback, PinEvent, PinEventKind, PinState, UnpinReason
 from liftbridge._publish._nats import NatsPublisher
 from liftbridge._publish._nats_stream import NatsStreamPublisher
+from liftbridge._publish._options import (
+    ClientPublishOptions,
+    PublishOptions,
+    StreamPublishOptions,
+)
 from liftbridge._publish._publisher import AckHandler
 from liftbridge._transport._channels import TLSConfig
 
@@ -104,6 +109,7 @@ __all__ = [
     "BrokerInfo",
     "Client",
     "ClientClosedError",
+    "ClientPublishOptions",
     "ClientState",
     "ConnectionLostError",
     "ConsumeHandle",
@@ -146,6 +152,7 @@ __all__ = [
     "PinEventKind",
     "PinState",
     "ProtocolError",
+    "PublishOptions",
     "PublishWindowFullError",
     "PullConsumer",
     "PullTimeoutError",
@@ -161,6 +168,7 @@ __all__ = [
     "StreamExistsError",
     "StreamInfo",
     "StreamPartition",
+    "StreamPublishOptions",
     "StreamRefusedError",
     "Subscription",
     "TLSConfig",

@@ -20,7 +20,6 @@ from liftbridge._consume._subscription import (
     Stop,
     StopPosition,
     Subscription,
-    _Request,
     start_subscription,
     subscribe_request,
 )
@@ -107,7 +106,7 @@ class ReadMethods(AdminMethods):
             request.startOffset = offset
         subscription = start_subscription(
             self._router,
-            _Request(stream, partition, request),
+            request,
             handler,
             resubscribe_wait=self._resubscribe_wait,
             open_timeout=self._router.rpc_timeout,

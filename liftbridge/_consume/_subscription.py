@@ -630,7 +630,7 @@ class Subscription:
 
 def start_subscription(
     router: Router,
-    request: _Request,
+    request: api_pb2.SubscribeRequest,
     handler: Handler | None,
     *,
     resubscribe_wait: float,
@@ -642,7 +642,9 @@ def start_subscription(
 
     Args:
         router: how to reach the partition's brokers.
-        request: what to subscribe to.
+        request: what to subscribe to (:func:`subscribe_request`; a
+            resubscribe rebuilds it from its stream, partition and the
+            last offset delivered).
         handler: ``handler(message, error)``, or None to iterate.
         resubscribe_wait: seconds to keep re-subscribing after a failure
             (also bounds the first opening).
@@ -651,7 +653,7 @@ def start_subscription(
     """
     subscription = Subscription(
         router,
-        request,
+        _Request(request.stream, request.partition, request),
         handler,
         resubscribe_wait=resubscribe_wait,
         open_timeout=open_timeout,

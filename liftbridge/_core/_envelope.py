@@ -29,6 +29,7 @@ from google.protobuf.message import Message as ProtoMessage
 from liftbridge._core import _validate
 from liftbridge._core._crc32c import crc32c
 from liftbridge._core._messages import Ack, AckPolicy, Message, ack_from_proto, message_from_proto
+from liftbridge._core._validate import BytesLike
 from liftbridge._errors import ArgumentTypeError, EnvelopeError, InvalidArgumentError
 from liftbridge_api import api_pb2
 
@@ -148,10 +149,10 @@ def decode_envelope(data: Any, expected: EnvelopeType) -> bytes:
 
 
 def new_message(
-    value: bytes,
+    value: BytesLike,
     *,
-    key: bytes | None = None,
-    headers: Mapping[str, bytes] | None = None,
+    key: BytesLike | None = None,
+    headers: Mapping[str, BytesLike] | None = None,
     ack_inbox: str = "",
     correlation_id: str = "",
     ack_policy: AckPolicy = AckPolicy.LEADER,

@@ -478,3 +478,19 @@ def checked_messages(value: object, *, arg: str = "messages") -> list[Message]:
         if not isinstance(item, Message):
             raise ArgumentTypeError(f"{arg} must hold Message, got {type(item).__name__}")
     return items
+
+
+def response_outcome(
+    response: api_pb2.PublishResponse,
+) -> tuple[str, Ack | None, LiftbridgeError | None]:
+    """A PublishAsync response as (correlation id, ack, error): exactly one
+    of ack and error is None."""
+    if not response.HasField("asyncError"):
+        ack_pb = response.ack
+        ack, error = ack_outcome(ack_pb)  # never raises: one odd ack fails one publish
+        return response.correlationId or ack_pb.correlationId, ack, error
+    if response.HasField("ack") and response.ack.ackError != api_pb2.Ack.OK:
+        name = wire_enum_name(api_pb2.Ack.Error.Name, response.ack.ackError)
+    else:
+        name = wire_enum_name(api_pb2.PublishAsyncError.Code.Name, response.asyncError.code)
+    return response.correlationId, None, from_async_error(name, response.asyncError.message)

@@ -28,7 +28,6 @@ from liftbridge._consume._activity import (
 from liftbridge._consume._subscription import (
     StartPosition,
     StopPosition,
-    _Request,
     start_subscription,
     subscribe_request,
 )
@@ -231,7 +230,7 @@ def read_activity(router: Router, deadline: Deadline) -> list[ActivityEvent]:
     wait = max(0.05, deadline.remaining())
     subscription = start_subscription(
         router,
-        _Request(ACTIVITY_STREAM, 0, request),
+        request,
         collect,
         resubscribe_wait=wait,
         open_timeout=wait,

@@ -20,7 +20,6 @@ from liftbridge._consume._subscription import (
     Start,
     StartPosition,
     Subscription,
-    _Request,
     start_subscription,
     subscribe_request,
 )
@@ -136,7 +135,7 @@ def open_reading(
     request.consumer.CopyFrom(consumer)
     return start_subscription(
         router,
-        _Request(tp.stream, tp.partition, request),
+        request,
         handler,
         resubscribe_wait=wait,
         open_timeout=wait,

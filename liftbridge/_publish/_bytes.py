@@ -14,6 +14,15 @@ Pure functions; thread-safe.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from liftbridge._core import _validate
+from liftbridge._core._envelope import EnvelopeType, encode_envelope
+from liftbridge._core._messages import AckPolicy
+from liftbridge._core._validate import BytesLike
+from liftbridge._errors import MessageTooLargeError
+from liftbridge_api import api_pb2
+
 # Field keys: (field number << 3) | wire type (0 varint, 2 length-delimited).
 _OFFSET = b"\x08"  # 1: int64 offset
 _KEY = b"\x12"  # 2: bytes key
@@ -24,6 +33,11 @@ _ACK_POLICY = b"\x60"  # 12: AckPolicy ackPolicy
 
 # An int64 of -1 ("no expected offset") as a varint: ten bytes.
 _NO_OFFSET = _OFFSET + b"\xff" * 9 + b"\x01"
+# Each AckPolicy as the wire enum (Enum.value is a slow property).
+WIRE_POLICIES = {policy: api_pb2.AckPolicy.ValueType(policy.value) for policy in AckPolicy}
+# The envelope header of a publish without a CRC.
+PLAIN_MESSAGE_HEADER = encode_envelope(EnvelopeType.MESSAGE, b"")
+_PLAIN_HEADER_SIZE = len(PLAIN_MESSAGE_HEADER)
 # One-byte varints, the length of nearly every field.
 _SMALL = tuple(bytes((n,)) for n in range(128))
 
@@ -127,3 +141,68 @@ class PlainFrames:
             correlation_id,
             policy,
         )
+
+
+def envelope_frame(
+    prefix: bytes,
+    value: bytes,
+    key: bytes | None,
+    headers: Mapping[str, BytesLike] | None,
+    correlation_id: str,
+    ack_policy: AckPolicy,
+    expected_offset: int | None,
+    *,
+    inbox: str,
+    inbox_field: bytes,
+    crc: bool,
+    max_payload: int,
+) -> bytes:
+    """The PUB frame of any NATS stream publish (arguments checked by the publisher):
+        the envelope of _envelope.new_message, built from arguments checked
+        already (new_message would check the ack inbox again on every call),
+        written byte by byte unless there are headers.
+
+        ``inbox`` is the publisher's ack inbox (``inbox_field`` its field bytes),
+    ``crc`` whether envelopes carry a CRC-32C, ``max_payload`` the NATS
+    server's limit.
+
+    Raises:
+            InvalidArgumentError: bad headers.
+            MessageTooLargeError: the envelope is over ``max_payload``.
+    """
+    wants_ack = ack_policy is not AckPolicy.NONE
+    header_map = None if headers is None else _validate.headers(headers)
+    offset = -1 if expected_offset is None else expected_offset
+    if header_map:
+        message = api_pb2.Message(
+            value=value,
+            ackInbox=inbox if wants_ack else "",
+            correlationId=correlation_id,
+            ackPolicy=WIRE_POLICIES[ack_policy],
+            offset=offset,
+            headers=header_map,
+        )
+        if key:
+            message.key = key
+        payload = message.SerializeToString()
+    else:
+        payload = message_bytes(
+            value,
+            correlation_id,
+            key=key,
+            ack_inbox=inbox_field if wants_ack else b"",
+            ack_policy=WIRE_POLICIES[ack_policy],
+            offset=offset,
+        )
+    if crc:
+        header, payload = b"", encode_envelope(EnvelopeType.MESSAGE, payload, crc=True)
+        size = len(payload)
+    else:
+        header, size = PLAIN_MESSAGE_HEADER, _PLAIN_HEADER_SIZE + len(payload)
+    if size > max_payload:
+        raise MessageTooLargeError(
+            f"the envelope is {size} bytes, over the NATS server's max_payload "
+            f"of {max_payload} bytes (nothing was sent)"
+        )
+    # The envelope is the frame's header and payload, written as is by the I/O thread.
+    return b"%s%d\r\n%s%s\r\n" % (prefix, size, header, payload)

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from concurrent.futures import Future
-from typing import Literal, overload
+from typing import Literal, Unpack, overload
 
 from liftbridge._core._client_api import ClientBase
 from liftbridge._core._messages import Ack, AckPolicy
-from liftbridge._core._partitioner import Partitioner
 from liftbridge._core._validate import BytesLike
 from liftbridge._errors import ArgumentTypeError
+from liftbridge._publish._options import ClientPublishOptions
 from liftbridge._publish._publisher import AckHandler
 from liftbridge._publish._publishing import Publishing, check_future
 
@@ -31,16 +31,9 @@ class PublishMethods(ClientBase):
         value: BytesLike,
         ack_handler: AckHandler | None = None,
         *,
-        key: BytesLike | None = None,
-        headers: Mapping[str, BytesLike] | None = None,
-        partition: int | None = None,
-        partitioner: Partitioner | None = None,
         ack_policy: AckPolicy = AckPolicy.LEADER,
-        expected_offset: int | None = None,
-        correlation_id: str | None = None,
-        ack_inbox: str | None = None,
-        timeout: float | None = None,
         future: Literal[True] = True,
+        **options: Unpack[ClientPublishOptions],
     ) -> Future[Ack | None]: ...
 
     @overload
@@ -50,16 +43,9 @@ class PublishMethods(ClientBase):
         value: BytesLike,
         ack_handler: AckHandler | None = None,
         *,
-        key: BytesLike | None = None,
-        headers: Mapping[str, BytesLike] | None = None,
-        partition: int | None = None,
-        partitioner: Partitioner | None = None,
         ack_policy: AckPolicy = AckPolicy.LEADER,
-        expected_offset: int | None = None,
-        correlation_id: str | None = None,
-        ack_inbox: str | None = None,
-        timeout: float | None = None,
         future: Literal[False],
+        **options: Unpack[ClientPublishOptions],
     ) -> None: ...
 
     def publish_async(
@@ -68,27 +54,17 @@ class PublishMethods(ClientBase):
         value: BytesLike,
         ack_handler: AckHandler | None = None,
         *,
-        key: BytesLike | None = None,
-        headers: Mapping[str, BytesLike] | None = None,
-        partition: int | None = None,
-        partitioner: Partitioner | None = None,
         ack_policy: AckPolicy = AckPolicy.LEADER,
-        expected_offset: int | None = None,
-        correlation_id: str | None = None,
-        ack_inbox: str | None = None,
-        timeout: float | None = None,
         future: bool = True,
+        **options: Unpack[ClientPublishOptions],
     ) -> Future[Ack | None] | None:
         """Publishes a message on the client's PublishAsync stream without waiting.
 
-        The partition is ``partition`` when given, else the ``partitioner``'s
-        choice, else the key's partition (:class:`PartitionByKey`, the Go
-        client's formula) when there is a key, else 0. Blocks only when
-        ``max_inflight`` publishes await acks, until an eighth of that window
-        has freed up (or, at ``timeout``, any slot has). The SDK never re-sends a publish: on
-        :class:`AckTimeoutError` or :class:`ConnectionLostError` the message
-        may or may not be stored, so retry only if duplicates are acceptable
-        (or use ``expected_offset``).
+        Blocks only when ``max_inflight`` publishes await acks, until an
+        eighth of that window has freed up (or, at ``timeout``, any slot
+        has). The SDK never re-sends a publish: on :class:`AckTimeoutError`
+        or :class:`ConnectionLostError` the message may or may not be stored,
+        so retry only if duplicates are acceptable (or use ``expected_offset``).
 
         Args:
             stream: the stream.
@@ -99,33 +75,24 @@ class PublishMethods(ClientBase):
                 the done-callbacks of the returned Future; it should not
                 block for long (later callbacks wait for it); exceptions it
                 raises are logged. It may publish.
-            key: message key (compaction; alone, it also picks the partition).
-            headers: header name to bytes.
-            partition: explicit partition; wins over ``partitioner``.
-            partitioner: e.g. :class:`PartitionByKey`.
             ack_policy: LEADER (default), ALL, or NONE.
-            expected_offset: optimistic concurrency: the offset the message must
-                get, else :class:`IncorrectOffsetError`. None: no check.
-            correlation_id: id matching the ack; generated when None.
-            ack_inbox: a NATS subject (no wildcards) the server also publishes
-                the ack to, as an envelope (:func:`unmarshal_ack` decodes it).
-                Such a publish goes by the unary Publish RPC, one at a time
-                (the server ignores ack inboxes on PublishAsync streams); for
-                ``publish_async`` on a ``liftbridge-inbox-publish`` thread of
-                its own.
-            timeout: seconds to wait for the ack; None for ``ack_wait``.
             future: False to get no Future: the outcome then goes to
                 ``ack_handler`` alone (required unless AckPolicy.NONE). A
                 Future is a dozen objects for Python's garbage collector; with
                 a window of publishes in flight, its collections cost about as
                 much client CPU as the rest of a pipelined publish.
+            **options: the message's :class:`ClientPublishOptions`: ``key``,
+                ``headers``, ``partition``, ``partitioner``,
+                ``expected_offset``, ``correlation_id``, ``ack_inbox``,
+                ``timeout`` (seconds to wait for the ack; None for ``ack_wait``).
 
         Returns:
             A Future of the :class:`Ack` (None for AckPolicy.NONE, once sent);
             None with ``future=False``.
 
         Raises:
-            InvalidArgumentError, ArgumentTypeError: bad input (nothing sent).
+            InvalidArgumentError, ArgumentTypeError: bad input or an unknown
+                option (nothing sent).
             MessageTooLargeError: larger than ``max_message_size`` (nothing sent).
             NoSuchStreamError: a partitioner needs metadata of a missing stream.
             PublishWindowFullError: the in-flight window stayed full.
@@ -135,35 +102,46 @@ class PublishMethods(ClientBase):
             raise ArgumentTypeError("ack_handler must be callable or None")
         check_future(future, ack_handler, ack_policy)
         self._check_open()
-        request = self._publishing.request(
-            stream,
-            value,
-            key,
-            headers,
-            partition,
-            partitioner,
-            ack_policy,
-            expected_offset,
-            correlation_id,
-            timeout,
-            ack_inbox,
-        )
-        return self._publishing.publish_async(request, ack_handler, timeout, future)
+        request = self._publishing.request(stream, value, ack_policy, options, "publish_async")
+        return self._publishing.publish_async(request, ack_handler, options.get("timeout"), future)
+
+    @overload
+    def publish(
+        self,
+        stream: str,
+        value: BytesLike,
+        *,
+        ack_policy: Literal[AckPolicy.LEADER, AckPolicy.ALL] = AckPolicy.LEADER,
+        **options: Unpack[ClientPublishOptions],
+    ) -> Ack: ...
+
+    @overload
+    def publish(
+        self,
+        stream: str,
+        value: BytesLike,
+        *,
+        ack_policy: Literal[AckPolicy.NONE],
+        **options: Unpack[ClientPublishOptions],
+    ) -> None: ...
+
+    @overload
+    def publish(
+        self,
+        stream: str,
+        value: BytesLike,
+        *,
+        ack_policy: AckPolicy,
+        **options: Unpack[ClientPublishOptions],
+    ) -> Ack | None: ...
 
     def publish(
         self,
         stream: str,
         value: BytesLike,
         *,
-        key: BytesLike | None = None,
-        headers: Mapping[str, BytesLike] | None = None,
-        partition: int | None = None,
-        partitioner: Partitioner | None = None,
         ack_policy: AckPolicy = AckPolicy.LEADER,
-        expected_offset: int | None = None,
-        correlation_id: str | None = None,
-        ack_inbox: str | None = None,
-        timeout: float | None = None,
+        **options: Unpack[ClientPublishOptions],
     ) -> Ack | None:
         """Publishes a message and waits for its ack (arguments as for
         :meth:`publish_async`).
@@ -182,7 +160,8 @@ class PublishMethods(ClientBase):
         must come after it).
 
         Returns:
-            The :class:`Ack`, or None for AckPolicy.NONE (once sent).
+            The :class:`Ack`; None for AckPolicy.NONE (once sent). Type
+            checkers see ``Ack`` unless ``ack_policy`` may be NONE.
 
         Raises:
             AckTimeoutError: no ack within the timeout (maybe stored).
@@ -193,20 +172,8 @@ class PublishMethods(ClientBase):
             ClientClosedError: the client is closed.
         """
         self._check_open()
-        request = self._publishing.request(
-            stream,
-            value,
-            key,
-            headers,
-            partition,
-            partitioner,
-            ack_policy,
-            expected_offset,
-            correlation_id,
-            timeout,
-            ack_inbox,
-        )
-        return self._publishing.publish(request, timeout)
+        request = self._publishing.request(stream, value, ack_policy, options, "publish")
+        return self._publishing.publish(request, options.get("timeout"))
 
     def publish_to_subject(
         self,

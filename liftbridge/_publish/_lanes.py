@@ -50,19 +50,18 @@ import time
 import weakref
 
 from liftbridge._core._deadlines import AckTimer
-from liftbridge._core._messages import Ack
+from liftbridge._core._messages import Ack, response_outcome
 from liftbridge._core._router import ANY, Deadline, Router
 from liftbridge._errors import (
     AckTimeoutError,
     ClientClosedError,
     ConnectionLostError,
-    DeadlineExceededError,
     LeaderLostError,
     LiftbridgeError,
     NoSuchPartitionError,
     StreamRefusedError,
 )
-from liftbridge._publish._publisher import response_outcome
+from liftbridge._publish._leaders import leader_lost, live_leader
 from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
 
@@ -152,11 +151,7 @@ class _Lane:
         if closed:
             return ClientClosedError("the client was closed before the ack arrived")
         if lost is not None:
-            return LeaderLostError(
-                f"the leader of {where} ({lost}) went down before the ack of publish "
-                f"{request.correlationId} arrived; the message may or may not have been stored",
-                lost,
-            )
+            return leader_lost(request, lost, request.correlationId)
         if isinstance(cause, StreamRefusedError):
             return StreamRefusedError(
                 f"the broker refused the stream of publish {request.correlationId} to {where} "
@@ -242,7 +237,7 @@ class Lanes:
             self._router.broker_down(leader) or self._router.suspect(leader)
         ):
             # Known down, or it just refused a connection of ours.
-            leader = self._live_leader(request, leader, due)
+            leader = live_leader(self._router, request, leader, due)
         lane.leader = leader
         lane.deadline = due
         # A weak reference: a lane must be free to end with its thread.
@@ -283,56 +278,6 @@ class Lanes:
             _log.debug("no metadata to check a refused publish against: %s", e)
             return False
         return metadata.partition(request.stream, request.partition) is not None
-
-    def _live_leader(self, request: api_pb2.PublishRequest, down: str, due: float) -> str:
-        """The partition's leader once fresh metadata names one not known to be
-        down, asked for every ``_RECHECK`` seconds until ``due``. A publish sent
-        to the old leader could only wait out its ack timeout, so it is held
-        back meanwhile: it goes out as soon as a new leader is known.
-
-        Raises:
-            DeadlineExceededError: no live leader by ``due`` (the publish was not sent).
-        """
-        where = f"{request.stream!r} partition {request.partition}"
-        while True:
-            remaining = due - time.monotonic()
-            if remaining <= 0:
-                raise DeadlineExceededError(
-                    f"the leader of {where} ({down}) is down and no other broker took over "
-                    "in time; the publish was not sent"
-                )
-            try:
-                self._router.refresh(Deadline(min(_REFRESH, remaining)), shared=False)
-            except LiftbridgeError as e:
-                _log.debug("no metadata while the leader of %s is down: %s", where, e)
-            leader = self._router.leader_address(request.stream, request.partition)
-            if (
-                leader is not None
-                and not self._router.broker_down(leader)
-                and (leader != down or not self._router.suspect(leader))
-                and self._leads(leader, request, due)
-            ):
-                return leader
-            time.sleep(min(_RECHECK, max(0.0, due - time.monotonic())))
-
-    def _leads(self, address: str, request: api_pb2.PublishRequest, due: float) -> bool:
-        """Whether the broker the metadata names as the new leader says so
-        itself: the cluster's metadata can name it before it serves the
-        partition, and a publish forwarded to it then would be dropped."""
-        ask = api_pb2.FetchPartitionMetadataRequest(
-            stream=request.stream, partition=request.partition
-        )
-        try:
-            self._router.invoke(
-                address,
-                "FetchPartitionMetadata",
-                ask,
-                min(_REFRESH, max(0.05, due - time.monotonic())),
-            )
-        except LiftbridgeError as e:
-            _log.debug("the new leader %s does not serve the partition yet: %s", address, e)
-            return False
-        return True
 
     def _broker_down(self, address: str) -> None:
         """The router's broker-down listener (on liftbridge-broker-watch): the lanes

@@ -14,8 +14,8 @@ of the publisher's own, started on first use); the futures' done-callbacks
 run on a ``liftbridge-callbacks`` thread of its own, never on pynats2's
 threads or the timer.
 
-This is the only module that imports pynats2 (the ``nats`` extra), and only
-when a publisher is created, so ``import liftbridge`` works without it.
+Only :mod:`liftbridge._publish._pynats` imports pynats2 (the ``nats`` extra),
+and only when a publisher is created, so ``import liftbridge`` works without it.
 pynats2 is thread-based and has sharp edges this module works around:
 
 - It reads the socket on its own thread and runs subscription callbacks on
@@ -43,20 +43,19 @@ import functools
 import logging
 import threading
 import uuid
-import warnings
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from time import monotonic
 from types import TracebackType
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, Literal, Unpack, overload
 
 from liftbridge._core import _validate
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._deadlines import AckTimer
 from liftbridge._core._envelope import new_message, unmarshal_ack
 from liftbridge._core._messages import Ack, AckPolicy
+from liftbridge._core._validate import BytesLike
 from liftbridge._errors import (
     AckTimeoutError,
     ArgumentTypeError,
@@ -65,69 +64,21 @@ from liftbridge._errors import (
     InvalidArgumentError,
     LiftbridgeError,
     MessageTooLargeError,
-    MissingDependencyError,
     UnavailableError,
 )
-from liftbridge._transport._nats_info import DEFAULT_PORT, server_info
+from liftbridge._publish import _pynats
+from liftbridge._publish._options import (
+    MESSAGE_OPTIONS,
+    PublishOptions,
+    check_correlation_id,
+    check_names,
+)
+from liftbridge._transport._nats_info import server_info
 
 logger = logging.getLogger(__name__)
 
 # NATS's own default, used when the server's INFO does not say.
 _DEFAULT_MAX_PAYLOAD = 1024 * 1024
-# How long close() waits for pynats2's threads, twice over at most (see module doc).
-_CLOSE_TIMEOUT = 5.0
-
-
-def _import_pynats2() -> Any:
-    """Imports pynats2, or explains how to install it."""
-    try:
-        with warnings.catch_warnings():
-            # pynats2 imports pkg_resources, which newer setuptools deprecate.
-            warnings.filterwarnings("ignore", message="pkg_resources is deprecated")
-            warnings.filterwarnings("ignore", category=DeprecationWarning, module="pkg_resources")
-            import pynats2
-    except ImportError as e:
-        raise MissingDependencyError(
-            "publishing over NATS needs the pynats2 package: pip install 'liftbridge[nats]'"
-        ) from e
-    return pynats2
-
-
-def _stop_pynats2(pynats2: Any, client: Any, where: str, *, connection_lost: bool) -> None:
-    """Closes a pynats2 client without letting it block for ever.
-
-    Its close() joins its reader thread, which never ends once the connection
-    is lost; closing the socket underneath ends it. With ``connection_lost``
-    that is done first, else only if close() takes longer than it should.
-    """
-
-    def close() -> None:
-        try:
-            client.close()
-        except Exception:  # a half-connected client has no socket to close
-            logger.debug("pynats2 close of %s failed", where, exc_info=True)
-
-    def close_socket() -> None:
-        # The base class's close only closes the socket, which ends the reader's loop.
-        with contextlib.suppress(OSError, AttributeError):
-            pynats2.NATSNoSubscribeClient.close(client)
-
-    if connection_lost:
-        close_socket()
-    closer = threading.Thread(target=close, name="liftbridge-nats-close", daemon=True)
-    closer.start()
-    closer.join(_CLOSE_TIMEOUT)
-    if not closer.is_alive():
-        return
-    logger.warning(
-        "NATS client for %s did not stop within %.0fs (connection lost?); closing its socket",
-        where,
-        _CLOSE_TIMEOUT,
-    )
-    close_socket()
-    closer.join(_CLOSE_TIMEOUT)
-    if closer.is_alive():
-        logger.error("NATS client for %s did not stop; leaving its threads behind", where)
 
 
 class _State(enum.Enum):
@@ -201,7 +152,7 @@ class NatsPublisher:
         connect_timeout: float = 5.0,
         crc: bool = False,
     ) -> None:
-        host, port, url = _parse_url(url)
+        host, port, url = _pynats.parse_url(url)
         self._where = f"{host}:{port}"
         self._ack_timeout = _validate.seconds(ack_timeout, arg="ack_timeout")
         connect_timeout = _validate.seconds(connect_timeout, arg="connect_timeout")
@@ -224,7 +175,7 @@ class NatsPublisher:
         self._in_order = self._timer.ordered(self._expire_due, wait=self._ack_timeout)
         self._runner = CallbackRunner()  # liftbridge-callbacks, for futures' done-callbacks
 
-        self._pynats2 = _import_pynats2()
+        self._pynats2 = _pynats.import_pynats2()
         info = server_info(host, port, connect_timeout)
         max_payload = info.get("max_payload")
         if not isinstance(max_payload, int) or max_payload <= 0:
@@ -239,7 +190,7 @@ class NatsPublisher:
             client.connect()
             client.subscribe(self._inbox, callback=self._on_ack)
         except (OSError, self._pynats2.NATSError) as e:
-            _stop_pynats2(self._pynats2, client, self._where, connection_lost=True)
+            _pynats.stop_pynats2(self._pynats2, client, self._where, connection_lost=True)
             raise UnavailableError(
                 f"cannot connect to the NATS server at {self._where}: {e!r}"
             ) from e
@@ -255,32 +206,54 @@ class NatsPublisher:
         """The largest envelope the NATS server accepts, in bytes (its ``max_payload``)."""
         return self._max_payload
 
+    @overload
     def publish(
         self,
         subject: str,
-        value: bytes,
+        value: BytesLike,
         *,
-        key: bytes | None = None,
-        headers: Mapping[str, bytes] | None = None,
+        ack_policy: Literal[AckPolicy.LEADER, AckPolicy.ALL] = AckPolicy.LEADER,
+        **options: Unpack[PublishOptions],
+    ) -> Ack: ...
+
+    @overload
+    def publish(
+        self,
+        subject: str,
+        value: BytesLike,
+        *,
+        ack_policy: Literal[AckPolicy.NONE],
+        **options: Unpack[PublishOptions],
+    ) -> None: ...
+
+    @overload
+    def publish(
+        self,
+        subject: str,
+        value: BytesLike,
+        *,
+        ack_policy: AckPolicy,
+        **options: Unpack[PublishOptions],
+    ) -> Ack | None: ...
+
+    def publish(
+        self,
+        subject: str,
+        value: BytesLike,
+        *,
         ack_policy: AckPolicy = AckPolicy.LEADER,
-        expected_offset: int | None = None,
-        correlation_id: str | None = None,
-        timeout: float | None = None,
+        **options: Unpack[PublishOptions],
     ) -> Ack | None:
         """Publishes one message and waits for its ack.
 
         Args:
             subject: the NATS subject of the stream partition.
             value: the message payload.
-            key: the message key, ``None`` for none.
-            headers: header name to bytes.
             ack_policy: when the server acks; with NONE nothing is waited for.
-            expected_offset: for streams with optimistic concurrency control,
-                the offset the message must land at; ``None`` for any.
-            correlation_id: the id matching the ack to this message; ``None``
-                for a fresh random one. Must not be in flight already.
-            timeout: seconds to wait for the ack; ``None`` for the
-                publisher's ``ack_timeout``.
+            **options: the message's :class:`PublishOptions`: ``key``,
+                ``headers``, ``expected_offset``, ``correlation_id``,
+                ``timeout`` (seconds to wait for the ack; None for the
+                publisher's ``ack_timeout``).
 
         Returns:
             The ack, or ``None`` with ack policy NONE.
@@ -295,31 +268,20 @@ class NatsPublisher:
                 waiting.
             UnavailableError: the NATS connection is lost.
             InvalidArgumentError: an argument is invalid (or ``ArgumentTypeError``
-                for a wrong type).
+                for a wrong type or an unknown option).
         """
         correlation_id, future, deadline = self._send(
-            subject,
-            value,
-            key=key,
-            headers=headers,
-            ack_policy=ack_policy,
-            expected_offset=expected_offset,
-            correlation_id=correlation_id,
-            timeout=timeout,
+            subject, value, ack_policy, options, "publish"
         )
         return self._wait(correlation_id, future, deadline)
 
     def publish_async(
         self,
         subject: str,
-        value: bytes,
+        value: BytesLike,
         *,
-        key: bytes | None = None,
-        headers: Mapping[str, bytes] | None = None,
         ack_policy: AckPolicy = AckPolicy.LEADER,
-        expected_offset: int | None = None,
-        correlation_id: str | None = None,
-        timeout: float | None = None,
+        **options: Unpack[PublishOptions],
     ) -> Future[Ack | None]:
         """Publishes one message and returns at once with a future for its ack.
 
@@ -339,24 +301,15 @@ class NatsPublisher:
             UnavailableError: the NATS connection is lost.
             InvalidArgumentError: an argument is invalid.
         """
-        return self._send(
-            subject,
-            value,
-            key=key,
-            headers=headers,
-            ack_policy=ack_policy,
-            expected_offset=expected_offset,
-            correlation_id=correlation_id,
-            timeout=timeout,
-        )[1]
+        return self._send(subject, value, ack_policy, options, "publish_async")[1]
 
     def publish_many(
         self,
         subject: str,
-        values: Iterable[bytes],
+        values: Iterable[BytesLike],
         *,
-        key: bytes | None = None,
-        headers: Mapping[str, bytes] | None = None,
+        key: BytesLike | None = None,
+        headers: Mapping[str, BytesLike] | None = None,
         ack_policy: AckPolicy = AckPolicy.LEADER,
         timeout: float | None = None,
     ) -> list[Ack]:
@@ -394,14 +347,7 @@ class NatsPublisher:
             )
         sent = [
             self._send(
-                subject,
-                value,
-                key=key,
-                headers=headers,
-                ack_policy=ack_policy,
-                expected_offset=None,
-                correlation_id=None,
-                timeout=timeout,
+                subject, value, ack_policy, {"key": key, "headers": headers, "timeout": timeout}
             )
             for value in values
         ]
@@ -433,7 +379,7 @@ class NatsPublisher:
             self._state = _State.CLOSING
             pending = [(cid, entry, entry.take_future()) for cid, entry in self._pending.items()]
             self._pending.clear()
-        self._timer.close(monotonic() + _CLOSE_TIMEOUT)
+        self._timer.close(monotonic() + _pynats.CLOSE_TIMEOUT)
         for correlation_id, entry, future in pending:
             future.set_exception(
                 ClientClosedError(
@@ -444,9 +390,11 @@ class NatsPublisher:
             )
         with self._lock:
             connection_lost = self._connection_lost
-        _stop_pynats2(self._pynats2, self._nats, self._where, connection_lost=connection_lost)
+        _pynats.stop_pynats2(
+            self._pynats2, self._nats, self._where, connection_lost=connection_lost
+        )
         # Runs the done-callbacks of those failures, unless called from one of them.
-        self._runner.close(monotonic() + _CLOSE_TIMEOUT)
+        self._runner.close(monotonic() + _pynats.CLOSE_TIMEOUT)
         with self._lock:
             self._state = _State.CLOSED
         logger.debug("NATS publisher for %s closed", self._where)
@@ -470,38 +418,33 @@ class NatsPublisher:
     def _send(
         self,
         subject: str,
-        value: bytes,
-        *,
-        key: bytes | None,
-        headers: Mapping[str, bytes] | None,
+        value: BytesLike,
         ack_policy: AckPolicy,
-        expected_offset: int | None,
-        correlation_id: str | None,
-        timeout: float | None,
+        options: PublishOptions,
+        method: str = "publish_many",
     ) -> tuple[str, Future[Ack | None], float]:
         """Publishes one envelope; returns its correlation id, future and deadline."""
         subject = _validate.subject(subject, arg="subject")
+        check_names(options, MESSAGE_OPTIONS, method)
+        timeout = options.get("timeout")
+        correlation_id = options.get("correlation_id")
         if timeout is None:
             timeout = self._ack_timeout
         else:
             timeout = _validate.seconds(timeout, arg="timeout")
         if correlation_id is None:
             correlation_id = uuid.uuid4().hex
-        elif not isinstance(correlation_id, str):
-            raise ArgumentTypeError(
-                f"correlation_id must be a str or None, got {type(correlation_id).__name__}"
-            )
-        elif not correlation_id:
-            raise InvalidArgumentError("correlation_id must not be empty (None picks one)")
+        else:
+            correlation_id = check_correlation_id(correlation_id)
         wants_ack = ack_policy is not AckPolicy.NONE
         envelope = new_message(
             value,
-            key=key,
-            headers=headers,
+            key=options.get("key"),
+            headers=options.get("headers"),
             ack_inbox=self._inbox if wants_ack else "",
             correlation_id=correlation_id,
             ack_policy=ack_policy,
-            expected_offset=expected_offset,
+            expected_offset=options.get("expected_offset"),
             crc=self._crc,
         )
         if len(envelope) > self._max_payload:
@@ -600,25 +543,3 @@ class NatsPublisher:
             future.set_exception(ack.error)
         else:
             future.set_result(ack)
-
-
-def _parse_url(url: Any) -> tuple[str, int, str]:
-    """Checks a NATS URL; returns host, port and the URL with its port."""
-    if not isinstance(url, str):
-        raise ArgumentTypeError(f"url must be a str, got {type(url).__name__}")
-    _validate.text(url, arg="url")
-    _validate.printable(url, arg="url")
-    try:
-        parts = urlsplit(url)
-        host, port = parts.hostname, parts.port
-    except ValueError as e:
-        raise InvalidArgumentError(f"url is not a valid URL: {e}") from None
-    if parts.scheme != "nats" or not host:
-        raise InvalidArgumentError(
-            "url must look like nats://host:port (TLS is not supported), "
-            f"got one with scheme {parts.scheme!r} and host {host!r}"
-        )
-    if port is None:
-        port = DEFAULT_PORT
-        url = parts._replace(netloc=f"{parts.netloc}:{port}").geturl()
-    return host, port, url

@@ -45,42 +45,47 @@ import functools
 import itertools
 import logging
 import queue
-import re
 import ssl
 import threading
 import uuid
-from collections.abc import Mapping
 from concurrent.futures import Future
 from time import monotonic
 from types import TracebackType
-from typing import Any, Literal, overload
+from typing import Any, Literal, Unpack, overload
 
 from liftbridge._client import Client, attach
 from liftbridge._core import _validate
 from liftbridge._core._callbacks import CallbackRunner
-from liftbridge._core._envelope import EnvelopeType, encode_envelope
 from liftbridge._core._messages import Ack, AckPolicy
-from liftbridge._core._metadata import Metadata, StreamInfo
-from liftbridge._core._partitioner import Partitioner, choose_partition
+from liftbridge._core._validate import BytesLike
 from liftbridge._errors import (
     ArgumentTypeError,
     ClientClosedError,
     ConnectionLostError,
     InvalidArgumentError,
-    MessageTooLargeError,
-    NoSuchPartitionError,
-    NoSuchStreamError,
     PermissionDeniedError,
     UnavailableError,
 )
-from liftbridge._publish._bytes import PlainFrames, ack_inbox_field, message_bytes
+from liftbridge._publish._bytes import (
+    PLAIN_MESSAGE_HEADER,
+    WIRE_POLICIES,
+    PlainFrames,
+    ack_inbox_field,
+    envelope_frame,
+)
+from liftbridge._publish._nats_subjects import Subjects
 from liftbridge._publish._nats_window import AckHandler, AckWindow, Pending
+from liftbridge._publish._options import (
+    STREAM_OPTIONS,
+    StreamPublishOptions,
+    check_correlation_id,
+    check_names,
+)
 from liftbridge._publish._publishing import check_future
 from liftbridge._transport._nats_frames import pub_prefix
 from liftbridge._transport._nats_handshake import check_tls_required
 from liftbridge._transport._nats_socket import CLOSE_TIMEOUT as _CLOSE_TIMEOUT
 from liftbridge._transport._nats_socket import MaxPayload, NatsSocket, Refused
-from liftbridge_api import api_pb2
 
 logger = logging.getLogger(__name__)
 
@@ -97,15 +102,7 @@ class _Stop:
 
 _STOP = _Stop()
 
-# Streams whose partition-0 subject is cached at most (then the cache starts over).
-_SUBJECTS_CACHED = 1024
-# What a subject must not hold (it would break the PUB line).
-_WHITESPACE = re.compile(r"\s")
-# Each AckPolicy as the wire enum (Enum.value is a slow property).
-_WIRE_POLICIES = {policy: api_pb2.AckPolicy.ValueType(policy.value) for policy in AckPolicy}
-# The envelope header of a publish without a CRC.
-_PLAIN_MESSAGE_HEADER = encode_envelope(EnvelopeType.MESSAGE, b"")
-_PLAIN_HEADER_SIZE = len(_PLAIN_MESSAGE_HEADER)
+_WIRE_POLICIES = WIRE_POLICIES
 # AckPolicy.NONE, looked up once (an enum member's lookup on its class is slow).
 _NONE = AckPolicy.NONE
 
@@ -213,11 +210,8 @@ class NatsStreamPublisher:
         self._router = core.router
         self._timer = core.ack_timer
         self._crc = crc
-        # Stream name -> (the router's metadata, the subject of partition 0,
-        # its leader's address: Router.leader_address from that metadata, the
-        # subject's PUB prefix). Written by publishing threads; a lost race
-        # only costs a lookup.
-        self._first_subjects: dict[str, tuple[Metadata, str, str | None, bytes]] = {}
+        self._subjects = Subjects(self._router)  # where each publish goes
+        self._first_subjects = self._subjects.first  # partition 0's, by stream name
         self._where = url.split("@")[-1]  # never the credentials
         self._inbox = f"_INBOX.{uuid.uuid4().hex}"
         self._inbox_field = ack_inbox_field(self._inbox)  # in every envelope wanting an ack
@@ -259,7 +253,7 @@ class NatsStreamPublisher:
             raise
         self._max_payload = self._nats.max_payload
         # Values up to _plain_limit bytes fit in max_payload with any correlation id.
-        self._plain = PlainFrames(_PLAIN_MESSAGE_HEADER, self._inbox_field)
+        self._plain = PlainFrames(PLAIN_MESSAGE_HEADER, self._inbox_field)
         self._plain_limit = self._max_payload - self._plain.overhead
         self._acks_thread.start()
         logger.debug(
@@ -282,58 +276,41 @@ class NatsStreamPublisher:
     def publish_async(
         self,
         stream: str,
-        value: bytes,
+        value: BytesLike,
         ack_handler: AckHandler | None = None,
         *,
-        key: bytes | None = None,
-        headers: Mapping[str, bytes] | None = None,
-        partition: int | None = None,
-        partitioner: Partitioner | None = None,
         ack_policy: AckPolicy = AckPolicy.LEADER,
-        expected_offset: int | None = None,
-        timeout: float | None = None,
         future: Literal[True] = True,
+        **options: Unpack[StreamPublishOptions],
     ) -> Future[Ack | None]: ...
 
     @overload
     def publish_async(
         self,
         stream: str,
-        value: bytes,
+        value: BytesLike,
         ack_handler: AckHandler | None = None,
         *,
-        key: bytes | None = None,
-        headers: Mapping[str, bytes] | None = None,
-        partition: int | None = None,
-        partitioner: Partitioner | None = None,
         ack_policy: AckPolicy = AckPolicy.LEADER,
-        expected_offset: int | None = None,
-        timeout: float | None = None,
         future: Literal[False],
+        **options: Unpack[StreamPublishOptions],
     ) -> None: ...
 
     def publish_async(
         self,
         stream: str,
-        value: bytes,
+        value: BytesLike,
         ack_handler: AckHandler | None = None,
         *,
-        key: bytes | None = None,
-        headers: Mapping[str, bytes] | None = None,
-        partition: int | None = None,
-        partitioner: Partitioner | None = None,
         ack_policy: AckPolicy = AckPolicy.LEADER,
-        expected_offset: int | None = None,
-        timeout: float | None = None,
         future: bool = True,
+        **options: Unpack[StreamPublishOptions],
     ) -> Future[Ack | None] | None:
         """Publishes a message over NATS without waiting for its ack.
 
-        The partition is ``partition`` when given, else the ``partitioner``'s
-        choice, else the key's partition (:class:`PartitionByKey`) when there
-        is a key, else 0. Blocks only while ``max_inflight`` publishes await
-        acks (or, with AckPolicy.NONE, their writes), until an eighth of the
-        window has freed up (or ``timeout``).
+        Blocks only while ``max_inflight`` publishes await acks (or, with
+        AckPolicy.NONE, their writes), until an eighth of the window has
+        freed up (or ``timeout``).
 
         Args:
             stream: the stream.
@@ -346,27 +323,25 @@ class NatsStreamPublisher:
                 logged. From there,
                 ``publish_async`` raises :class:`PublishWindowFullError` at
                 once rather than wait on a full window.
-            key: the message key.
-            headers: header name to bytes.
-            partition: explicit partition; wins over ``partitioner``.
-            partitioner: e.g. :class:`PartitionByKey`.
             ack_policy: LEADER (default), ALL, or NONE (sent, never acked).
-            expected_offset: the offset the message must land at (optimistic
-                concurrency control), else :class:`IncorrectOffsetError`.
-            timeout: seconds to wait for the ack (and for a window slot);
-                None for the publisher's ``ack_timeout``.
             future: False to get no Future: the outcome then goes to
                 ``ack_handler`` alone (required unless AckPolicy.NONE), which
                 spares the Future's dozen objects per publish (about half
                 of the client's CPU per pipelined message, most of it the
                 garbage collector's passes over the Futures in flight).
+            **options: the message's :class:`StreamPublishOptions`: ``key``,
+                ``headers``, ``partition``, ``partitioner``,
+                ``expected_offset``, ``correlation_id``, ``timeout`` (seconds
+                to wait for the ack and for a window slot; None for the
+                publisher's ``ack_timeout``).
 
         Returns:
             A Future of the :class:`Ack` (None for AckPolicy.NONE, once handed
             to NATS). It cannot be cancelled. None with ``future=False``.
 
         Raises:
-            InvalidArgumentError, ArgumentTypeError: bad input (nothing sent).
+            InvalidArgumentError, ArgumentTypeError: bad input or an unknown
+                option (nothing sent).
             NoSuchStreamError, NoSuchPartitionError: not in the metadata.
             MessageTooLargeError: the envelope is over NATS's ``max_payload``.
             PublishWindowFullError: the window stayed full for ``timeout``.
@@ -375,6 +350,18 @@ class NatsStreamPublisher:
         """
         if ack_handler is not None and not callable(ack_handler):
             raise ArgumentTypeError("ack_handler must be callable or None")
+        if options:
+            check_names(options, STREAM_OPTIONS, "publish_async")
+            key = options.get("key")
+            headers = options.get("headers")
+            partition = options.get("partition")
+            partitioner = options.get("partitioner")
+            expected_offset = options.get("expected_offset")
+            correlation_id = options.get("correlation_id")
+            timeout = options.get("timeout")
+        else:
+            key = headers = partition = partitioner = expected_offset = correlation_id = None
+            timeout = None
         if timeout is None:
             timeout = self._ack_timeout
         else:
@@ -388,12 +375,12 @@ class NatsStreamPublisher:
             # (checked when cached) for as long as the router's metadata is the same.
             cached = self._first_subjects.get(stream) if type(stream) is str else None
             if cached is None or cached[0] is not self._router.metadata:
-                cached = self._first_subject(stream, value)
+                cached = self._subjects.first_subject(stream, value)
             _, subject, leader, prefix = cached
             partition = 0
         else:
             _validate.stream_name(stream)
-            subject, partition = self._subject(stream, key, value, partition, partitioner)
+            subject, partition = self._subjects.subject(stream, key, value, partition, partitioner)
             leader = None
             prefix = pub_prefix(subject)
         wants_ack = ack_policy is not _NONE
@@ -410,7 +397,14 @@ class NatsStreamPublisher:
         check_future(future, ack_handler, ack_policy)
         if expected_offset is not None:
             _validate.positive_int(expected_offset, arg="expected_offset", minimum=0)
-        correlation_id = f"{self._id_prefix}{next(self._ids)}"
+        if correlation_id is None:
+            correlation_id = f"{self._id_prefix}{next(self._ids)}"
+        else:
+            correlation_id = check_correlation_id(correlation_id)
+            if self._window.in_flight(correlation_id):
+                raise InvalidArgumentError(
+                    f"correlation_id {correlation_id!r} is already waiting for its ack"
+                )
         if (
             wants_ack
             and not key
@@ -424,8 +418,18 @@ class NatsStreamPublisher:
                 prefix, value, correlation_id.encode(), _WIRE_POLICIES[ack_policy]
             )
         else:
-            frame = self._frame(
-                prefix, value, key, headers, correlation_id, ack_policy, expected_offset
+            frame = envelope_frame(
+                prefix,
+                value,
+                key,
+                headers,
+                correlation_id,
+                ack_policy,
+                expected_offset,
+                inbox=self._inbox,
+                inbox_field=self._inbox_field,
+                crc=self._crc,
+                max_payload=self._max_payload,
             )
         # Running, so it cannot be cancelled; its done-callbacks run on liftbridge-callbacks.
         outcome: Future[Ack | None] | None = self._runner.future() if future else None
@@ -442,34 +446,50 @@ class NatsStreamPublisher:
             outcome.set_result(None)
         return outcome
 
+    @overload
     def publish(
         self,
         stream: str,
-        value: bytes,
+        value: BytesLike,
         *,
-        key: bytes | None = None,
-        headers: Mapping[str, bytes] | None = None,
-        partition: int | None = None,
-        partitioner: Partitioner | None = None,
+        ack_policy: Literal[AckPolicy.LEADER, AckPolicy.ALL] = AckPolicy.LEADER,
+        **options: Unpack[StreamPublishOptions],
+    ) -> Ack: ...
+
+    @overload
+    def publish(
+        self,
+        stream: str,
+        value: BytesLike,
+        *,
+        ack_policy: Literal[AckPolicy.NONE],
+        **options: Unpack[StreamPublishOptions],
+    ) -> None: ...
+
+    @overload
+    def publish(
+        self,
+        stream: str,
+        value: BytesLike,
+        *,
+        ack_policy: AckPolicy,
+        **options: Unpack[StreamPublishOptions],
+    ) -> Ack | None: ...
+
+    def publish(
+        self,
+        stream: str,
+        value: BytesLike,
+        *,
         ack_policy: AckPolicy = AckPolicy.LEADER,
-        expected_offset: int | None = None,
-        timeout: float | None = None,
+        **options: Unpack[StreamPublishOptions],
     ) -> Ack | None:
         """Publishes a message and waits for its ack (arguments as for
         :meth:`publish_async`; raises what its future would end with)."""
-        future = self.publish_async(
-            stream,
-            value,
-            key=key,
-            headers=headers,
-            partition=partition,
-            partitioner=partitioner,
-            ack_policy=ack_policy,
-            expected_offset=expected_offset,
-            timeout=timeout,
-        )
+        future = self.publish_async(stream, value, ack_policy=ack_policy, **options)
         # The ack timer ends every future by its deadline; the margin
         # only covers that thread being late.
+        timeout = options.get("timeout")
         wait = (self._ack_timeout if timeout is None else timeout) + _CLOSE_TIMEOUT
         return future.result(wait)
 
@@ -534,115 +554,6 @@ class NatsStreamPublisher:
         return f"NatsStreamPublisher({self._where}, {self._state.value})"
 
     # ---------------------------------------------------- caller's thread --
-
-    def _subject(
-        self,
-        stream: str,
-        key: bytes | None,
-        value: bytes,
-        partition: int | None,
-        partitioner: Partitioner | None,
-    ) -> tuple[str, int]:
-        """The NATS subject of the partition the message goes to, and the partition."""
-        metadata, info = self._stream_info(stream)
-        count = len(info.partitions)
-        partition = choose_partition(
-            stream,
-            key,
-            value,
-            partition=partition,
-            partitioner=partitioner,
-            metadata=lambda: metadata,
-        )
-        if partition not in info.partitions:
-            raise NoSuchPartitionError(
-                f"stream {stream!r} has no partition {partition} (it has {count})"
-            )
-        subject = info.subject if partition == 0 else f"{info.subject}.{partition}"
-        # Refuse a subject that would break the PUB line it goes on.
-        if not subject or _WHITESPACE.search(subject):
-            raise InvalidArgumentError(
-                f"stream {stream!r} has an unusable NATS subject {subject!r}"
-            )
-        return subject, partition
-
-    def _first_subject(self, stream: str, value: bytes) -> tuple[Metadata, str, str | None, bytes]:
-        """The metadata, subject, leader address and PUB prefix of partition 0
-        of ``stream``, cached together (the leader is watched from now on)."""
-        _validate.stream_name(stream)
-        metadata = self._router.metadata
-        subject, _ = self._subject(stream, None, value, None, None)
-        cached = (metadata, subject, self._router.leader_address(stream, 0), pub_prefix(subject))
-        if len(self._first_subjects) >= _SUBJECTS_CACHED:
-            self._first_subjects.clear()
-        self._first_subjects[stream] = cached
-        return cached
-
-    def _frame(
-        self,
-        prefix: bytes,
-        value: bytes,
-        key: bytes | None,
-        headers: Mapping[str, bytes] | None,
-        correlation_id: str,
-        ack_policy: AckPolicy,
-        expected_offset: int | None,
-    ) -> bytes:
-        """The PUB frame of any publish (arguments checked by publish_async):
-        the envelope of _envelope.new_message, built from arguments checked
-        already (new_message would check the ack inbox again on every call),
-        written byte by byte unless there are headers.
-
-        Raises:
-            InvalidArgumentError: bad headers.
-            MessageTooLargeError: the envelope is over ``max_payload``.
-        """
-        wants_ack = ack_policy is not _NONE
-        header_map = None if headers is None else _validate.headers(headers)
-        offset = -1 if expected_offset is None else expected_offset
-        if header_map:
-            message = api_pb2.Message(
-                value=value,
-                ackInbox=self._inbox if wants_ack else "",
-                correlationId=correlation_id,
-                ackPolicy=_WIRE_POLICIES[ack_policy],
-                offset=offset,
-                headers=header_map,
-            )
-            if key:
-                message.key = key
-            payload = message.SerializeToString()
-        else:
-            payload = message_bytes(
-                value,
-                correlation_id,
-                key=key,
-                ack_inbox=self._inbox_field if wants_ack else b"",
-                ack_policy=_WIRE_POLICIES[ack_policy],
-                offset=offset,
-            )
-        if self._crc:
-            header, payload = b"", encode_envelope(EnvelopeType.MESSAGE, payload, crc=True)
-            size = len(payload)
-        else:
-            header, size = _PLAIN_MESSAGE_HEADER, _PLAIN_HEADER_SIZE + len(payload)
-        if size > self._max_payload:
-            raise MessageTooLargeError(
-                f"the envelope is {size} bytes, over the NATS server's max_payload "
-                f"of {self._max_payload} bytes (nothing was sent)"
-            )
-        # The envelope is the frame's header and payload, written as is by the I/O thread.
-        return b"%s%d\r\n%s%s\r\n" % (prefix, size, header, payload)
-
-    def _stream_info(self, stream: str) -> tuple[Metadata, StreamInfo]:
-        metadata = self._router.metadata
-        info = metadata.get_stream(stream)
-        if info is None:
-            metadata = self._router.refresh()
-            info = metadata.get_stream(stream)
-            if info is None:
-                raise NoSuchStreamError(f"no stream named {stream!r}")
-        return metadata, info
 
     def _broker_down(self, address: str) -> None:
         self._timer.schedule(monotonic(), functools.partial(self._window.fail_led_by, address))

@@ -129,6 +129,11 @@ class AckWindow:
         """Stops the timer looking at this window's deadlines (closing)."""
         self._timer.unwatch(self._watched)
 
+    def in_flight(self, correlation_id: str) -> bool:
+        """Whether a publish with this correlation id awaits its ack (an
+        unlocked look, for a caller's own id)."""
+        return correlation_id in self._pending
+
     def admit(self, entry: Pending) -> None:
         """Takes a window slot and registers the publish and its deadline,
         ``entry.timeout`` from now. Waits (up to that timeout) while the window

@@ -9,9 +9,9 @@ Life of a publish:
    its correlation id and queues the request. When the window is full it
    blocks until an eighth of the window has freed up (or, at its timeout,
    until any slot has).
-2. gRPC's sender pulls requests from :class:`_Outbox` for the current stream
-   generation. A request pulled is "sent": if the stream then breaks before
-   its ack arrives, the publish fails promptly with
+2. gRPC's sender pulls requests from an :class:`~liftbridge._publish._outbox.Outbox`
+   for the current stream generation. A request pulled is "sent": if the
+   stream then breaks before its ack arrives, the publish fails promptly with
    :class:`ConnectionLostError` (it may or may not be stored; the SDK never
    re-sends it). Requests still queued when a stream breaks were never sent,
    and go out on the next stream, in their order: nothing accepted is lost.
@@ -26,14 +26,10 @@ Life of a publish:
    so the publishes sent on it fail with :class:`ConnectionLostError`, and
    the next stream opens on another broker (after a metadata refresh bounded
    to a second: no publish goes out until the stream is back).
-5. A publish whose partition leader is another broker (the stream's broker
-   forwards it over NATS) gets no ack if that leader dies, while the stream
-   stays healthy. The router watches every leader publishes are sent to
-   (:mod:`liftbridge._core._liveness`); when one is found down, the publishes sent
-   to it while it was believed up fail at once with :class:`LeaderLostError`
-   (on ``liftbridge-ack-timer``). Those sent after it was known down may
-   still reach a new leader: ``liftbridge-leader-check`` asks fresh metadata
-   and fails them only if it names no other leader.
+5. A publish whose partition leader is found down while it awaits its ack
+   fails with :class:`LeaderLostError`; one sent to a leader already known
+   down is decided by ``liftbridge-leader-check``
+   (:mod:`liftbridge._publish._leaders`, the policy the lanes share).
 
 Speed: every publish crosses three threads (the producer, gRPC's sender, the
 acks thread), and under the GIL their per-message work adds up, so each step
@@ -57,7 +53,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
@@ -65,7 +61,7 @@ from typing import Literal, overload
 
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._deadlines import AckTimer
-from liftbridge._core._messages import Ack, ack_outcome, wire_enum_name
+from liftbridge._core._messages import Ack, response_outcome
 from liftbridge._core._router import ANY, Deadline, Router
 from liftbridge._errors import (
     AckTimeoutError,
@@ -73,12 +69,12 @@ from liftbridge._errors import (
     ConnectionLostError,
     DeadlineExceededError,
     InvalidArgumentError,
-    LeaderLostError,
     LiftbridgeError,
     PublishWindowFullError,
     StreamRefusedError,
-    from_async_error,
 )
+from liftbridge._publish._leaders import LeaderCheck, leader_lost
+from liftbridge._publish._outbox import Outbox
 from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
 
@@ -92,12 +88,6 @@ _HUNG_AFTER = 2
 _RESUME_FRACTION = 8
 """A full window lets a blocked producer go once 1/_RESUME_FRACTION of it is free."""
 _NONE = api_pb2.NONE
-_CHECK_EVERY = 0.1
-"""Seconds between metadata checks while publishes sent to a leader known down await acks."""
-_CHECK_IDLE = 5.0
-"""Seconds liftbridge-leader-check idles between looks (a suspect publish wakes it)."""
-_CHECK_REFRESH = 1.0
-"""The deadline of one such metadata check."""
 _REOPEN_REFRESH = 1.0
 """The deadline of the metadata refresh made between a stream breaking and
 the next one opening. No publish goes out meanwhile, and while a broker is
@@ -119,47 +109,6 @@ class _Pending:
     leader: str | None = None  # the partition leader's address when submitted, if known
     suspect: bool = False  # sent while that leader was known to be down
     done: bool = False  # claimed for completion (under Publisher._lock)
-
-
-def response_outcome(
-    response: api_pb2.PublishResponse,
-) -> tuple[str, Ack | None, LiftbridgeError | None]:
-    """A PublishAsync response as (correlation id, ack, error): exactly one
-    of ack and error is None."""
-    if not response.HasField("asyncError"):
-        ack_pb = response.ack
-        ack, error = ack_outcome(ack_pb)  # never raises: one odd ack fails one publish
-        return response.correlationId or ack_pb.correlationId, ack, error
-    if response.HasField("ack") and response.ack.ackError != api_pb2.Ack.OK:
-        name = wire_enum_name(api_pb2.Ack.Error.Name, response.ack.ackError)
-    else:
-        name = wire_enum_name(api_pb2.PublishAsyncError.Code.Name, response.asyncError.code)
-    return response.correlationId, None, from_async_error(name, response.asyncError.message)
-
-
-class _Outbox:
-    """The request iterator gRPC's sender consumes, one per stream generation.
-
-    Pulls from the publisher's shared queue so unsent requests survive a
-    stream that breaks.
-    """
-
-    def __init__(self, publisher: Publisher, generation: int) -> None:
-        self._publisher = publisher
-        self._generation = generation
-
-    def __iter__(self) -> Iterator[api_pb2.PublishRequest]:
-        return self
-
-    def __next__(self) -> api_pb2.PublishRequest:
-        request = self._publisher._next_request(self._generation, block=True)
-        assert request is not None
-        return request
-
-    def next_ready(self) -> api_pb2.PublishRequest | None:
-        """The next request if one is queued, else None at once: lets a
-        sender gather every ready request into one write."""
-        return self._publisher._next_request(self._generation, block=False)
 
 
 class Publisher:
@@ -236,13 +185,9 @@ class Publisher:
         )
 
         router.on_broker_down(self._broker_down)
-        # Set when a publish is sent to a partition whose leader is known to
-        # be down, for liftbridge-leader-check (started on the first broker down).
-        self._check_wake = threading.Event()
-        self._checker = threading.Thread(
-            target=self._check_loop, name="liftbridge-leader-check", daemon=True
-        )
-        self._checker_started = False  # guarded by _lock
+        # Decides publishes sent to a partition whose leader is known to be
+        # down (started on the first broker down).
+        self._leader_check = LeaderCheck(router, self._suspects, self._leader_lost)
 
         self._stop = threading.Event()
         self._dispatcher = threading.Thread(
@@ -384,7 +329,7 @@ class Publisher:
                     pending.generation = generation
                     if pending.leader is not None and self._router.broker_down(pending.leader):
                         pending.suspect = True
-                        self._check_wake.set()
+                        self._leader_check.wake()
                 break
         if not pending.expects_ack and self._claim(pending):
             # AckPolicy.NONE: the server never answers; done once handed to gRPC.
@@ -430,7 +375,7 @@ class Publisher:
     def _open_stream(self, generation: int) -> Stream[api_pb2.PublishResponse] | None:
         address, call = self._router.open_stream(
             "PublishAsync",
-            _Outbox(self, generation),
+            Outbox(self._next_request, generation),
             target=ANY,
             deadline=Deadline(self._router.rpc_timeout),
         )
@@ -549,10 +494,9 @@ class Publisher:
         done on liftbridge-ack-timer and liftbridge-leader-check."""
         self._timer.schedule(time.monotonic(), functools.partial(self._fail_led_by, address))
         with self._lock:
-            start = not self._checker_started and not self._closed
-            self._checker_started = True
-        if start:
-            self._checker.start()
+            closed = self._closed
+        if not closed:
+            self._leader_check.start()
 
     def _fail_led_by(self, address: str) -> None:
         """On liftbridge-ack-timer: fails the publishes sent to partitions the
@@ -580,75 +524,12 @@ class Publisher:
             self._leader_lost(pending, address)
 
     def _leader_lost(self, pending: _Pending, address: str) -> None:
-        where = f"{pending.request.stream!r} partition {pending.request.partition}"
-        self._finish(
-            pending,
-            None,
-            LeaderLostError(
-                f"the leader of {where} ({address}) went down before the ack of publish "
-                f"{pending.correlation_id} arrived; the message may or may not have been stored",
-                address,
-            ),
-        )
+        self._finish(pending, None, leader_lost(pending.request, address, pending.correlation_id))
 
-    def _check_loop(self) -> None:
-        """Thread ``liftbridge-leader-check``: decides the publishes sent to a
-        partition whose cached leader was already known down (see
-        :meth:`_check_suspects`), until closed."""
-        while not self._stop.is_set():
-            try:
-                busy = self._check_suspects()
-            except Exception:  # never die silently: log and check again later
-                _log.exception("the leader check failed; it goes on")
-                busy = True
-            if not busy:
-                self._check_wake.wait(_CHECK_IDLE)
-            self._check_wake.clear()
-            self._stop.wait(_CHECK_EVERY)
-
-    def _check_suspects(self) -> bool:
-        """Fresh metadata, asked for after the suspect publishes were sent,
-        decides them: if it still names the dead broker (or no leader) for
-        the partition, no other broker was leading it when they were sent,
-        and their acks can never come: they fail with LeaderLostError. If it
-        names a new leader, it may have taken them: they wait for their ack.
-
-        Returns:
-            True while suspect publishes remain to be decided.
-        """
+    def _suspects(self) -> list[_Pending]:
+        """For liftbridge-leader-check: publishes sent to a leader known down, undecided."""
         with self._lock:
-            suspects = [p for p in self._pending.values() if p.suspect and not p.done]
-        waiting = []
-        for pending in suspects:
-            assert pending.leader is not None
-            if self._router.broker_down(pending.leader):
-                waiting.append(pending)
-            else:
-                pending.suspect = False  # the leader is back: its ack may come
-        if not waiting:
-            return False
-        try:
-            metadata = self._router.refresh(Deadline(_CHECK_REFRESH), shared=False)
-        except LiftbridgeError as e:
-            _log.debug("leader check: no metadata (%s); trying again", e)
-            return True
-        lost = 0
-        for pending in waiting:
-            if pending.leader is None or not self._router.broker_down(pending.leader):
-                pending.suspect = False  # back up while the metadata was fetched
-                continue
-            request = pending.request
-            info = metadata.partition(request.stream, request.partition)
-            broker = metadata.broker(info.leader) if info is not None and info.leader else None
-            if broker is None or broker.address == pending.leader:
-                lost += 1
-                self._leader_lost(pending, pending.leader or "")
-            else:
-                pending.leader = broker.address  # its ack, if any, comes from there
-                pending.suspect = False
-        if lost:
-            _log.warning("failed %d publish(es) sent to partitions whose leader is down", lost)
-        return True
+            return [p for p in self._pending.values() if p.suspect and not p.done]
 
     # ------------------------------------------------------------- closing --
 
@@ -666,14 +547,14 @@ class Publisher:
             self._slot_free.notify_all()
         self._outbox.put(None)  # wakes a sender waiting for a request: it ends its stream
         self._stop.set()
-        self._check_wake.set()
+        self._leader_check.stop()
         if call is not None:
             call.cancel()
         for pending in unresolved:
             self._finish(
                 pending, None, ClientClosedError("the client was closed before the ack arrived")
             )
-        for thread in (self._dispatcher, self._checker):
+        for thread in (self._dispatcher, self._leader_check.thread):
             if thread.is_alive() and thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - time.monotonic()))
                 if thread.is_alive():

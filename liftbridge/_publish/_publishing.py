@@ -23,7 +23,7 @@ from liftbridge._core import _validate as check
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._messages import Ack, AckPolicy, ack_outcome
 from liftbridge._core._metadata import Metadata
-from liftbridge._core._partitioner import Partitioner, choose_partition
+from liftbridge._core._partitioner import choose_partition
 from liftbridge._core._router import ANY, Router
 from liftbridge._core._validate import BytesLike
 from liftbridge._errors import (
@@ -34,6 +34,7 @@ from liftbridge._errors import (
 )
 from liftbridge._publish import _inbox
 from liftbridge._publish._lanes import Lanes
+from liftbridge._publish._options import CLIENT_OPTIONS, ClientPublishOptions, check_names
 from liftbridge._publish._publisher import AckHandler, Publisher
 from liftbridge_api import api_pb2
 
@@ -126,23 +127,26 @@ class Publishing:
         self,
         stream: str,
         value: BytesLike,
-        key: BytesLike | None,
-        headers: Mapping[str, BytesLike] | None,
-        partition: int | None,
-        partitioner: Partitioner | None,
         ack_policy: AckPolicy,
-        expected_offset: int | None,
-        correlation_id: str | None,
-        timeout: float | None,
-        ack_inbox: str | None = None,
+        options: ClientPublishOptions,
+        method: str,
     ) -> api_pb2.PublishRequest:
-        """The request for ``publish`` and ``publish_async``, every argument checked.
+        """The request for ``publish`` and ``publish_async`` (``method``, named
+        in errors), every argument checked.
 
         Raises:
             InvalidArgumentError, ArgumentTypeError: bad input.
             MessageTooLargeError: over ``max_message_size``.
             NoSuchStreamError: a partitioner or key needs a missing stream's metadata.
         """
+        if options:
+            check_names(options, CLIENT_OPTIONS, method)
+        key = options.get("key")
+        headers = options.get("headers")
+        expected_offset = options.get("expected_offset")
+        correlation_id = options.get("correlation_id")
+        ack_inbox = options.get("ack_inbox")
+        timeout = options.get("timeout")
         if timeout is not None:
             check.seconds(timeout, arg="timeout")
         if type(stream) is not str or stream not in self._checked_streams:
@@ -171,8 +175,8 @@ class Publishing:
                 stream,
                 key,
                 value,
-                partition=partition,
-                partitioner=partitioner,
+                partition=options.get("partition"),
+                partitioner=options.get("partitioner"),
                 metadata=lambda: self._stream_metadata(stream),
             ),
             value=value,

@@ -2,13 +2,16 @@
 
 Channels are thread-safe and multiplex any number of calls and streams, so
 one per broker is all a client needs (the Go client's per-broker connection
-pools exist because its connections are not). A plaintext client's
-PublishAsync and Subscribe streams are the exception: each runs on a
-connection of its own (:mod:`liftbridge._transport._http2`), which ``close`` cancels too.
+pools exist because its connections are not). PublishAsync and Subscribe
+streams are the exception: each runs on a connection of its own
+(:mod:`liftbridge._transport._http2`, with TLS when the client has it), which
+``close`` cancels too.
 """
 
 from __future__ import annotations
 
+import ssl
+import tempfile
 import threading
 import weakref
 from collections.abc import Callable
@@ -22,6 +25,7 @@ import grpc.experimental
 from liftbridge._errors import ArgumentTypeError, ClientClosedError, InvalidArgumentError
 from liftbridge._transport._http2 import Http2Call, Keepalive
 from liftbridge._transport._http2_reader import DEFAULT_MAX_MESSAGE
+from liftbridge._transport._http2_tls import TlsSettings
 from liftbridge._transport._http2_wire import StreamError
 from liftbridge._transport._status import from_rpc_error
 from liftbridge._transport._stream import GrpcStream, Stream
@@ -53,8 +57,8 @@ _OWN_CONNECTION: dict[str, Callable[[bytes], Any]] = {
     "PublishAsync": api_pb2.PublishResponse.FromString,
     "Subscribe": api_pb2.Message.FromString,
 }
-"""The streaming RPCs a plaintext client runs on connections of their own,
-and how their responses are parsed."""
+"""The streaming RPCs that run on connections of their own (plaintext or
+TLS), and how their responses are parsed."""
 
 
 def _read(value: bytes | str | Path | None, what: str) -> bytes | None:
@@ -103,6 +107,34 @@ class TLSConfig:
             root_certificates=_read(self.ca, "ca"), private_key=key, certificate_chain=cert
         )
 
+    def ssl_context(self) -> ssl.SSLContext:
+        """The same settings for the SDK's own HTTP/2 connections: verification
+        on, ALPN h2, TLS 1.2 at least, reading any files now.
+
+        Raises:
+            InvalidArgumentError: a file cannot be read or is not PEM, or only
+                one of cert/key is set.
+        """
+        ca, cert, key = _read(self.ca, "ca"), _read(self.cert, "cert"), _read(self.key, "key")
+        if (cert is None) != (key is None):
+            raise InvalidArgumentError("TLS cert and key must be given together (mTLS)")
+        try:
+            context = ssl.create_default_context(cadata=ca.decode() if ca is not None else None)
+            if cert is not None and key is not None:
+                # ssl loads a chain from files only: written for the load,
+                # readable by this user alone, removed at once.
+                with tempfile.TemporaryDirectory(prefix="liftbridge-tls-") as folder:
+                    chain, secret = Path(folder, "cert.pem"), Path(folder, "key.pem")
+                    for path, pem in ((chain, cert), (secret, key)):
+                        path.touch(mode=0o600)
+                        path.write_bytes(pem)
+                    context.load_cert_chain(chain, secret)
+        except (ssl.SSLError, ValueError, UnicodeDecodeError) as e:
+            raise InvalidArgumentError(f"TLS certificates unusable: {e}") from e
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.set_alpn_protocols(["h2"])
+        return context
+
 
 class Channels:
     """The client's channels, keyed by "host:port". Thread-safe."""
@@ -115,6 +147,7 @@ class Channels:
         keepalive: Keepalive | None = DEFAULT_KEEPALIVE,
     ) -> None:
         self._credentials = tls.credentials() if tls is not None else None
+        self._tls = TlsSettings(tls.ssl_context(), tls.server_name) if tls is not None else None
         self._max_receive = max_receive
         self._keepalive = keepalive
         # The same receive limit and keepalive on both transports.
@@ -152,9 +185,9 @@ class Channels:
         timeout: float | None = None,
     ) -> Stream[Any]:
         """Starts a streaming RPC on a broker: the one place that picks its
-        transport. PublishAsync and Subscribe on a plaintext client get a
-        connection of their own (:mod:`liftbridge._transport._http2`, which
-        writes and reads many messages per system call), unless ``shared``
+        transport. PublishAsync and Subscribe get a connection of their own
+        (:mod:`liftbridge._transport._http2`, plaintext or TLS, which writes
+        and reads many messages per system call), unless ``shared``
         (short reads, which would pay a connection each); everything else
         goes through the broker's gRPC channel, with ``timeout`` as the
         call's deadline there.
@@ -165,7 +198,7 @@ class Channels:
                 connections only; a channel's call fails on its first read).
         """
         parse = _OWN_CONNECTION.get(method)
-        if parse is None or shared or self._credentials is not None:
+        if parse is None or shared:
             return GrpcStream(getattr(self.stub(address), method)(request, timeout=timeout))
         with self._lock:
             if self._closed:
@@ -179,6 +212,7 @@ class Channels:
                 connect_timeout=connect_timeout,
                 max_message=self._max_receive,
                 keepalive=self._keepalive,
+                tls=self._tls,
             )
         except StreamError as e:
             raise from_rpc_error(e) from e

@@ -17,8 +17,9 @@ own windows reopened by WINDOW_UPDATE, PING answered (and sent, as a
 keepalive, on a connection silent for a while), RST_STREAM and GOAWAY
 obeyed. What the server sends is read and checked by
 :class:`liftbridge._transport._http2_reader.FrameReader`. No compression is
-offered, so the server sends none. Plaintext only: a client with TLS keeps
-grpcio for every call.
+offered, so the server sends none. With TLS the socket stays plain and
+:mod:`liftbridge._transport._http2_tls` turns frames into TLS records and back
+in memory, so everything below holds for TLS too.
 
 Threads: the thread that iterates the call reads the socket (as grpcio's
 single-threaded unary-stream option does); ``liftbridge-h2-send`` pulls the
@@ -27,10 +28,8 @@ with the headers, and a lane writes its own with ``write_now`` when the
 window takes it whole). ``cancel`` may come from any thread.
 
 A thread that reads never waits to write: what it sends (acks, window
-updates, keepalive PINGs, a lane's request) is queued and written as the
-socket takes it, while it waits for the socket to be readable. Only
-``liftbridge-h2-send`` writes with a blocking ``sendall``, and ``cancel``
-wakes it.
+updates, PINGs, a lane's request) is queued and written as the socket takes
+it while it polls; only ``liftbridge-h2-send`` blocks in ``sendall``.
 """
 
 from __future__ import annotations
@@ -59,6 +58,7 @@ from liftbridge._transport._http2_reader import (
     PeerWindows,
     connection_error,
 )
+from liftbridge._transport._http2_tls import TlsClosed, TlsLayer, TlsSettings
 from liftbridge._transport._http2_wire import (
     DATA,
     END_HEADERS,
@@ -100,14 +100,9 @@ _KEEPALIVE_PAYLOAD = b"lb-alive"
 
 @dataclass(frozen=True)
 class Keepalive:
-    """HTTP/2 PINGs on a connection the server has been silent on.
-
-    Attributes:
-        interval: seconds of silence before a PING is sent.
-        timeout: seconds the PING's ack may take; past that the call ends
-            with UNAVAILABLE (a broker that is hung though its kernel still
-            answers TCP).
-    """
+    """HTTP/2 PINGs after ``interval`` seconds of silence from the server;
+    no ack within ``timeout`` ends the call with UNAVAILABLE (a broker hung
+    though its kernel still answers TCP)."""
 
     interval: float
     timeout: float
@@ -145,6 +140,7 @@ class Http2Call(Generic[T]):
         connect_timeout: float,
         max_message: int = DEFAULT_MAX_MESSAGE,
         keepalive: Keepalive | None = None,
+        tls: TlsSettings | None = None,
     ) -> None:
         unary = b""
         if isinstance(requests, Message):
@@ -157,10 +153,21 @@ class Http2Call(Generic[T]):
         self._requests: Iterator[Any] = requests
         self._keepalive = keepalive
         connect_by = time.monotonic() + connect_timeout
+        self._tls: TlsLayer | None = None
         try:
-            self._sock = socket.create_connection(host_port(address), timeout=connect_timeout)
+            host, port = host_port(address)
+            self._sock = socket.create_connection((host, port), timeout=connect_timeout)
         except (OSError, ValueError) as e:
             raise StreamError(grpc.StatusCode.UNAVAILABLE, f"cannot reach {address}: {e}") from e
+        if tls is not None:
+            try:
+                self._tls = TlsLayer(tls, host)
+                self._tls.handshake(self._sock, connect_by)
+            except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+                self._sock.close()
+                raise StreamError(
+                    grpc.StatusCode.UNAVAILABLE, f"TLS with {address} failed: {e}"
+                ) from e
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # A broker that vanished without closing (power loss, a cut link) is
         # found by the kernel's keepalive probes too, not only by ack timeouts.
@@ -189,6 +196,7 @@ class Http2Call(Generic[T]):
             parse, max_message=max_message, windows=self._peer, flow=self._flow, reply=self._queue
         )
         self._ready = self._reader.ready
+        self._plain = b""  # with TLS: the bytes the last records read carried
         self._end: BaseException | None = None  # raised once _ready is empty
         self._heard = time.monotonic()  # when the server last sent a byte
         self._ping_sent = 0.0  # when our unanswered keepalive PING went; 0.0: none
@@ -197,7 +205,7 @@ class Http2Call(Generic[T]):
         block = hpack.Encoder().encode(
             [
                 (b":method", b"POST"),
-                (b":scheme", b"http"),
+                (b":scheme", b"https" if tls is not None else b"http"),
                 (b":path", method.encode()),
                 (b":authority", address.encode()),
                 (b"content-type", b"application/grpc"),
@@ -226,7 +234,7 @@ class Http2Call(Generic[T]):
         try:
             # The opening fits any socket buffer; still bounded by the connect time.
             self._sock.settimeout(max(0.05, connect_by - time.monotonic()))
-            self._sock.sendall(opening)
+            self._sock.sendall(self._wrap(opening))
             self._sock.settimeout(None)
         except OSError as e:
             self._sock.close()
@@ -308,6 +316,10 @@ class Http2Call(Generic[T]):
             self._close_when_idle()
             return
         self._heard = time.monotonic()
+        if self._tls is not None:
+            if not self._decrypted(data):
+                return
+            data = self._plain
         try:
             self._reader.feed(data)
         except StreamError as e:
@@ -326,6 +338,26 @@ class Http2Call(Generic[T]):
             self._shutdown()
             self._end = self._ending()
             self._close_when_idle()
+
+    def _decrypted(self, records: bytes) -> bool:
+        """Turns TLS records read into the bytes they carry (``_plain``); False
+        when there are none yet, or the session ended (the call with it)."""
+        assert self._tls is not None
+        try:
+            with self._out_lock:
+                self._plain, reply = self._tls.unwrap(records)
+                self._pending += reply
+        except (TlsClosed, OSError) as e:
+            self._finish(StreamError(grpc.StatusCode.UNAVAILABLE, f"the TLS session ended: {e}"))
+            self._shutdown()
+            self._end = self._ending()
+            self._close_when_idle()
+            return False
+        return bool(self._plain)
+
+    def _wrap(self, data: bytes) -> bytes:
+        """``data`` as written: TLS records with TLS (under ``_out_lock``, in order)."""
+        return data if self._tls is None else self._tls.wrap(data)
 
     def _until_readable(self) -> bool:
         """Waits until the socket has data (or an end) to read, writing what
@@ -387,7 +419,7 @@ class Http2Call(Generic[T]):
                     "the server sends control frames faster than it reads their answers",
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                 )
-            self._pending += frame
+            self._pending += self._wrap(frame)
 
     def _flush(self) -> bool:
         """Writes what is queued as far as the socket takes it without
@@ -466,7 +498,7 @@ class Http2Call(Generic[T]):
             peer.stream -= size
             peer.conn -= size
         with self._out_lock:
-            self._pending += frame_bytes(DATA, 0, STREAM, payload)
+            self._pending += self._wrap(frame_bytes(DATA, 0, STREAM, payload))
         self._flush()
         return True
 
@@ -514,11 +546,12 @@ class Http2Call(Generic[T]):
         was queued meanwhile."""
         try:
             with self._write_lock:
+                with self._out_lock:
+                    data = self._wrap(data)
+                    if self._pending:
+                        data = bytes(self._pending) + data
+                        self._pending.clear()
                 while data:
-                    with self._out_lock:
-                        if self._pending:
-                            data = bytes(self._pending) + data
-                            self._pending.clear()
                     self._sock.sendall(data)
                     with self._out_lock:
                         data = bytes(self._pending)

@@ -138,7 +138,7 @@ def test_acks_carry_the_partition(
 ) -> None:
     client.create_stream(unique_name, partitions=3)
     for partition in (0, 1, 2):
-        ack = client.publish(unique_name, b"v", partition=partition)
+        ack: liftbridge.Ack | None = client.publish(unique_name, b"v", partition=partition)
         assert ack is not None and ack.partition == partition
         future = client.publish_async(unique_name, b"v", partition=partition)
         ack = future.result(timeout=DEADLINE)

@@ -134,7 +134,7 @@ def test_partition_by_key_matches_go_formula(client: liftbridge.Client, unique_n
 def test_key_alone_picks_the_keys_partition(client: liftbridge.Client, unique_name: str) -> None:
     client.create_stream(unique_name, partitions=5)
     keys = [f"customer-{i}".encode() for i in range(20)]
-    acks = [client.publish(unique_name, key, key=key) for key in keys]
+    acks: list[liftbridge.Ack | None] = [client.publish(unique_name, key, key=key) for key in keys]
     futures = [client.publish_async(unique_name, key, key=key) for key in keys]
     acks += [f.result(10) for f in futures]
     assert {zlib.crc32(key) % 5 for key in keys} != {0}  # the keys spread out
@@ -203,11 +203,11 @@ def test_too_large(client: liftbridge.Client, stream: str) -> None:
 
 def test_bad_input(client: liftbridge.Client, stream: str) -> None:
     with pytest.raises(liftbridge.ArgumentTypeError, match="encode"):
-        client.publish(stream, "text")  # type: ignore[arg-type]
+        client.publish(stream, "text")  # type: ignore[call-overload]
     with pytest.raises(liftbridge.InvalidArgumentError, match="partition must be >= 0"):
         client.publish(stream, b"x", partition=-1)
     with pytest.raises(liftbridge.ArgumentTypeError, match="ack_policy"):
-        client.publish(stream, b"x", ack_policy="ALL")  # type: ignore[arg-type]
+        client.publish(stream, b"x", ack_policy="ALL")  # type: ignore[call-overload]
     with pytest.raises(liftbridge.InvalidArgumentError, match="timeout"):
         client.publish(stream, b"x", timeout=0)
 

@@ -12,7 +12,9 @@ import pytest
 import trustme
 
 import liftbridge
+from liftbridge._transport._channels import Channels
 from liftbridge.testing import LocalServer
+from liftbridge_api import api_pb2
 from tests.conftest import GRPC_SENDER
 from tests.integration import tls_servers
 
@@ -64,12 +66,12 @@ def test_tls_round_trip(tls_server: LocalServer, pki: dict[str, Path], unique_na
             assert [m.value for m in sub] == [b"secret"]
 
 
-def test_a_tls_clients_publish_streams_stay_on_grpcio(
+def test_a_tls_clients_streams_run_on_the_sdks_own_http2_over_tls(
     tls_server: LocalServer, pki: dict[str, Path], unique_name: str
 ) -> None:
-    """The SDK's own HTTP/2 connection is plaintext only (see
-    test_publish_http2.py): with TLS, the shared PublishAsync stream and the
-    lanes are grpcio's, sender threads included."""
+    """With TLS too, the shared PublishAsync stream, the lanes and
+    subscriptions run on the SDK's own HTTP/2 connections (ALPN h2), not
+    grpcio's: its sender thread is there, no grpcio stream sender is."""
     tls = liftbridge.TLSConfig(ca=pki["ca"])
     with liftbridge.Client(tls_server.address, tls=tls) as client:
         client.create_stream(unique_name)
@@ -80,10 +82,30 @@ def test_a_tls_clients_publish_streams_stay_on_grpcio(
         ack = client.publish(unique_name, b"on a lane")
         assert ack is not None and ack.offset == len(values)
         names = [t.name for t in threading.enumerate()]
-        assert "liftbridge-h2-send" not in names
-        assert sum(name.endswith(GRPC_SENDER) for name in names) >= 2  # stream and lane
+        assert names.count("liftbridge-h2-send") >= 2  # the shared stream and the lane
+        assert not any(name.endswith(GRPC_SENDER) for name in names)
         with client.subscribe(unique_name, start=len(values) - 1, stop=len(values)) as sub:
             assert [m.value for m in sub] == [values[-1], b"on a lane"]
+
+
+def test_a_wrong_server_name_fails_the_own_connection_typed(
+    tls_server: LocalServer, pki: dict[str, Path], unique_name: str
+) -> None:
+    """The certificate is checked on the own connections as on grpcio's:
+    a server name it does not carry is refused before anything is sent."""
+    with liftbridge.Client(tls_server.address, tls=liftbridge.TLSConfig(ca=pki["ca"])) as good:
+        good.create_stream(unique_name)
+    channels = Channels(liftbridge.TLSConfig(ca=pki["ca"], server_name="not-the-server.example"))
+    try:
+        with pytest.raises(liftbridge.UnavailableError, match="TLS"):
+            channels.open_stream(
+                tls_server.address,
+                "Subscribe",
+                api_pb2.SubscribeRequest(stream=unique_name),
+                connect_timeout=5,
+            )
+    finally:
+        channels.close()
 
 
 def test_tls_ca_as_bytes(tls_server: LocalServer, pki: dict[str, Path]) -> None:
@@ -104,10 +126,22 @@ def test_plaintext_client_is_refused(tls_server: LocalServer) -> None:
         liftbridge.Client(tls_server.address, connect_timeout=2)
 
 
-def test_mutual_tls(mtls_server: LocalServer, pki: dict[str, Path]) -> None:
+def test_mutual_tls(mtls_server: LocalServer, pki: dict[str, Path], unique_name: str) -> None:
     tls = liftbridge.TLSConfig(ca=pki["ca"], cert=pki["client_cert"], key=pki["client_key"])
     with liftbridge.Client(mtls_server.address, tls=tls) as client:
         assert client.fetch_metadata().brokers
+        client.create_stream(unique_name)
+    # The certificate as PEM bytes too; the streams (own HTTP/2 over TLS) present it.
+    as_bytes = liftbridge.TLSConfig(
+        ca=pki["ca"].read_bytes(),
+        cert=pki["client_cert"].read_bytes(),
+        key=pki["client_key"].read_bytes(),
+    )
+    with liftbridge.Client(mtls_server.address, tls=as_bytes) as client:
+        assert client.publish(unique_name, b"lane") is not None
+        assert client.publish_async(unique_name, b"shared").result(timeout=30) is not None
+        with client.subscribe(unique_name, start=0, stop=1) as sub:
+            assert [m.value for m in sub] == [b"lane", b"shared"]
     with pytest.raises(liftbridge.UnavailableError):
         liftbridge.Client(
             mtls_server.address, tls=liftbridge.TLSConfig(ca=pki["ca"]), connect_timeout=2

@@ -115,12 +115,13 @@ def huge_prefix(peer: Peer) -> None:
 
 
 def over_the_limit(peer: Peer) -> None:
+    """A message one byte over 64 MiB: its prefix, then the first of its
+    bytes (the rest never needs to come)."""
     _request(peer)
     peer.accept()
-    body = grpc_message(b"y" * ((64 << 20) + 1))
-    peer.write(frame(DATA, 0, STREAM, body[:16_000]))
-    for at in range(16_000, 1 << 20, 16_000):
-        peer.write(frame(DATA, 0, STREAM, body[at : at + 16_000]))
+    prefix = b"\0" + ((64 << 20) + 1).to_bytes(4, "big")
+    peer.write(frame(DATA, 0, STREAM, prefix + b"y" * 15_995))
+    _flood(peer, frame(DATA, 0, STREAM, b"y" * 16_000), 1 << 20)
 
 
 def endless_continuation(peer: Peer) -> None:

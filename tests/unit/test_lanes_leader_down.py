@@ -1,8 +1,9 @@
 """A synchronous publish whose partition leader is already known down is held
-back until fresh metadata names a live leader (then sent there), or fails
-unsent at its timeout: sent to the dead leader it could only wait out its ack
-timeout. Driven by a scripted router, since a real cluster cannot hold its
-metadata still on cue."""
+back (by _leaders.live_leader, which the lanes call before sending) until
+fresh metadata names a live leader (then sent there), or fails unsent at its
+timeout: sent to the dead leader it could only wait out its ack timeout.
+Driven by a scripted router, since a real cluster cannot hold its metadata
+still on cue."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import liftbridge
 from liftbridge._core._deadlines import AckTimer
 from liftbridge._core._router import Deadline
 from liftbridge._publish._lanes import Lanes
+from liftbridge._publish._leaders import live_leader
 from liftbridge_api import api_pb2
 
 
@@ -64,13 +66,13 @@ def _lanes(router: ScriptedRouter) -> tuple[Lanes, AckTimer]:
 REQUEST = api_pb2.PublishRequest(stream="s", partition=2, value=b"v")
 
 
+def _live_leader(router: ScriptedRouter, down: str, due: float) -> str:
+    return live_leader(router, REQUEST, down, due)  # type: ignore[arg-type]
+
+
 def test_held_back_until_fresh_metadata_names_a_live_leader() -> None:
     router = ScriptedRouter(["dead:1", "dead:1", None, "new:2"], down={"dead:1"})
-    lanes, timer = _lanes(router)
-    try:
-        assert lanes._live_leader(REQUEST, "dead:1", time.monotonic() + 5) == "new:2"
-    finally:
-        timer.close(time.monotonic() + 1)
+    assert _live_leader(router, "dead:1", time.monotonic() + 5) == "new:2"
     assert router.refreshes == 3  # still the dead one, then no leader, then the new one
     assert all(d <= 1.0 for d in router.deadlines)  # one refresh never takes the whole wait
     assert router.asked == ["new:2"]
@@ -79,24 +81,16 @@ def test_held_back_until_fresh_metadata_names_a_live_leader() -> None:
 def test_held_back_until_the_new_leader_says_it_serves_the_partition() -> None:
     router = ScriptedRouter(["dead:1", "new:2"], down={"dead:1"})
     router.serving = set()
-    lanes, timer = _lanes(router)
-    try:
-        with pytest.raises(liftbridge.DeadlineExceededError, match="not sent"):
-            lanes._live_leader(REQUEST, "dead:1", time.monotonic() + 0.4)
-    finally:
-        timer.close(time.monotonic() + 1)
+    with pytest.raises(liftbridge.DeadlineExceededError, match="not sent"):
+        _live_leader(router, "dead:1", time.monotonic() + 0.4)
     assert router.asked and set(router.asked) == {"new:2"}
 
 
 def test_fails_unsent_at_its_timeout_when_no_live_leader_comes() -> None:
     router = ScriptedRouter(["dead:1"], down={"dead:1"})
-    lanes, timer = _lanes(router)
     started = time.monotonic()
-    try:
-        with pytest.raises(liftbridge.DeadlineExceededError, match="not sent") as caught:
-            lanes._live_leader(REQUEST, "dead:1", started + 0.4)
-    finally:
-        timer.close(time.monotonic() + 1)
+    with pytest.raises(liftbridge.DeadlineExceededError, match="not sent") as caught:
+        _live_leader(router, "dead:1", started + 0.4)
     assert not isinstance(caught.value, liftbridge.AckTimeoutError)  # nothing awaits an ack
     assert "'s' partition 2" in str(caught.value) and "dead:1" in str(caught.value)
     assert router.refreshes >= 2

@@ -29,7 +29,7 @@ from liftbridge._errors import (
     MessageTooLargeError,
     UnavailableError,
 )
-from liftbridge._publish import _nats
+from liftbridge._publish import _nats, _pynats
 from liftbridge._publish._nats import NatsPublisher
 from liftbridge._transport import _nats_info
 from liftbridge_api import api_pb2
@@ -134,7 +134,7 @@ def clients(monkeypatch: pytest.MonkeyPatch) -> list[FakeClient]:
         return client
 
     fake = SimpleNamespace(NATSClient=make, NATSError=FakeNATSError, NATSNoSubscribeClient=FakeBase)
-    monkeypatch.setattr(_nats, "_import_pynats2", lambda: fake)
+    monkeypatch.setattr(_pynats, "import_pynats2", lambda: fake)
     monkeypatch.setattr(_nats, "server_info", lambda host, port, timeout: {"max_payload": 4096})
     return made
 
@@ -429,10 +429,10 @@ def test_lost_connection(clients: list[FakeClient]) -> None:
 def test_close_is_bounded_when_pynats2_hangs(
     clients: list[FakeClient], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(_nats, "_CLOSE_TIMEOUT", 0.1)
+    monkeypatch.setattr(_pynats, "CLOSE_TIMEOUT", 0.1)
     publisher = NatsPublisher("nats://127.0.0.1:4333")
     clients[0].close_blocks = True
-    with caplog.at_level(logging.WARNING, logger="liftbridge._publish._nats"):
+    with caplog.at_level(logging.WARNING, logger="liftbridge._publish._pynats"):
         publisher.close()
     assert "did not stop within" in caplog.text
     assert clients[0].socket_closed.is_set() and clients[0].closed
@@ -454,7 +454,7 @@ def test_connect_failure(clients: list[FakeClient], monkeypatch: pytest.MonkeyPa
 def test_missing_pynats2_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynats2", None)
     with pytest.raises(ImportError, match=r"pip install 'liftbridge\[nats\]'"):
-        _nats._import_pynats2()
+        _pynats.import_pynats2()
 
 
 # ----------------------------------------------------- the INFO greeting --

@@ -15,7 +15,6 @@ import liftbridge
 from liftbridge._consume._cursors import Cursors
 from liftbridge._consume._subscription import (
     Subscription,
-    _Request,
     start_subscription,
     subscribe_request,
 )
@@ -94,7 +93,7 @@ def _subscribe(
     request = subscribe_request("s", 0, start, None, replica, False)
     return start_subscription(
         router.as_router(),
-        _Request("s", 0, request),
+        request,
         handler,
         resubscribe_wait=wait,
         open_timeout=1.0,
@@ -192,9 +191,7 @@ def test_iterating_an_ended_subscription_again_ends_at_once(router: FakeRouter) 
     stop = FakeRpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, "Stop offset reached")
     router.streams.append(FakeStream([handshake(), message("s", 0), stop]))
     request = subscribe_request("s", 0, 0, 0, False, False)
-    sub = start_subscription(
-        router.as_router(), _Request("s", 0, request), None, resubscribe_wait=5, open_timeout=1
-    )
+    sub = start_subscription(router.as_router(), request, None, resubscribe_wait=5, open_timeout=1)
     assert [m.offset for m in sub] == [0]
     assert sub.stop_position_reached
     again: list[list[liftbridge.Message]] = []
