@@ -209,22 +209,13 @@ class PinElection:
             return self._next_join
         return min(self._heart.due, self._next_unpin_check if self.state.pinned else 1e18)
 
-    def tend(self, consumer_id: str, may_join: bool) -> UnpinReason | None:
+    def tend(self, consumer_id: str, may_join: bool) -> bool:
         """One turn: joins (when ``may_join``), heartbeats, and follows the pin.
 
         Returns:
-            ADMIN when an operator asked for an unpin, LOST when the pin was
-            lost because this member's election membership expired (e.g. it
-            was frozen): either way the caller gives the pin up and stands
-            again under a new id, so it never takes the pin back (record
-            003). A pin lost while still a member (the server moved it) is
-            only reported as an event, as before.
+            True when an operator asked for an unpin (the caller gives the pin up).
         """
         now = time.monotonic()
-        if self._heart.membership is None and self.state.pinned:
-            _log.warning("%s lost the pin of group %s", consumer_id, self._group_id)
-            self._unpinned(UnpinReason.LOST)
-            return UnpinReason.LOST
         if self._heart.membership is None and may_join and now >= self._next_join:
             error = self._heart.join(consumer_id)
             if error is not None:
@@ -238,23 +229,20 @@ class PinElection:
                 self._baseline = self._unpin_count()
             except LiftbridgeError as e:
                 _log.info("unpin counter of group %s unreadable (%s); later", self._group_id, e)
-                return None
+                return False
             self._pinned(consumer_id)
         elif not holds and self.state.pinned:
             _log.warning("%s lost the pin of group %s", consumer_id, self._group_id)
             self._unpinned(UnpinReason.LOST)
-            if self._heart.membership is None:
-                return UnpinReason.LOST  # expired: stand again under a new id
         elif holds and now >= self._next_unpin_check:
             m = self._heart.membership
             assert m is not None
             self._next_unpin_check = now + m.heartbeat_interval
             try:
-                if self._unpin_count() > self._baseline:
-                    return UnpinReason.ADMIN
+                return self._unpin_count() > self._baseline
             except LiftbridgeError as e:
                 _log.debug("unpin counter of group %s unreadable: %s", self._group_id, e)
-        return None
+        return False
 
     def resign(self, reason: UnpinReason, *, leave: bool = True) -> None:
         """Gives the pin up (if held) and leaves the election.
