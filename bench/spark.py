@@ -13,7 +13,9 @@ two task slots pays for starting that slot's Python worker):
   wall time, and again without that fixed cost (the rate of the rows beyond a
   short read's);
 - a Spark batch write of 60,000 rows (``publish_async`` per row, every row
-  acked), rows/s;
+  acked), rows/s, at least once (the default) and with ``exactlyOnce`` (each
+  task reads back its partitions' new messages, then publishes with
+  ``expected_offset`` into a stream with optimistic concurrency control);
 - the machine's own ceiling for reading partitions in parallel: the official Go
   client reading one partition, then three at once (one process each);
 - per-micro-batch latency of a streaming read of 60,000 rows (``availableNow``,
@@ -279,6 +281,17 @@ def run(argv: list[str] | None = None) -> int:
             median, values = _median_rate(written, reps, write)
             record("Spark batch write (2 tasks)", "rows/s", median, values)
 
+            exact_sink = f"{stream}-exactly-once"
+            client.create_stream(exact_sink, partitions=3, optimistic_concurrency_control=True)
+
+            def write_exactly_once() -> None:
+                rows.write.format("liftbridge").option("servers", server.address).option(
+                    "stream", exact_sink
+                ).option("exactlyOnce", "true").mode("append").save()
+
+            median, values = _median_rate(written, reps, write_exactly_once)
+            record("Spark batch write (2 tasks), exactlyOnce", "rows/s", median, values)
+
             checkpoint = tempfile.mkdtemp(prefix="bench-spark-")
             try:
                 per_batch = 1_000
@@ -327,6 +340,11 @@ def run(argv: list[str] | None = None) -> int:
         ("Spark 3-partition read / 1-partition read", three, one),
         ("  with minPartitions=6", three + ", minPartitions=6", one),
         ("  beyond a query's fixed cost", three + beyond, one + beyond),
+        (
+            "Spark write exactlyOnce / at least once",
+            "Spark batch write (2 tasks), exactlyOnce",
+            "Spark batch write (2 tasks)",
+        ),
     ]
     go_one, go_three = "Go subscribe, 1 partition", "Go subscribe, 3 partitions at once"
     if go_one in figures:

@@ -22,8 +22,8 @@ synchronous, thread-safe API. Five kinds of thread:
   the futures and frees window slots (the table of pending acks and the
   window are :class:`~liftbridge._publish._nats_window.AckWindow`), all without user
   code, which would stall the connection;
-- ``liftbridge-nats-acks``: fails publishes NATS did not take, or all
-  pending ones when NATS gives up or the publisher closes;
+- ``liftbridge-nats-acks`` (:mod:`liftbridge._publish._nats_acks`): fails publishes NATS did
+  not take, or all pending ones when NATS gives up or the publisher closes;
 - ``liftbridge-ack-timer`` (:mod:`liftbridge._core._deadlines`), the client's one
   thread for every ack deadline: fails late publishes with
   :class:`AckTimeoutError` and frees their slots, and fails at once with
@@ -44,14 +44,13 @@ import enum
 import functools
 import itertools
 import logging
-import queue
 import ssl
 import threading
 import uuid
 from concurrent.futures import Future
 from time import monotonic
 from types import TracebackType
-from typing import Any, Literal, Unpack, overload
+from typing import Literal, Unpack, overload
 
 from liftbridge._client import Client, attach
 from liftbridge._core import _validate
@@ -63,16 +62,18 @@ from liftbridge._errors import (
     ClientClosedError,
     ConnectionLostError,
     InvalidArgumentError,
-    PermissionDeniedError,
     UnavailableError,
 )
 from liftbridge._publish._bytes import (
     PLAIN_MESSAGE_HEADER,
-    WIRE_POLICIES,
     PlainFrames,
     ack_inbox_field,
     envelope_frame,
 )
+from liftbridge._publish._bytes import (
+    WIRE_POLICIES as _WIRE_POLICIES,
+)
+from liftbridge._publish._nats_acks import AcksThread
 from liftbridge._publish._nats_subjects import Subjects
 from liftbridge._publish._nats_window import AckHandler, AckWindow, Pending
 from liftbridge._publish._options import (
@@ -85,7 +86,7 @@ from liftbridge._publish._publishing import check_future
 from liftbridge._transport._nats_frames import pub_prefix
 from liftbridge._transport._nats_handshake import check_tls_required
 from liftbridge._transport._nats_socket import CLOSE_TIMEOUT as _CLOSE_TIMEOUT
-from liftbridge._transport._nats_socket import MaxPayload, NatsSocket, Refused
+from liftbridge._transport._nats_socket import MaxPayload, NatsSocket
 
 logger = logging.getLogger(__name__)
 
@@ -96,13 +97,6 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
-class _Stop:
-    """Tells the acks thread to fail what is pending and end."""
-
-
-_STOP = _Stop()
-
-_WIRE_POLICIES = WIRE_POLICIES
 # AckPolicy.NONE, looked up once (an enum member's lookup on its class is slow).
 _NONE = AckPolicy.NONE
 
@@ -233,10 +227,11 @@ class NatsStreamPublisher:
         # Publishes awaiting a partition leader found down fail at once, on
         # the ack timer (the listener runs on liftbridge-broker-watch).
         self._router.on_broker_down(self._broker_down)
-        self._acks_inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._acks_thread = threading.Thread(
-            target=self._run_acks, name="liftbridge-nats-acks", daemon=True
-        )
+        self._acks = AcksThread(self._window, self._where, lambda: self._nats.drop_unsent())
+        # Values up to _plain_limit bytes fit in max_payload with any correlation id
+        # (set before connecting: the I/O thread may hear of a new max_payload at once).
+        self._plain = PlainFrames(PLAIN_MESSAGE_HEADER, self._inbox_field)
+        self._max_payload = self._plain_limit = 0
         self._nats = NatsSocket(self._where, self._inbox, self._deliver, self._on_closed)
         try:
             self._nats.connect(
@@ -251,11 +246,8 @@ class NatsStreamPublisher:
         except BaseException:
             self._close_state()
             raise
-        self._max_payload = self._nats.max_payload
-        # Values up to _plain_limit bytes fit in max_payload with any correlation id.
-        self._plain = PlainFrames(PLAIN_MESSAGE_HEADER, self._inbox_field)
-        self._plain_limit = self._max_payload - self._plain.overhead
-        self._acks_thread.start()
+        self._set_max_payload(self._nats.max_payload)
+        self._acks.start()
         logger.debug(
             "NATS stream publisher connected to %s, ack inbox %s", self._where, self._inbox
         )
@@ -530,10 +522,7 @@ class NatsStreamPublisher:
         self._window.refuse(self._closed_error, replace=True)
         self._nats.close()
         # The acks thread fails what is pending (and what never left the outbox).
-        self._acks_inbox.put(_STOP)
-        self._acks_thread.join(_CLOSE_TIMEOUT)
-        if self._acks_thread.is_alive():
-            logger.warning("liftbridge-nats-acks did not stop within %.0fs", _CLOSE_TIMEOUT)
+        self._acks.stop(_CLOSE_TIMEOUT)
         # Runs the handlers of those failures, unless called from one of them.
         self._runner.close(monotonic() + _CLOSE_TIMEOUT)
         self._close_state()
@@ -583,24 +572,24 @@ class NatsStreamPublisher:
                 return
             self._lost = lost
         self._window.refuse(self._lost_error, replace=False)
-        self._acks_inbox.put(lost)
+        self._acks.put(lost)
 
     def _deliver(self, item: object) -> None:
         """What the I/O thread read or failed to write. Acks are settled right
         here, on the I/O thread (no user code: handlers and done-callbacks
         go to liftbridge-callbacks), sparing a thread hop per batch; the
         rest goes to the acks thread."""
-        if type(item) is list:
-            try:
+        try:
+            if type(item) is list:
                 self._window.settle_acks(item)
-            except Exception:  # never let the I/O thread die: futures would hang
-                logger.exception("settling acks on %s failed; continuing", self._inbox)
-        elif type(item) is int:  # AckPolicy.NONE frames written (or dropped)
-            self._window.release(item)
-        elif type(item) is MaxPayload:
-            self._set_max_payload(item.size)
-        else:
-            self._acks_inbox.put(item)
+            elif type(item) is int:  # AckPolicy.NONE frames written (or dropped)
+                self._window.release(item)
+            elif type(item) is MaxPayload:
+                self._set_max_payload(item.size)
+            else:
+                self._acks.put(item)
+        except Exception:  # never let the I/O thread die: futures would hang
+            logger.exception("handling %r on %s failed; continuing", type(item), self._inbox)
 
     def _set_max_payload(self, size: int) -> None:
         """Takes the NATS server's ``max_payload`` (a later INFO changed it);
@@ -609,54 +598,3 @@ class NatsStreamPublisher:
         and the I/O thread refuses a frame over the new one anyway."""
         self._max_payload = size
         self._plain_limit = size - self._plain.overhead
-
-    # --------------------------------------------------------- acks thread --
-
-    def _run_acks(self) -> None:
-        """Resolves publishes; hands user callbacks over. Runs on ``liftbridge-nats-acks``."""
-        inbox, window = self._acks_inbox, self._window
-        while True:
-            item = inbox.get()  # close() ends the loop with _STOP
-            try:
-                if item is _STOP:
-                    self._nats.drop_unsent()
-                    window.fail_all(self._closed_before_ack)
-                    return
-                if isinstance(item, Refused):
-                    window.fail_subject(item.subject, functools.partial(self._refused, item))
-                elif isinstance(item, tuple):
-                    entry, error = item
-                    if not isinstance(error, UnavailableError):
-                        window.settle(entry, error)  # too large for the server: never sent
-                        continue
-                    # Never written (held while NATS was away): not stored, so
-                    # retriable, unlike the ConnectionLostError of one written.
-                    window.settle(
-                        entry,
-                        UnavailableError(
-                            f"NATS did not take the message for {entry.subject!r} ({error}): "
-                            "it was never sent, so it was not stored and may be published again"
-                        ),
-                    )
-                elif isinstance(item, BaseException):
-                    window.fail_all(functools.partial(self._lost_before_ack, item))
-            except Exception:  # never let this thread die: futures would hang
-                logger.exception("liftbridge-nats-acks failed; continuing")
-
-    def _refused(self, refusal: Refused, entry: Pending) -> BaseException:
-        return PermissionDeniedError(
-            f"the NATS server at {self._where} refused the publish to {entry.subject!r}: "
-            f"{refusal.reason} (nothing was stored)"
-        )
-
-    def _lost_before_ack(self, error: BaseException, entry: Pending) -> BaseException:
-        return ConnectionLostError(
-            f"NATS connection to {self._where} lost before the ack for "
-            f"{entry.subject!r} came ({error}); it may or may not have been stored"
-        )
-
-    def _closed_before_ack(self, entry: Pending) -> BaseException:
-        return ClientClosedError(
-            f"NATS stream publisher closed before the ack for the message on "
-            f"{entry.subject!r} came; it may or may not have been stored"
-        )

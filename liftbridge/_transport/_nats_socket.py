@@ -266,9 +266,13 @@ class NatsSocket:
         opened = handshake(
             self._dial, self._inbox, _INBOX_SID, self._where, self._track, self._is_closing
         )
-        self._set_max_payload(opened.max_payload)
-        if opened.early:  # acks sent early are impossible, but never drop bytes
-            self._deliver(opened.early)
+        try:
+            self._set_max_payload(opened.max_payload)
+            if opened.early:  # acks sent early are impossible, but never drop bytes
+                self._deliver(opened.early)
+        except BaseException:
+            opened.sock.close()
+            raise
         return opened.sock
 
     def _track(self, sock: socket.socket | None) -> None:
@@ -296,6 +300,8 @@ class NatsSocket:
                         logger.warning(
                             "NATS connection to %s lost (%s); reconnecting", self._where, _reason(e)
                         )
+                except Exception:  # a defect costs the connection, never the thread
+                    logger.exception("NATS connection to %s failed; reconnecting", self._where)
                 self._drop_connection()
                 if self._closing or not self._reconnect():
                     break
@@ -506,6 +512,9 @@ class NatsSocket:
                     self._attempts,
                     _reason(e),
                 )
+                continue
+            except Exception:  # a defect fails the attempt, never the thread
+                logger.exception("reconnecting to NATS at %s failed", self._where)
                 continue
             logger.info("NATS connection to %s re-established", self._where)
             return True

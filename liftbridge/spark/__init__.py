@@ -29,6 +29,8 @@ except ImportError as e:  # pragma: no cover - exercised without the extra only
 from typing import TYPE_CHECKING
 
 from liftbridge.spark._fetch import DataLossError
+from liftbridge.spark._progress import offsets_behind_latest
+from liftbridge.spark._python import check_worker_python
 from liftbridge.spark._source import LiftbridgeDataSource
 from liftbridge.spark._writer import LiftbridgeCommitMessage, PartitionWrite
 
@@ -39,9 +41,17 @@ if TYPE_CHECKING:
 def register(spark: SparkSession) -> None:
     """Registers the ``liftbridge`` data source with a session.
 
+    On a local master it first checks that the Python Spark starts its
+    workers with can import this connector (see the README's Spark section).
+
     Args:
         spark: the session; ``format("liftbridge")`` works in it afterwards.
+
+    Raises:
+        MissingDependencyError: the workers' Python cannot import
+            ``liftbridge.spark``; the message says what to set.
     """
+    check_worker_python(spark)
     spark.dataSource.register(LiftbridgeDataSource)
 
 
@@ -50,5 +60,6 @@ __all__ = [
     "LiftbridgeCommitMessage",
     "LiftbridgeDataSource",
     "PartitionWrite",
+    "offsets_behind_latest",
     "register",
 ]

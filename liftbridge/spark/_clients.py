@@ -20,12 +20,9 @@ import threading
 
 from liftbridge import DEFAULT_RETRY_POLICY, Client, ClientState
 from liftbridge._core._router import Router
-from liftbridge.spark._options import ClientConfig
+from liftbridge.spark._client_options import ClientConfig
 
 _log = logging.getLogger(__name__)
-
-_CONNECT_TIMEOUT = 5.0
-_RPC_TIMEOUT = 10.0  # the Client's defaults
 
 _lock = threading.Lock()  # guards _clients and _routers
 _clients: dict[ClientConfig, Client] = {}
@@ -43,7 +40,16 @@ def client_for(config: ClientConfig) -> Client:
     with _lock:
         client = _clients.get(config)
         if client is None or client.state is not ClientState.OPEN:
-            client = Client(list(config.servers), tls=config.tls)
+            client = Client(
+                list(config.servers),
+                tls=config.tls,
+                connect_timeout=config.connect_timeout,
+                rpc_timeout=config.rpc_timeout,
+                ack_wait=config.ack_wait,
+                max_inflight=config.max_inflight,
+                resubscribe_wait=config.resubscribe_wait,
+                max_message_size=config.max_message_size,
+            )
             _clients[config] = client
         return client
 
@@ -62,11 +68,11 @@ def router_for(config: ClientConfig) -> Router:
             router = Router(
                 config.servers,
                 tls=config.tls,
-                rpc_timeout=_RPC_TIMEOUT,
+                rpc_timeout=config.rpc_timeout,
                 retry_policy=DEFAULT_RETRY_POLICY,
             )
             try:
-                router.connect(_CONNECT_TIMEOUT)
+                router.connect(config.connect_timeout)
             except BaseException:
                 router.close()
                 raise

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -97,6 +98,7 @@ class FetchSettings:
         fail_on_data_loss: raise :class:`DataLossError` on offsets removed by retention.
         poll_timeout: seconds to wait for the next message before failing.
         rows_per_batch: rows per Arrow record batch.
+        headers_array: build ``headers`` as Kafka's array of key/value structs.
     """
 
     include_headers: bool
@@ -104,6 +106,7 @@ class FetchSettings:
     fail_on_data_loss: bool
     poll_timeout: float
     rows_per_batch: int = 8192
+    headers_array: bool = False
 
 
 class Watchdog:
@@ -314,8 +317,11 @@ class _Batches:
     """Arrow record batches of one partition's wire messages, each column
     built from the whole batch at once."""
 
-    def __init__(self, stream: str, partition: int, include_headers: bool) -> None:
-        self._schema = arrow_schema(include_headers)
+    def __init__(
+        self, stream: str, partition: int, include_headers: bool, headers_array: bool = False
+    ) -> None:
+        self._schema = arrow_schema(include_headers, headers_array)
+        self._headers_array = headers_array
         self._stream = pa.scalar(stream, pa.string())
         self._partition = pa.scalar(partition, pa.int32())
         self._timestamp = self._schema.field("timestamp").type
@@ -334,9 +340,19 @@ class _Batches:
             pc.divide(nanos, 1000).cast(self._timestamp),
         ]
         if self._headers is not None:
-            headers = [
-                [(k, v) for k, v in m.headers.items() if k not in SERVER_HEADERS] for m in rows
-            ]
+            if self._headers_array:
+                headers: list[Any] = [
+                    [
+                        {"key": k, "value": v}
+                        for k, v in m.headers.items()
+                        if k not in SERVER_HEADERS
+                    ]
+                    for m in rows
+                ]
+            else:
+                headers = [
+                    [(k, v) for k, v in m.headers.items() if k not in SERVER_HEADERS] for m in rows
+                ]
             arrays.append(pa.array(headers, self._headers))
         return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
 
@@ -363,7 +379,7 @@ def read_range(
     if offsets.size == 0:
         return
     stream, partition = offsets.stream, offsets.partition
-    batches = _Batches(stream, partition, settings.include_headers)
+    batches = _Batches(stream, partition, settings.include_headers, settings.headers_array)
     rows_per_batch = settings.rows_per_batch
     feed = Feed(router, stream, partition, replica=settings.read_replica)
     handoff: Handoff[api_pb2.Message | None] = Handoff(2 * rows_per_batch, linger=_LINGER)

@@ -72,6 +72,12 @@ def partitions_read(client: Client, options: ReadOptions, *, must_exist: bool) -
     """
     metadata = client.fetch_metadata()
     found: list[Partition] = []
+    if options.pattern is not None:
+        for stream in metadata.stream_names():
+            info = metadata.get_stream(stream)
+            if info is not None and options.reads(stream):
+                found.extend((stream, p) for p in sorted(info.partitions))
+        return found
     for stream in options.streams:
         info = metadata.get_stream(stream)
         option = "stream" if options.assign is None else "assign"
@@ -123,6 +129,27 @@ def _spec_for(spec: OffsetSpec, stream: str, partition: int, default: int) -> in
     return spec.get(stream, {}).get(partition, default)
 
 
+def _offset_at(
+    client: Client,
+    router: Router,
+    stream: str,
+    partition: int,
+    when_ms: int,
+    end: int,
+    timeout: float,
+) -> int:
+    """The offset of the partition's first message at or after ``when_ms``
+    (through the server's time index), ``end`` when there is none before it."""
+    if end == 0:
+        return 0
+    received = client.fetch_partition_metadata(stream, partition).messages_received
+    if received.latest_ns < when_ms * 1_000_000:
+        return end  # nothing at or after that time yet
+    when = datetime.fromtimestamp(when_ms / 1000, tz=UTC)
+    found = first_offset(router, stream, partition, when, end - 1, timeout)
+    return end if found is None else found
+
+
 def _start(
     client: Client,
     router: Router,
@@ -134,15 +161,9 @@ def _start(
 ) -> tuple[int, bool]:
     """The concrete start offset and whether it stands for "earliest"."""
     timeout = options.poll_timeout
-    if options.starting_timestamp_ms is not None:
-        if end == 0:
-            return 0, False
-        when = datetime.fromtimestamp(options.starting_timestamp_ms / 1000, tz=UTC)
-        received = client.fetch_partition_metadata(stream, partition).messages_received
-        if received.latest_ns < options.starting_timestamp_ms * 1_000_000:
-            return end, False  # nothing at or after that time yet
-        found = first_offset(router, stream, partition, when, end - 1, timeout)
-        return (end if found is None else found), False
+    start_ms = options.start_time(stream, partition)
+    if start_ms is not None:
+        return _offset_at(client, router, stream, partition, start_ms, end, timeout), False
     spec = _spec_for(options.starting, stream, partition, default)
     if spec == LATEST:
         return end, False
@@ -181,7 +202,12 @@ def batch_ranges(client: Client, router: Router, options: ReadOptions) -> list[O
     def resolve(stream: str, partition: int) -> OffsetRange | None:
         latest = end_offset(client, stream, partition)
         end = _spec_for(options.ending, stream, partition, LATEST)
-        if end == LATEST:
+        end_ms = options.end_time(stream, partition)
+        if end_ms is not None:
+            end = _offset_at(
+                client, router, stream, partition, end_ms, latest, options.poll_timeout
+            )
+        elif end == LATEST:
             end = latest
         elif end > latest:
             raise InvalidArgumentError(
@@ -190,7 +216,7 @@ def batch_ranges(client: Client, router: Router, options: ReadOptions) -> list[O
             )
         start, from_earliest = _start(client, router, options, stream, partition, latest, EARLIEST)
         if start > end:
-            if options.starting_timestamp_ms is not None:
+            if options.start_time(stream, partition) is not None or end_ms is not None:
                 start = end  # the time is after the range's end: nothing to read
             else:
                 raise InvalidArgumentError(

@@ -13,9 +13,18 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
-from liftbridge import AckPolicy, InvalidArgumentError, TLSConfig
+from liftbridge import AckPolicy, InvalidArgumentError
+from liftbridge.spark._client_options import (
+    CLIENT_PREFIX,
+    TLS_OPTIONS,
+    ClientConfig,
+    bool_option,
+    client_config,
+    client_passthrough,
+    int_option,
+    lower,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -24,27 +33,33 @@ EARLIEST = -2
 LATEST = -1
 """An offset in offsets JSON meaning the partition's end (after its newest committed message)."""
 
-_TLS_OPTIONS = ("tls.ca", "tls.cert", "tls.key", "tls.servername")
 _READ_OPTIONS = frozenset(
     {
         "servers",
         "stream",
         "assign",
+        "streampattern",
         "startingoffsets",
         "endingoffsets",
         "startingtimestamp",
+        "startingoffsetsbytimestamp",
+        "endingoffsetsbytimestamp",
+        "endingtimestamp",
         "maxoffsetspertrigger",
         "minoffsetspertrigger",
         "maxtriggerdelay",
         "minpartitions",
         "failondataloss",
         "includeheaders",
+        "headersformat",
         "readreplica",
         "polltimeoutms",
-        *_TLS_OPTIONS,
+        *TLS_OPTIONS,
     }
 )
-_WRITE_OPTIONS = frozenset({"servers", "stream", "ackpolicy", "acktimeoutms", *_TLS_OPTIONS})
+_WRITE_OPTIONS = frozenset(
+    {"servers", "stream", "ackpolicy", "acktimeoutms", "exactlyonce", "writeid", *TLS_OPTIONS}
+)
 # Options Spark itself reads from the same map (they reach the source too).
 _SPARK_OPTIONS = frozenset({"path", "checkpointlocation", "queryname"})
 
@@ -56,36 +71,11 @@ class Mode(enum.Enum):
     STREAMING = "streaming"
 
 
-def _lower(options: Mapping[str, str]) -> dict[str, str]:
-    return {str(k).lower(): str(v) for k, v in options.items()}
-
-
 def _warn_unknown(options: Mapping[str, str], known: frozenset[str], what: str) -> None:
     for name in sorted(set(options) - known - _SPARK_OPTIONS):
+        if name.startswith(CLIENT_PREFIX):
+            continue  # checked by _client_passthrough
         _log.warning("liftbridge %s ignores the unknown option %r", what, name)
-
-
-def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = options.get(name.lower())
-    if raw is None:
-        return default
-    value = raw.strip().lower()
-    if value not in ("true", "false"):
-        raise InvalidArgumentError(f"option {name} must be true or false, got {raw!r}")
-    return value == "true"
-
-
-def _int(options: Mapping[str, str], name: str, minimum: int) -> int | None:
-    raw = options.get(name.lower())
-    if raw is None:
-        return None
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise InvalidArgumentError(f"option {name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise InvalidArgumentError(f"option {name} must be >= {minimum}, got {value}")
-    return value
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -112,92 +102,6 @@ def _stream_name(value: str, option: str) -> str:
     return value
 
 
-# ----------------------------------------------------------------- clients --
-
-
-@dataclass(frozen=True)
-class ClientConfig:
-    """What an executor needs to open a client: picklable, hashable (the key of
-    each worker process's client cache) and free of file paths, because the
-    PEM files named by the TLS options are read on the driver.
-
-    Attributes:
-        servers: seed addresses, ``host:port``.
-        tls_ca: PEM of the certificates that sign the servers'.
-        tls_cert: PEM of the client certificate chain (mTLS).
-        tls_key: PEM of the client key (mTLS).
-        tls_server_name: name to check the server certificate against.
-    """
-
-    servers: tuple[str, ...]
-    tls_ca: bytes | None = None
-    tls_cert: bytes | None = None
-    tls_key: bytes | None = None
-    tls_server_name: str | None = None
-
-    @property
-    def tls(self) -> TLSConfig | None:
-        """The SDK's TLS settings, None for plaintext."""
-        if (
-            self.tls_ca is None
-            and self.tls_cert is None
-            and self.tls_server_name is None
-            and self.tls_key is None
-        ):
-            return None
-        return TLSConfig(
-            ca=self.tls_ca, cert=self.tls_cert, key=self.tls_key, server_name=self.tls_server_name
-        )
-
-    def __repr__(self) -> str:
-        # Never show key material, not even in a log line.
-        tls = "tls" if self.tls is not None else "plaintext"
-        return f"ClientConfig({','.join(self.servers)}, {tls})"
-
-
-def _pem(options: Mapping[str, str], name: str) -> bytes | None:
-    raw = options.get(name.lower())
-    if raw is None:
-        return None
-    if raw.lstrip().startswith("-----BEGIN"):
-        return raw.encode()
-    try:
-        return Path(raw).read_bytes()
-    except OSError as e:
-        raise InvalidArgumentError(f"option {name}: cannot read {raw!r}: {e.strerror}") from None
-
-
-def client_config(options: Mapping[str, str]) -> ClientConfig:
-    """The ``servers`` and TLS options (keys already lower-case).
-
-    Raises:
-        InvalidArgumentError: ``servers`` is missing or malformed, a TLS file
-            cannot be read, or only one of ``tls.cert`` / ``tls.key`` is set.
-    """
-    raw = options.get("servers")
-    if raw is None or not raw.strip():
-        raise InvalidArgumentError(
-            "option servers is required: one or more Liftbridge addresses, "
-            "e.g. .option('servers', 'host1:9292,host2:9292')"
-        )
-    servers = tuple(s.strip() for s in raw.split(","))
-    for server in servers:
-        host, _, port = server.rpartition(":")
-        if not host or not port.isdigit():
-            raise InvalidArgumentError(f"option servers: {server!r} is not host:port (in {raw!r})")
-    cert, key = _pem(options, "tls.cert"), _pem(options, "tls.key")
-    if (cert is None) != (key is None):
-        raise InvalidArgumentError("options tls.cert and tls.key must be given together (mTLS)")
-    server_name = options.get("tls.servername")
-    return ClientConfig(
-        servers=servers,
-        tls_ca=_pem(options, "tls.ca"),
-        tls_cert=cert,
-        tls_key=key,
-        tls_server_name=server_name.strip() if server_name else None,
-    )
-
-
 # ----------------------------------------------------------------- reading --
 
 OffsetSpec = int | dict[str, dict[int, int]]
@@ -210,7 +114,7 @@ class ReadOptions:
 
     Attributes:
         client: servers and TLS.
-        streams: the streams read, in the order given.
+        streams: the streams read, in the order given (empty with ``pattern``).
         assign: per stream the partitions read; None reads every partition.
         starting: where reading starts (an :data:`OffsetSpec`).
         ending: where a batch read ends (an :data:`OffsetSpec`).
@@ -222,6 +126,7 @@ class ReadOptions:
         min_partitions: fewest Spark partitions a read is split into.
         fail_on_data_loss: fail when offsets a read needs are gone.
         include_headers: add the ``headers`` column.
+        headers_array: make it Kafka's ``array<struct<key,value>>`` instead of a map.
         read_replica: read from a random in-sync replica instead of the leader.
         poll_timeout: seconds an executor waits for the next message of its range.
     """
@@ -240,6 +145,29 @@ class ReadOptions:
     include_headers: bool
     read_replica: bool
     poll_timeout: float
+    headers_array: bool = False
+    pattern: str | None = None
+    starting_timestamps: Mapping[str, Mapping[int, int]] | None = None
+    ending_timestamps: Mapping[str, Mapping[int, int]] | None = None
+    ending_timestamp_ms: int | None = None
+
+    def start_time(self, stream: str, partition: int) -> int | None:
+        """The time (unix ms) a partition's read starts at, if one is set."""
+        if self.starting_timestamps is not None:
+            return self.starting_timestamps.get(stream, {}).get(partition)
+        return self.starting_timestamp_ms
+
+    def end_time(self, stream: str, partition: int) -> int | None:
+        """The time (unix ms) a partition's batch read ends before, if one is set."""
+        if self.ending_timestamps is not None:
+            return self.ending_timestamps.get(stream, {}).get(partition)
+        return self.ending_timestamp_ms
+
+    def reads(self, stream: str) -> bool:
+        """Whether ``stream`` is one of the streams read."""
+        if self.pattern is not None:
+            return not stream.startswith("__") and re.fullmatch(self.pattern, stream) is not None
+        return stream in self.streams
 
 
 def _assign(raw: str) -> dict[str, tuple[int, ...]]:
@@ -270,7 +198,11 @@ def _assign(raw: str) -> dict[str, tuple[int, ...]]:
 
 
 def _offsets(
-    options: Mapping[str, str], name: str, streams: tuple[str, ...], default: int
+    options: Mapping[str, str],
+    name: str,
+    streams: tuple[str, ...],
+    default: int,
+    pattern: str | None = None,
 ) -> OffsetSpec:
     raw = options.get(name.lower())
     if raw is None:
@@ -293,7 +225,12 @@ def _offsets(
         )
     spec: dict[str, dict[int, int]] = {}
     for stream, per_partition in value.items():
-        if stream not in streams:
+        if pattern is not None and re.fullmatch(pattern, stream) is None:
+            raise InvalidArgumentError(
+                f"option {name} names stream {stream!r}, which streamPattern {pattern!r} "
+                "does not match"
+            )
+        if pattern is None and stream not in streams:
             raise InvalidArgumentError(
                 f"option {name} names stream {stream!r}, which is not read "
                 f"(streams read: {', '.join(streams)})"
@@ -322,6 +259,49 @@ def _offsets(
     return spec
 
 
+def _timestamps(
+    options: Mapping[str, str], name: str, streams: tuple[str, ...], pattern: str | None
+) -> dict[str, dict[int, int]] | None:
+    """Kafka's ``{"stream": {"partition": unix_ms}}`` JSON."""
+    raw = options.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict) or not value:
+        raise InvalidArgumentError(
+            f'option {name} must be JSON such as {{"orders": {{"0": 1700000000000}}}} '
+            f"(unix milliseconds per partition), got {raw!r}"
+        )
+    found: dict[str, dict[int, int]] = {}
+    for stream, per_partition in value.items():
+        read = (
+            re.fullmatch(pattern, stream) is not None if pattern is not None else stream in streams
+        )
+        if not read:
+            raise InvalidArgumentError(f"option {name} names stream {stream!r}, which is not read")
+        if not isinstance(per_partition, dict):
+            raise InvalidArgumentError(
+                f"option {name}: stream {stream!r} needs an object of partition to timestamp"
+            )
+        times: dict[int, int] = {}
+        for partition, when in per_partition.items():
+            if not str(partition).isdigit():
+                raise InvalidArgumentError(
+                    f"option {name}: {partition!r} of stream {stream!r} is not a partition number"
+                )
+            if isinstance(when, bool) or not isinstance(when, int) or when < 0:
+                raise InvalidArgumentError(
+                    f"option {name}: the timestamp of {stream}/{partition} must be unix "
+                    f"milliseconds >= 0, got {when!r}"
+                )
+            times[int(partition)] = when
+        found[stream] = times
+    return found
+
+
 def _uses(spec: OffsetSpec, offset: int) -> bool:
     if isinstance(spec, int):
         return spec == offset
@@ -336,17 +316,27 @@ def read_options(raw_options: Mapping[str, str], mode: Mode | None) -> ReadOptio
         InvalidArgumentError: an option is missing, malformed, or not allowed
             with another option or in this mode; the message names it.
     """
-    options = _lower(raw_options)
+    options = client_passthrough(lower(raw_options))
     _warn_unknown(options, _READ_OPTIONS, "source")
     client = client_config(options)
     stream_option, assign_option = options.get("stream"), options.get("assign")
-    if (stream_option is None) == (assign_option is None):
+    pattern = options.get("streampattern")
+    if sum(o is not None for o in (stream_option, assign_option, pattern)) != 1:
         raise InvalidArgumentError(
-            "give exactly one of the options stream (one stream or a comma-separated list) "
-            'and assign (JSON such as {"orders": [0, 1]})'
+            "give exactly one of the options stream (one stream or a comma-separated list), "
+            'assign (JSON such as {"orders": [0, 1]}) and streamPattern (a regular '
+            "expression matching whole stream names)"
         )
     assign: dict[str, tuple[int, ...]] | None = None
-    if stream_option is not None:
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise InvalidArgumentError(
+                f"option streamPattern is not a regular expression ({e}): {pattern!r}"
+            ) from None
+        streams: tuple[str, ...] = ()
+    elif stream_option is not None:
         streams = tuple(_stream_name(s.strip(), "stream") for s in stream_option.split(","))
         if len(set(streams)) != len(streams):
             raise InvalidArgumentError(f"option stream names a stream twice: {stream_option!r}")
@@ -356,10 +346,12 @@ def read_options(raw_options: Mapping[str, str], mode: Mode | None) -> ReadOptio
         streams = tuple(assign)
     streaming = mode is Mode.STREAMING
     batch = mode is Mode.BATCH
-    starting = _offsets(options, "startingOffsets", streams, LATEST if streaming else EARLIEST)
+    starting = _offsets(
+        options, "startingOffsets", streams, LATEST if streaming else EARLIEST, pattern
+    )
     if "endingoffsets" in options and streaming:
         raise InvalidArgumentError("option endingOffsets is for batch reads only (not readStream)")
-    ending = _offsets(options, "endingOffsets", streams, LATEST)
+    ending = _offsets(options, "endingOffsets", streams, LATEST, pattern)
     if batch and _uses(starting, LATEST):
         raise InvalidArgumentError(
             "option startingOffsets: latest (-1) is not allowed in a batch read, which would "
@@ -367,13 +359,36 @@ def read_options(raw_options: Mapping[str, str], mode: Mode | None) -> ReadOptio
         )
     if _uses(ending, EARLIEST):
         raise InvalidArgumentError("option endingOffsets: earliest (-2) is not allowed")
-    starting_timestamp = _int(options, "startingTimestamp", 0)
+    starting_timestamp = int_option(options, "startingTimestamp", 0)
     if starting_timestamp is not None and "startingoffsets" in options:
         raise InvalidArgumentError(
             "options startingTimestamp and startingOffsets exclude each other: give one"
         )
-    max_per_trigger = _int(options, "maxOffsetsPerTrigger", 1)
-    min_per_trigger = _int(options, "minOffsetsPerTrigger", 1)
+    starting_timestamps = _timestamps(options, "startingOffsetsByTimestamp", streams, pattern)
+    ending_timestamps = _timestamps(options, "endingOffsetsByTimestamp", streams, pattern)
+    ending_timestamp = int_option(options, "endingTimestamp", 0)
+    starts = [
+        n
+        for n in ("startingoffsets", "startingtimestamp", "startingoffsetsbytimestamp")
+        if n in options
+    ]
+    if len(starts) > 1:
+        raise InvalidArgumentError(
+            "options startingOffsets, startingTimestamp and startingOffsetsByTimestamp "
+            f"exclude each other: give one (got {', '.join(starts)})"
+        )
+    ends = [
+        n for n in ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp") if n in options
+    ]
+    if len(ends) > 1:
+        raise InvalidArgumentError(
+            "options endingOffsets, endingTimestamp and endingOffsetsByTimestamp exclude "
+            f"each other: give one (got {', '.join(ends)})"
+        )
+    if streaming and ends:
+        raise InvalidArgumentError(f"option {ends[0]} is for batch reads only (not readStream)")
+    max_per_trigger = int_option(options, "maxOffsetsPerTrigger", 1)
+    min_per_trigger = int_option(options, "minOffsetsPerTrigger", 1)
     if batch:
         for name, value in (
             ("maxOffsetsPerTrigger", max_per_trigger),
@@ -391,7 +406,16 @@ def read_options(raw_options: Mapping[str, str], mode: Mode | None) -> ReadOptio
             f"option minOffsetsPerTrigger ({min_per_trigger}) is above "
             f"maxOffsetsPerTrigger ({max_per_trigger})"
         )
-    poll_timeout_ms = _int(options, "pollTimeoutMs", 1)
+    poll_timeout_ms = int_option(options, "pollTimeoutMs", 1)
+    include_headers = bool_option(options, "includeHeaders", False)
+    headers_format = options.get("headersformat", "map").strip().lower()
+    if headers_format not in ("map", "array"):
+        raise InvalidArgumentError(
+            "option headersFormat must be map (map<string,binary>) or array (Kafka's "
+            f"array<struct<key:string,value:binary>>), got {options['headersformat']!r}"
+        )
+    if "headersformat" in options and not include_headers:
+        raise InvalidArgumentError("option headersFormat needs option includeHeaders=true")
     return ReadOptions(
         client=client,
         streams=streams,
@@ -402,10 +426,15 @@ def read_options(raw_options: Mapping[str, str], mode: Mode | None) -> ReadOptio
         max_offsets_per_trigger=max_per_trigger,
         min_offsets_per_trigger=min_per_trigger,
         max_trigger_delay=_duration(options, "maxTriggerDelay", 15 * 60.0),
-        min_partitions=_int(options, "minPartitions", 1),
-        fail_on_data_loss=_bool(options, "failOnDataLoss", True),
-        include_headers=_bool(options, "includeHeaders", False),
-        read_replica=_bool(options, "readReplica", False),
+        min_partitions=int_option(options, "minPartitions", 1),
+        fail_on_data_loss=bool_option(options, "failOnDataLoss", True),
+        include_headers=include_headers,
+        headers_array=headers_format == "array",
+        pattern=pattern,
+        starting_timestamps=starting_timestamps,
+        ending_timestamps=ending_timestamps,
+        ending_timestamp_ms=ending_timestamp,
+        read_replica=bool_option(options, "readReplica", False),
         poll_timeout=(poll_timeout_ms if poll_timeout_ms is not None else 120_000) / 1000,
     )
 
@@ -424,12 +453,19 @@ class WriteOptions:
         stream: the stream every row goes to; None takes each row's ``stream`` column.
         ack_policy: which acks a publish waits for.
         ack_timeout: seconds each publish waits for its ack.
+        exactly_once: store each row once however often Spark retries.
+        write_id: names the write for ``exactly_once`` (stable across re-runs).
     """
 
     client: ClientConfig
     stream: str | None
     ack_policy: AckPolicy
     ack_timeout: float
+    exactly_once: bool = False
+    write_id: str | None = None
+
+
+_WRITE_ID = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 
 def write_options(raw_options: Mapping[str, str]) -> WriteOptions:
@@ -438,7 +474,7 @@ def write_options(raw_options: Mapping[str, str]) -> WriteOptions:
     Raises:
         InvalidArgumentError: an option is missing or malformed; the message names it.
     """
-    options = _lower(raw_options)
+    options = client_passthrough(lower(raw_options))
     _warn_unknown(options, _WRITE_OPTIONS, "sink")
     stream = options.get("stream")
     if stream is not None:
@@ -449,10 +485,33 @@ def write_options(raw_options: Mapping[str, str]) -> WriteOptions:
         raise InvalidArgumentError(
             f"option ackPolicy must be leader, all or none, got {options['ackpolicy']!r}"
         )
-    ack_timeout_ms = _int(options, "ackTimeoutMs", 1)
+    ack_timeout_ms = int_option(options, "ackTimeoutMs", 1)
+    exactly_once = bool_option(options, "exactlyOnce", False)
+    write_id = options.get("writeid")
+    if write_id is not None:
+        write_id = write_id.strip()
+        if not _WRITE_ID.match(write_id):
+            raise InvalidArgumentError(
+                "option writeId must be 1-100 letters, digits, '_', '.' or '-', "
+                f"got {options['writeid']!r}"
+            )
+        if not exactly_once:
+            raise InvalidArgumentError("option writeId needs option exactlyOnce=true")
+    if exactly_once:
+        if stream is None:
+            raise InvalidArgumentError(
+                "option exactlyOnce needs the stream option (one target stream, "
+                "not a stream column)"
+            )
+        if policy == "none":
+            raise InvalidArgumentError(
+                "option exactlyOnce needs acks: use ackPolicy leader or all, not none"
+            )
     return WriteOptions(
         client=client_config(options),
         stream=stream,
         ack_policy=_ACK_POLICIES[policy],
         ack_timeout=(ack_timeout_ms if ack_timeout_ms is not None else 30_000) / 1000,
+        exactly_once=exactly_once,
+        write_id=write_id,
     )

@@ -57,6 +57,7 @@ class RangePartition(InputPartition):
 def _settings(options: ReadOptions, rows_per_batch: int) -> FetchSettings:
     return FetchSettings(
         include_headers=options.include_headers,
+        headers_array=options.headers_array,
         read_replica=options.read_replica,
         fail_on_data_loss=options.fail_on_data_loss,
         poll_timeout=options.poll_timeout,

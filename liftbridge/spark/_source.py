@@ -14,14 +14,16 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from liftbridge import InvalidArgumentError
-from liftbridge.spark._options import Mode, read_options, write_options
+from liftbridge.spark._client_options import lower
+from liftbridge.spark._exactly_once import write_id_for
+from liftbridge.spark._options import Mode, ReadOptions, read_options, write_options
 from liftbridge.spark._reader import LiftbridgeReader, LiftbridgeStreamReader
 from liftbridge.spark._schema import read_schema
 from liftbridge.spark._writer import LiftbridgeStreamWriter, LiftbridgeWriter, check_schema
 
 
-def _check_read_schema(schema: StructType, headers: bool) -> None:
-    expected = read_schema(headers)
+def _check_read_schema(schema: StructType, options: ReadOptions) -> None:
+    expected = read_schema(options.include_headers, options.headers_array)
     if schema != expected:
         raise InvalidArgumentError(
             f"the liftbridge source has a fixed schema ({expected.simpleString()}); "
@@ -50,18 +52,19 @@ class LiftbridgeDataSource(DataSource):
         Spark asks for it in ``load()``, so the read options are checked here
         already, as far as they do not depend on batch versus streaming.
         """
-        return read_schema(read_options(self.options, None).include_headers)
+        options = read_options(self.options, None)
+        return read_schema(options.include_headers, options.headers_array)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         """A batch reader (driver)."""
         options = read_options(self.options, Mode.BATCH)
-        _check_read_schema(schema, options.include_headers)
+        _check_read_schema(schema, options)
         return LiftbridgeReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         """A streaming reader (driver)."""
         options = read_options(self.options, Mode.STREAMING)
-        _check_read_schema(schema, options.include_headers)
+        _check_read_schema(schema, options)
         return LiftbridgeStreamReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
@@ -82,4 +85,5 @@ class LiftbridgeDataSource(DataSource):
             )
         options = write_options(self.options)
         check_schema(schema, options)
-        return LiftbridgeStreamWriter(options)
+        write_id = write_id_for(lower(self.options), options.write_id)
+        return LiftbridgeStreamWriter(options, write_id)

@@ -25,6 +25,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     ByteType,
     DataType,
@@ -37,8 +38,15 @@ from pyspark.sql.types import (
 )
 
 from liftbridge import Ack, Client, InvalidArgumentError
-from liftbridge.spark._clients import client_for
+from liftbridge.spark._clients import client_for, router_for
+from liftbridge.spark._exactly_once import (
+    ExactlyOncePlan,
+    plan_bounds,
+    record_batch_end,
+    write_exactly_once,
+)
 from liftbridge.spark._options import WriteOptions
+from liftbridge.spark._schema import header_pairs
 
 _log = logging.getLogger(__name__)
 
@@ -57,6 +65,20 @@ def _type_error(column: str, wanted: str, found: DataType) -> InvalidArgumentErr
     return InvalidArgumentError(
         f"column {column} must be {wanted} to write to Liftbridge, got {found.simpleString()}"
     )
+
+
+def _headers_type(headers: DataType) -> bool:
+    """A map of string to bytes, or Kafka's array of key/value structs."""
+    if isinstance(headers, MapType):
+        return isinstance(headers.keyType, StringType) and isinstance(headers.valueType, _BYTES)
+    if isinstance(headers, ArrayType) and isinstance(headers.elementType, StructType):
+        fields = {f.name.lower(): f.dataType for f in headers.elementType.fields}
+        return (
+            set(fields) == {"key", "value"}
+            and isinstance(fields["key"], StringType)
+            and isinstance(fields["value"], _BYTES)
+        )
+    return False
 
 
 def check_schema(schema: StructType, options: WriteOptions) -> None:
@@ -81,14 +103,12 @@ def check_schema(schema: StructType, options: WriteOptions) -> None:
         raise _type_error("stream", "string", columns["stream"])
     if "partition" in columns and not isinstance(columns["partition"], _INTS):
         raise _type_error("partition", "an integer", columns["partition"])
-    if "headers" in columns:
-        headers = columns["headers"]
-        if not (
-            isinstance(headers, MapType)
-            and isinstance(headers.keyType, StringType)
-            and isinstance(headers.valueType, _BYTES)
-        ):
-            raise _type_error("headers", "map<string,binary> or map<string,string>", headers)
+    if "headers" in columns and not _headers_type(columns["headers"]):
+        raise _type_error(
+            "headers",
+            "map<string,binary>, map<string,string> or array<struct<key:string,value:binary>>",
+            columns["headers"],
+        )
     if options.stream is None and "stream" not in columns:
         raise InvalidArgumentError(
             "writing to Liftbridge needs the stream option or a stream column"
@@ -121,11 +141,13 @@ class LiftbridgeCommitMessage(WriterCommitMessage):
         rows: rows published (all acked, unless ackPolicy is none).
         partitions: per Liftbridge partition, the acked rows and last offset
             (empty with ackPolicy none, which gets no acks).
+        skipped: rows an exactly-once write found stored by an earlier attempt.
     """
 
     task: int
     rows: int
     partitions: tuple[PartitionWrite, ...]
+    skipped: int = 0
 
 
 def _bytes(value: Any) -> Any:
@@ -218,12 +240,11 @@ def publish_batches(
             if value is None or stream is None:
                 what = "value" if value is None else "stream"
                 raise InvalidArgumentError(f"row {row} of task {task} has a null {what}")
-            pairs = headers[i]
             future = client.publish_async(
                 stream,
                 _bytes(value),
                 key=_bytes(keys[i]),
-                headers={k: _bytes(v) or b"" for k, v in pairs} if pairs else None,
+                headers=header_pairs(headers[i]),
                 partition=partitions[i],
                 ack_policy=options.ack_policy,
                 correlation_id=f"{id_prefix}-{row}",
@@ -237,6 +258,31 @@ def publish_batches(
     while pending:
         tally.add(pending.popleft().result(timeout=wait))
     return tally.message(task)
+
+
+def _exactly_once(
+    options: WriteOptions,
+    plan: ExactlyOncePlan,
+    batches: Iterable[pa.RecordBatch],
+    batch: int,
+    task: int,
+) -> LiftbridgeCommitMessage:
+    config = options.client
+    rows, skipped, written = write_exactly_once(
+        client_for(config), router_for(config), options, plan, batches, batch, task
+    )
+    assert options.stream is not None
+    parts = tuple(
+        PartitionWrite(options.stream, partition, published, end - 1)
+        for partition, (published, end) in sorted(written.items())
+    )
+    return LiftbridgeCommitMessage(task=task, rows=rows, partitions=parts, skipped=skipped)
+
+
+def _plan(options: WriteOptions, write_id: str) -> ExactlyOncePlan:
+    assert options.stream is not None
+    bounds = plan_bounds(client_for(options.client), options.stream, write_id)
+    return ExactlyOncePlan(write_id, bounds)
 
 
 def _task() -> tuple[int, TaskContext | None]:
@@ -273,11 +319,14 @@ class LiftbridgeWriter(DataSourceArrowWriter):
     def __init__(self, options: WriteOptions) -> None:
         self._options = options
         # Made on the driver and pickled to every task, so retries reuse it.
-        self._write_id = uuid.uuid4().hex
+        self._write_id = options.write_id or uuid.uuid4().hex
+        self._plan = _plan(options, self._write_id) if options.exactly_once else None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LiftbridgeCommitMessage:
         """Publishes one task's rows (executor)."""
         task, _ = _task()
+        if self._plan is not None:
+            return _exactly_once(self._options, self._plan, iterator, -1, task)
         return publish_batches(
             client_for(self._options.client),
             self._options,
@@ -301,9 +350,17 @@ class LiftbridgeStreamWriter(DataSourceStreamArrowWriter):
     """``df.writeStream.format("liftbridge")``: like :class:`LiftbridgeWriter`
     per micro-batch; correlation ids use the query id and batch id."""
 
-    def __init__(self, options: WriteOptions) -> None:
+    def __init__(self, options: WriteOptions, write_id: str | None = None) -> None:
         self._options = options
         self._fallback_id = uuid.uuid4().hex  # when Spark names no query
+        self._plan: ExactlyOncePlan | None = None
+        if options.exactly_once:
+            if write_id is None:
+                raise InvalidArgumentError(
+                    "option exactlyOnce on writeStream needs option writeId or "
+                    "checkpointLocation (to recognise rows after a restart)"
+                )
+            self._plan = _plan(options, write_id)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LiftbridgeCommitMessage:
         """Publishes one task's rows of a micro-batch (executor)."""
@@ -312,6 +369,9 @@ class LiftbridgeStreamWriter(DataSourceStreamArrowWriter):
         if context is not None:
             query = context.getLocalProperty(_QUERY_ID)
             batch = context.getLocalProperty(_BATCH_ID)
+        if self._plan is not None:
+            number = int(batch) if batch is not None else 0
+            return _exactly_once(self._options, self._plan, iterator, number, task)
         return publish_batches(
             client_for(self._options.client),
             self._options,
@@ -321,8 +381,24 @@ class LiftbridgeStreamWriter(DataSourceStreamArrowWriter):
         )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Logs what the micro-batch wrote (driver); idempotent."""
+        """Logs what the micro-batch wrote (driver); idempotent. With
+        exactlyOnce, records where the batch's rows end, so the next batch
+        reads back only from there."""
         _log_commit(messages, f"liftbridge micro-batch {batchId}")
+        if self._plan is None or self._options.stream is None:
+            return
+        ends: dict[int, int] = {}
+        for message in messages:
+            if isinstance(message, LiftbridgeCommitMessage):
+                for p in message.partitions:
+                    ends[p.partition] = max(ends.get(p.partition, 0), p.last_offset + 1)
+        record_batch_end(
+            client_for(self._options.client),
+            self._options.stream,
+            self._plan.write_id,
+            batchId,
+            ends,
+        )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Logs the failure (driver); rows already acked stay stored."""

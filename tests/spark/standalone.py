@@ -52,6 +52,11 @@ class StandaloneCluster:
         """The master URL."""
         return f"spark://127.0.0.1:{self._port}"
 
+    @property
+    def pids(self) -> list[int]:
+        """The master's and the workers' process ids (executors run below the workers)."""
+        return [p.pid for p in self._processes if p.poll() is None]
+
     def _start(self, name: str, *args: str) -> None:
         log = (self._directory / f"{name}.log").open("wb")
         try:

@@ -19,10 +19,11 @@ pytest.importorskip("pyarrow", reason="needs the spark extra: pip install -e '.[
 
 import liftbridge
 from liftbridge import DeadlineExceededError, InvalidArgumentError
+from liftbridge.spark._client_options import ClientConfig
 from liftbridge.spark._clients import client_for, close_clients, router_for
 from liftbridge.spark._fetch import FetchSettings, OffsetRange, read_range
 from liftbridge.spark._offsets import batch_ranges
-from liftbridge.spark._options import ClientConfig, Mode, read_options
+from liftbridge.spark._options import Mode, read_options
 from liftbridge.testing import LocalServer
 from liftbridge_api import api_pb2
 from tests.spark.helpers import Row, fill, sdk_rows

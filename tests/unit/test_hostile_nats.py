@@ -523,3 +523,30 @@ def test_a_ping_flood_with_no_reading_ends_in_time(scene: Scene) -> None:
     )
     scene.bystander_works()
     case.done()
+
+
+def test_a_defect_in_handling_what_was_read_costs_the_connection_not_the_thread(
+    scene: Scene, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whatever goes wrong on the I/O thread, it lives on and reconnects."""
+    from liftbridge._transport._nats_socket import MaxPayload
+
+    def deliver(item: object) -> None:
+        if isinstance(item, MaxPayload):
+            raise RuntimeError("a defect")
+
+    connection = NatsSocket("hostile", "_INBOX.defect", deliver, lambda: None)
+    connection.connect(scene.nats.url, connect_timeout=2.0, reconnect_wait=0.05)
+    try:
+        envelope = liftbridge.new_message(
+            b"lower-max-payload", ack_inbox="_INBOX.defect", correlation_id="c"
+        )
+        connection.send(STREAM, envelope, "entry")  # the server answers with a new INFO
+        deadline = time.monotonic() + TIMEOUT + SLACK
+        while scene.nats.connected() < 3:
+            assert time.monotonic() < deadline, "no reconnection after the defect"
+            time.sleep(0.01)  # polling from a test, not a stoppable loop
+        assert connection._thread.is_alive()
+    finally:
+        connection.close()
+    assert "failed; reconnecting" in caplog.text
