@@ -21,7 +21,7 @@ help:
 $(VENV)/.installed: pyproject.toml setup.cfg setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,nats,spark,testing]'
+	$(PY) -m pip install --quiet -e '.[dev,nats,pynats2,spark,testing]'
 	touch $@
 
 venv: $(VENV)/.installed

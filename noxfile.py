@@ -17,5 +17,5 @@ PYTHONS = ["3.11", "3.12", "3.13"]
 @nox.session(python=PYTHONS)
 def unit(session: nox.Session) -> None:
     """The unit tests (no network, no servers) on one Python version."""
-    session.install("-e", ".[dev,nats]")
+    session.install("-e", ".[dev,nats,pynats2]")
     session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/unit", *session.posargs)

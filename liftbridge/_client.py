@@ -230,6 +230,11 @@ class Client(ReadMethods, PublishMethods, GroupMethods):
     def _seed_list(addresses: str | Sequence[str]) -> tuple[str, ...]:
         if isinstance(addresses, str):
             addresses = [addresses]
+        if isinstance(addresses, bytes | bytearray | memoryview):
+            raise ArgumentTypeError(
+                f"addresses must be a 'host:port' str or a list of them, got "
+                f"{type(addresses).__name__} {bytes(addresses)[:60]!r}: decode it first"
+            )
         if not isinstance(addresses, Sequence) or not addresses:
             raise InvalidArgumentError(
                 "addresses must be a 'host:port' str or a non-empty list of them"
@@ -237,6 +242,10 @@ class Client(ReadMethods, PublishMethods, GroupMethods):
         for a in addresses:
             if not isinstance(a, str):
                 raise ArgumentTypeError(f"addresses must hold str, got {type(a).__name__}")
+            if "://" in a:
+                raise InvalidArgumentError(
+                    f"addresses: {a!r} has a scheme; give 'host:port' (TLS is tls=TLSConfig(...))"
+                )
             check.address(a)
         return tuple(dict.fromkeys(addresses))
 

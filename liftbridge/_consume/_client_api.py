@@ -26,7 +26,7 @@ from liftbridge._consume._subscription import (
 from liftbridge._core import _validate as check
 from liftbridge._core._client_api import AdminMethods
 from liftbridge._core._messages import Message
-from liftbridge._errors import ArgumentTypeError, InvalidArgumentError
+from liftbridge._errors import ArgumentTypeError, InvalidArgumentError, NoSuchStreamError
 from liftbridge_api import api_pb2
 
 
@@ -112,6 +112,58 @@ class ReadMethods(AdminMethods):
             open_timeout=self._router.rpc_timeout,
         )
         return self._keep(self._subscriptions, subscription, "subscribing")
+
+    def read_stream(
+        self,
+        stream: str,
+        *,
+        start: Start = StartPosition.EARLIEST,
+        stop: Stop = StopPosition.LATEST,
+        partitions: Sequence[int] | None = None,
+    ) -> list[Message]:
+        """Reads a whole stream, every partition, from ``start`` to ``stop``, into a
+        list: the one call a notebook or a script needs (``subscribe`` reads one
+        partition, 0 unless told).
+
+        Each partition is read by a subscription of its own, one after the other;
+        messages come partition by partition, each in offset order. For a
+        DataFrame, ``liftbridge.messages_to_pandas(client.read_stream(name))``.
+
+        Args:
+            stream: the stream.
+            start: where each partition starts, as for :meth:`subscribe`; default
+                the earliest message.
+            stop: where each partition stops, as for :meth:`subscribe`; default its
+                newest message when the read begins. Required: a read that never
+                stops would never return.
+            partitions: the partitions to read; default all of them.
+
+        Returns:
+            The messages.
+
+        Raises:
+            NoSuchStreamError: the stream does not exist (naming it).
+            InvalidArgumentError, ArgumentTypeError: a bad argument, naming it.
+            LiftbridgeError: a subscription failed.
+        """
+        check.stream_name(stream, arg="stream")
+        if stop is None:
+            raise InvalidArgumentError(
+                "read_stream's stop must not be None (it would never return): use "
+                "StopPosition.LATEST, an offset or a time, or subscribe() to follow a stream"
+            )
+        if partitions is None:
+            info = self.fetch_metadata().get_stream(stream)
+            if info is None:
+                raise NoSuchStreamError(f"no such stream: {stream!r}")
+            chosen = sorted(info.partitions)
+        else:
+            chosen = check.partitions(partitions)
+        messages: list[Message] = []
+        for partition in chosen:
+            with self.subscribe(stream, partition=partition, start=start, stop=stop) as sub:
+                messages.extend(sub)
+        return messages
 
     def set_cursor(
         self,

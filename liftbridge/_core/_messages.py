@@ -34,6 +34,20 @@ def _datetime(ns: int) -> datetime:
     return datetime.fromtimestamp(ns / 1e9, tz=UTC)
 
 
+REPR_BYTES = 64
+"""Bytes of a value, key or header a repr shows before it says how many more there are."""
+
+
+def _bounded(value: object) -> str:
+    """``repr(value)``, with bytes longer than :data:`REPR_BYTES` cut (and headers'
+    values likewise), so that a repr stays short whatever a message holds."""
+    if isinstance(value, bytes) and len(value) > REPR_BYTES:
+        return f"{value[:REPR_BYTES]!r}+<{len(value) - REPR_BYTES} more bytes>"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_bounded(v)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
 class _WireValue:
     """What Message and Ack share: a protobuf-backed value that behaves like a
     frozen dataclass. Subclasses list their fields in ``_fields``, in
@@ -45,7 +59,7 @@ class _WireValue:
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{name}={value!r}" for name, value in self._fields().items())
+        fields = ", ".join(f"{name}={_bounded(value)}" for name, value in self._fields().items())
         return f"{type(self).__name__}({fields})"
 
     def __reduce__(self) -> tuple[type[Self], tuple[object, ...]]:

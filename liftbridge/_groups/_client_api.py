@@ -78,8 +78,9 @@ class GroupMethods(ClientBase):
             pinned: makes this a member of a pinned group: one member (the
                 first to stand) reads every partition of every stream, the
                 others wait (see :class:`Consumer`).
-            pin_timeout: seconds a handler call may run before this member
-                gives the pin up (logging why); None for no limit.
+            pin_timeout: seconds a handler call may run, or a pulling
+                member may go without a ``fetch``/``next``, before this
+                member gives the pin up (logging why); None for no limit.
             on_pin: ``callback(event)`` with a :class:`PinEvent` each time
                 this member takes or gives up the pin, in order, on the
                 ``liftbridge-pin-<group_id>`` thread; it must not block.

@@ -122,14 +122,16 @@ class Consumer:
     to the next in line when its holder closes, dies (after the server's
     consumer timeout), calls :meth:`release`, is unpinned by an operator
     (:meth:`Client.unpin`, from any client, within about a heartbeat
-    period), or has a handler call running longer than ``pin_timeout``: it
-    then logs why, stops reading without waiting for that call (whose message
-    the next holder handles again), and stands again, at the back, once the
-    call returns. A member giving the pin up stands again under a new
-    generated id. :attr:`pin` tells whether this member holds the pin, its
-    pin id and since when; ``on_pin`` receives a :class:`PinEvent` each time
-    it takes or gives up the pin, in order, on a ``liftbridge-pin-<group id>``
-    thread (never the group thread); it must not block. While the pin moves
+    period), has a handler call running longer than ``pin_timeout`` (it then
+    logs why, stops reading without waiting for that call, whose message the
+    next holder handles again, and stands again, at the back, once the call
+    returns), or, pulling, makes no ``fetch``/``next`` for ``pin_timeout``. A
+    member giving the pin up stands again under a new generated id: it never
+    takes the pin back and, pulling, pulls as a standby. :attr:`pin` tells
+    whether this member holds the pin, its pin id and since when; ``on_pin``
+    receives a :class:`PinEvent` each time it takes or gives up the pin, in
+    order, on a ``liftbridge-pin-<group id>`` thread (never the group
+    thread); it must not block. While the pin moves
     the old and new holder may briefly share the partitions; each partition
     is read by one member at a time and handed over at the final commit.
 

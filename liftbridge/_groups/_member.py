@@ -306,6 +306,9 @@ class GroupMember:
                 with self._lock:
                     since = [e.handling_since for e in self._held.values()]
                 wakeups.extend(s + pin_timeout for s in since if s is not None)
+                last_pull = None if self._pull is None else self._pull.last_pull()
+                if last_pull is not None:
+                    wakeups.append(last_pull + pin_timeout)
         return max(0.01, min(wakeups) - now)
 
     def _finish(self) -> None:
@@ -382,15 +385,15 @@ class GroupMember:
         stuck past ``pin_timeout`` or an operator asked for it."""
         if pin.state.pinned:
             with self._lock:
-                stuck = [e.tp for e in self._held.values() if self._stuck(e)]
-            if stuck:
+                stuck = [str(e.tp) for e in self._held.values() if self._stuck(e)]
+            limit, pull = self._options.pin_timeout, self._pull
+            if stuck or (pull is not None and limit is not None and pull.idle_for(limit)):
                 _log.warning(
-                    "%s gives up the pin of group %s: the handler has not returned "
-                    "within pin_timeout (%gs) on %s",
+                    "%s gives up the pin of group %s: %s within pin_timeout (%gs)",
                     self._consumer_id,
                     self._group_id,
-                    self._options.pin_timeout,
-                    ", ".join(map(str, stuck)),
+                    f"the handler has not returned on {', '.join(stuck)}" if stuck else "no pull",
+                    limit,
                 )
                 self._give_up_pin(pin, UnpinReason.TIMEOUT)
                 return

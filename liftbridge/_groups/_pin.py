@@ -77,7 +77,8 @@ class UnpinReason(enum.Enum):
     ADMIN = "admin"
     """An operator called :meth:`Client.unpin`."""
     TIMEOUT = "timeout"
-    """A handler call did not return within ``pin_timeout``."""
+    """A handler call did not return within ``pin_timeout``, or a pulling
+    member did not pull within it."""
     LOST = "lost"
     """The member fell out of the pin election (expired, or the group was deleted)."""
     CLOSED = "closed"

@@ -54,6 +54,9 @@ class PullBuffer:
         self._taken: dict[Assigned, int] = {}  # entry -> last offset handed out, not done
         self._error: LiftbridgeError | None = None
         self._closed = threading.Event()
+        # When the last fetch ended (None while one runs): a pinned member
+        # that does not pull for ``pin_timeout`` gives the pin up (record 003).
+        self._pulled_at: float | None = time.monotonic()
 
     def offer(self, entry: Assigned, message: Message) -> None:
         """Queues a message (on the partition's thread), waiting for room
@@ -74,6 +77,17 @@ class PullBuffer:
         self._closed.set()
         self._buffer.close()
 
+    def last_pull(self) -> float | None:
+        """``time.monotonic()`` when the last ``fetch``/``next`` ended (or the
+        buffer was made); None while one runs."""
+        return self._pulled_at
+
+    def idle_for(self, seconds: float) -> bool:
+        """True when no ``fetch``/``next`` ran for ``seconds`` (record 003:
+        a pinned member that stops pulling gives the pin up)."""
+        last = self._pulled_at
+        return last is not None and time.monotonic() - last >= seconds
+
     def done(self) -> None:
         """Marks every message handed out so far as handled."""
         with self._take_lock:
@@ -89,26 +103,34 @@ class PullBuffer:
         """
         deadline = time.monotonic() + timeout
         with self._take_lock:
-            self._settle()
-            if self._error is not None:
-                error, self._error = self._error, None
-                raise error
-            batch: list[Message] = []
-            while len(batch) < max_messages:
+            self._pulled_at = None
+            try:
+                return self._fetch(max_messages, deadline)
+            finally:
+                self._pulled_at = time.monotonic()
+
+    def _fetch(self, max_messages: int, deadline: float) -> list[Message]:
+        """Under the take lock."""
+        self._settle()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        batch: list[Message] = []
+        while len(batch) < max_messages:
+            if self._closed.is_set():
+                raise ClientClosedError("the consumer is closed")
+            wait = max(0.0, deadline - time.monotonic()) if not batch else 0.0
+            try:
+                entry, message = self._buffer.get(wait)
+            except Empty:
                 if self._closed.is_set():
-                    raise ClientClosedError("the consumer is closed")
-                wait = max(0.0, deadline - time.monotonic()) if not batch else 0.0
-                try:
-                    entry, message = self._buffer.get(wait)
-                except Empty:
-                    if self._closed.is_set():
-                        continue  # woken by close(): the loop raises
-                    break
-                if entry.revoked:
-                    continue  # its new owner reads it
-                batch.append(message)
-                self._taken[entry] = message.offset
-            return batch
+                    continue  # woken by close(): the loop raises
+                break
+            if entry.revoked:
+                continue  # its new owner reads it
+            batch.append(message)
+            self._taken[entry] = message.offset
+        return batch
 
     def _settle(self) -> None:
         for entry, offset in self._taken.items():

@@ -33,7 +33,7 @@ def import_pynats2() -> Any:
             import pynats2
     except ImportError as e:
         raise MissingDependencyError(
-            "publishing over NATS needs the pynats2 package: pip install 'liftbridge[nats]'"
+            "publishing over NATS needs the pynats2 package: pip install 'liftbridge[pynats2]'"
         ) from e
     return pynats2
 

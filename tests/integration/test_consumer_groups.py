@@ -1037,3 +1037,51 @@ def test_client_close_commits_and_leaves_for_its_consumers(
     assert consumer.closed
     with liftbridge.Client(server.address) as other:
         assert other.fetch_cursor(consumer.cursor_id, unique_name, 0) == 4
+
+
+def test_a_pinned_puller_that_stops_pulling_loses_the_pin_and_comes_back_as_standby(
+    client: liftbridge.Client, unique_name: str, make_consumer: Callable[..., Consumer]
+) -> None:
+    # Record 003: a pinned client that makes no pull for the priority
+    # timeout loses the pin; when it pulls again it does so as a standby.
+    client.create_stream(unique_name)
+    first, log = pinned_member(make_consumer, unique_name, pin_timeout=1.5)
+    first.subscribe(unique_name)
+    time.sleep(0.01)  # a later join: the second in line
+    second, _ = pinned_member(make_consumer, unique_name, pin_timeout=1.5)
+    second.subscribe(unique_name)
+    parts = (StreamPartition(unique_name, 0),)
+    seconds: list[int] = []
+    stop = threading.Event()
+
+    def keep_pulling() -> None:
+        while not stop.is_set():
+            seconds.extend(m.offset for m in second.fetch(10, timeout=0.2))
+
+    puller = threading.Thread(target=keep_pulling, name="test-puller")
+    puller.start()
+    try:
+        publish(client, unique_name, 1, 5)
+        firsts: list[int] = []
+        deadline = time.monotonic() + 10
+        while len(firsts) < 5:  # the first in line holds the pin and pulls
+            assert time.monotonic() < deadline, f"the pinned member pulled {firsts}"
+            firsts.extend(m.offset for m in first.fetch(5, timeout=0.5))
+        assert firsts == [0, 1, 2, 3, 4] and first.assignment == parts
+        first.checkpoint()
+        wait_for(lambda: second.assignment == parts, 1.5 + 8 * HEARTBEAT, "the standby takes over")
+        assert log.kinds()[:2] == [("pinned", None), ("unpinned", "timeout")]
+        publish(client, unique_name, 1, 5)
+        wait_for(lambda: sorted(seconds) == [5, 6, 7, 8, 9], 10, "the new holder pulls the rest")
+        # The first pulls again, for longer than a heartbeat period: as a standby.
+        came_back: list[int] = []
+        until = time.monotonic() + 3 * HEARTBEAT
+        while time.monotonic() < until:
+            came_back.extend(m.offset for m in first.fetch(5, timeout=0.3))
+        assert came_back == []
+        assert not first.assignment and second.assignment == parts
+        assert first.pin is not None and not first.pin.pinned
+        assert second.pin is not None and second.pin.pinned
+    finally:
+        stop.set()
+        puller.join(5)

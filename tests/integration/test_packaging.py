@@ -4,15 +4,21 @@ the session's real server."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from liftbridge.testing._process import free_port
+from tests import readme_blocks
 
 REPO = Path(__file__).resolve().parents[2]
 PYENV = Path.home() / ".pyenv" / "versions"
@@ -70,6 +76,13 @@ def test_wheel_carries_license_metadata_and_typing(wheel: Path) -> None:
     for minor in ("3.11", "3.12", "3.13"):
         assert f"Classifier: Programming Language :: Python :: {minor}" in metadata
     assert "Project-URL: Homepage, https://liftbridge.io" in metadata
+    # [nats] never pins or downgrades anything; pynats2's needs are its own extra's.
+    nats_requires = [r for r in metadata.splitlines() if 'extra == "nats"' in r]
+    assert nats_requires and not any("setuptools" in r or "pynats2" in r for r in nats_requires)
+    assert 'Requires-Dist: setuptools<81; extra == "pynats2"' in metadata
+    for dependency in ("grpcio", "hpack", "protobuf", "tenacity"):  # the README names each
+        assert f"Requires-Dist: {dependency}" in metadata
+        assert dependency in (REPO / "README.md").read_text().split("## Installing")[1][:600]
     assert "liftbridge/py.typed" in names
     assert "liftbridge_api/api.proto" in names
     assert not any(n.startswith(("tests/", "examples/", "bench/")) for n in names)
@@ -129,3 +142,54 @@ def test_fresh_venv_runs_the_readme_tour(
         cwd=tmp_path,
     )
     assert unique_name in listing
+
+
+def test_fresh_venv_dev_server_through_the_cli_runs_the_readme_twice(
+    wheel: Path, tmp_path: Path
+) -> None:
+    """The first hour of a pip user: install the wheel (no dev extras; pandas and
+    pyarrow for the notebook block), start a server with ``liftbridge-cli
+    dev-server``, and run every Python block of the README in order, twice."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], timeout=120, env=env, cwd=tmp_path)
+    python = str(venv / "bin" / "python")
+    _run(
+        [python, "-m", "pip", "install", "--quiet", f"{wheel}[pandas,arrow]"],
+        timeout=600,
+        env=env,
+    )
+    port, nats_port = free_port(), free_port()
+    dev = subprocess.Popen(
+        [
+            str(venv / "bin" / "liftbridge-cli"),
+            "dev-server",
+            "--json",
+            "--port",
+            str(port),
+            "--nats-port",
+            str(nats_port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env=env,
+    )
+    try:
+        assert dev.stdout is not None
+        ready, _, _ = select.select([dev.stdout], [], [], 90)
+        assert ready, "the dev server printed nothing within 90 s"
+        started = json.loads(dev.stdout.readline())
+        script = tmp_path / "readme.py"
+        script.write_text(readme_blocks.script(started["address"], started["nats_url"]))
+        for run in (1, 2):
+            out = _run([python, str(script)], timeout=300, env=env, cwd=tmp_path)
+            printed = re.findall(r"^\d+ None \{", out, re.MULTILINE)  # the tour's iterator
+            assert len(printed) >= 1000 * run, f"run {run}: {out[-2000:]}"
+        dev.send_signal(signal.SIGTERM)
+        _, err = dev.communicate(timeout=60)
+        assert dev.returncode == 0, err.decode()
+    finally:
+        if dev.poll() is None:
+            dev.kill()
+            dev.communicate(timeout=10)

@@ -116,6 +116,60 @@ def test_a_frozen_follower_is_detected_as_a_stall_and_recovered(
     cluster.wait_ready()
 
 
+def test_a_frozen_leader_is_a_stall_and_the_consumer_fails_over(
+    cluster: LocalCluster, unique_name: str
+) -> None:
+    # The leader is SIGSTOPped: its TCP connections stay open and answer
+    # nothing. The watcher's look at the leader gets no answer either, which
+    # counts as a stall: the partition is resubscribed from the new leader.
+    first, total = 30, 90
+    with liftbridge.Client(cluster.addresses, rpc_timeout=3, ack_wait=30) as client:
+        leader = _replicated_stream(client, unique_name, first)
+        stalls: list[liftbridge.Stall] = []
+        stalled = threading.Event()
+
+        def on_stall(stall: liftbridge.Stall) -> None:
+            stalls.append(stall)
+            stalled.set()
+
+        consumer = client.pull(unique_name, start=EARLIEST, stall_timeout=2, on_stall=on_stall)
+        got: list[liftbridge.Message] = []
+        while len(got) < first:
+            batch = consumer.fetch(first - len(got), timeout=10)
+            assert batch, "the first messages did not arrive"
+            got.extend(batch)
+        frozen_address = _address_of(client, leader)
+        pid = cluster.node(leader).pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with consumer:
+                for i in range(first, total):
+
+                    def publish_one(value: int = i) -> liftbridge.Ack | None:
+                        return client.publish(
+                            unique_name,
+                            b"%d" % value,
+                            ack_policy=liftbridge.AckPolicy.ALL,
+                            timeout=5,
+                        )
+
+                    _eventually("publish", publish_one)
+                deadline = time.monotonic() + 60
+                while {m.value for m in got} < {b"%d" % i for i in range(total)}:
+                    assert time.monotonic() < deadline, f"got {len(got)} of {total}"
+                    got.extend(consumer.fetch(total, timeout=1))
+                # Gapless, no duplicate (a publish retried after an ambiguous
+                # failure may be stored twice, at two offsets).
+                assert [m.offset for m in got] == list(range(len(got)))
+                assert stalled.is_set(), "on_stall was not called"
+                assert stalls[0].partition == 0 and stalls[0].last_offset == first - 1
+                assert consumer.brokers()[0] != frozen_address
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    cluster.wait_ready()
+
+
 def test_pull_and_get_across_a_leader_kill(cluster: LocalCluster, unique_name: str) -> None:
     """Runs last: it kills a node (restarted at the end)."""
     total = 300

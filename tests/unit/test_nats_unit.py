@@ -453,7 +453,7 @@ def test_connect_failure(clients: list[FakeClient], monkeypatch: pytest.MonkeyPa
 
 def test_missing_pynats2_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynats2", None)
-    with pytest.raises(ImportError, match=r"pip install 'liftbridge\[nats\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'liftbridge\[pynats2\]'"):
         _pynats.import_pynats2()
 
 
