@@ -24,7 +24,7 @@ from liftbridge._consume._subscription import (
     subscribe_request,
 )
 from liftbridge._core import _validate as check
-from liftbridge._core._client_api import AdminMethods
+from liftbridge._core._client_api import AdminMethods, ClientState
 from liftbridge._core._messages import Message
 from liftbridge._errors import ArgumentTypeError, InvalidArgumentError, NoSuchStreamError
 from liftbridge_api import api_pb2
@@ -49,6 +49,7 @@ class ReadMethods(AdminMethods):
         stop: Stop | None = None,
         read_isr_replica: bool = False,
         resume: bool = False,
+        timeout: float | None = None,
     ) -> Subscription:
         """Subscribes to one partition of a stream.
 
@@ -72,16 +73,28 @@ class ReadMethods(AdminMethods):
                 (inclusive) or a datetime.
             read_isr_replica: read from a random in-sync replica instead of the leader.
             resume: resume the partition if it is paused.
+            timeout: seconds ``subscribe`` may take to open the subscription
+                (its first handshake, retries included); None means the
+                client's default for a call, as for every other call (the
+                retry policy's ``total_timeout``, else ``rpc_timeout`` times
+                its attempts). Once open, re-subscribing after a failure is
+                bounded by ``resubscribe_wait`` instead.
 
         Returns:
-            The running :class:`Subscription`.
+            The running :class:`Subscription`. If the client is closed while
+            ``subscribe`` runs after the subscription opened (its handler
+            closed the client, say), the subscription is returned closed.
 
         Raises:
             NoSuchPartitionError: the stream or partition does not exist.
             PartitionPausedError: the partition is paused and ``resume`` is False.
+            DeadlineExceededError, UnavailableError: not open within ``timeout``.
             InvalidArgumentError: bad positions.
         """
         self._check_open()
+        if timeout is not None:
+            check.seconds(timeout, arg="timeout")
+        deadline = self._router.deadline(timeout)
         check.stream_name(stream)
         check.partition(partition)
         if handler is not None and not callable(handler):
@@ -95,7 +108,9 @@ class ReadMethods(AdminMethods):
             # after a failover before the first message resumes exactly there
             # instead of at the new leader's "new only", which would skip what
             # was published meanwhile.
-            newest = self.fetch_partition_metadata(stream, partition).newest_offset
+            newest = self.fetch_partition_metadata(
+                stream, partition, timeout=max(0.001, deadline.remaining())
+            ).newest_offset
             offset = newest + 1 if start is StartPosition.NEW_ONLY else max(newest, 0)
             if request.stopPosition == api_pb2.STOP_OFFSET and request.stopOffset < offset:
                 raise InvalidArgumentError(
@@ -110,8 +125,16 @@ class ReadMethods(AdminMethods):
             handler,
             resubscribe_wait=self._resubscribe_wait,
             open_timeout=self._router.rpc_timeout,
+            first_wait=deadline.remaining(),
         )
-        return self._keep(self._subscriptions, subscription, "subscribing")
+        with self._state_lock:
+            if self._state is ClientState.OPEN:
+                self._subscriptions.add(subscription)
+                return subscription
+        # Closed meanwhile, after the subscription opened (e.g. by its own
+        # handler): it existed, so it is returned, closed, not denied.
+        subscription.close()
+        return subscription
 
     def read_stream(
         self,

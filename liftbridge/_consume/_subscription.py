@@ -380,8 +380,12 @@ class Subscription:
             request.resume = False
         return request
 
-    def _open(self, resume_from: int | None) -> Iterator[api_pb2.Message]:
-        """Opens the stream and consumes the handshake; raises mapped errors."""
+    def _open(
+        self, resume_from: int | None, handshake: float | None = None
+    ) -> Iterator[api_pb2.Message]:
+        """Opens the stream and consumes the handshake (within ``handshake``
+        seconds, default ``open_timeout``); raises mapped errors."""
+        handshake = self._open_timeout if handshake is None else handshake
         stream, partition = self._request.stream, self._request.partition
         target = (
             Replica(stream, partition)
@@ -392,7 +396,7 @@ class Subscription:
             "Subscribe",
             self._build(resume_from),
             target=target,
-            deadline=Deadline(self._open_timeout),
+            deadline=Deadline(handshake),
         )
         with self._lock:
             self._call = call
@@ -403,7 +407,7 @@ class Subscription:
         try:
             # The first message is an empty handshake; errors arrive here.
             # A timer cancels a handshake that never comes (e.g. a hung broker).
-            timer = threading.Timer(self._open_timeout, call.cancel)
+            timer = threading.Timer(handshake, call.cancel)
             timer.name = f"liftbridge-sub-open-{self._request.stream}-{self._request.partition}"
             timer.daemon = True
             timer.start()
@@ -426,13 +430,13 @@ class Subscription:
             ) from None
         return call
 
-    def _start(self) -> None:
+    def _start(self, first_wait: float | None = None) -> None:
         """Opens the stream on the caller's thread (so errors like
         NoSuchPartitionError raise from ``subscribe``), retrying leadership
         moves and unavailable brokers within ``resubscribe_wait``; then
         starts the thread."""
         try:
-            self._first_stream = self._open_with_retry(None)
+            self._first_stream = self._open_with_retry(None, first_wait)
         except StopPositionReached as e:
             error = self._stop_reached_or_error(e)
             if error is not None:
@@ -459,12 +463,19 @@ class Subscription:
             self._put(None)
         self._done.set()
 
-    def _open_with_retry(self, resume_from: int | None) -> Iterator[api_pb2.Message]:
-        deadline = time.monotonic() + self._resubscribe_wait
+    def _open_with_retry(
+        self, resume_from: int | None, wait: float | None = None
+    ) -> Iterator[api_pb2.Message]:
+        """Opens the stream, retrying within ``wait`` seconds (default
+        ``resubscribe_wait``); one opening's handshake gets at most what is left."""
+        wait = self._resubscribe_wait if wait is None else wait
+        deadline = time.monotonic() + wait
         attempt = 0
         while True:
             try:
-                return self._open(resume_from)
+                # One handshake never outlasts the whole wait.
+                handshake = min(self._open_timeout, max(0.05, deadline - time.monotonic()))
+                return self._open(resume_from, handshake)
             except LiftbridgeError as e:
                 attempt += 1
                 if self._closed.is_set() or self._router.closed:
@@ -636,6 +647,7 @@ def start_subscription(
     resubscribe_wait: float,
     open_timeout: float,
     buffer: int = DEFAULT_BUFFER,
+    first_wait: float | None = None,
 ) -> Subscription:
     """Creates a subscription and opens it on the calling thread (errors such
     as NoSuchPartitionError raise here), then starts its thread.
@@ -650,6 +662,8 @@ def start_subscription(
             (also bounds the first opening).
         open_timeout: seconds one opening handshake may take.
         buffer: messages an iterated subscription holds at most.
+        first_wait: seconds the first opening may take in all (retries
+            included); None for ``resubscribe_wait``.
     """
     subscription = Subscription(
         router,
@@ -659,7 +673,7 @@ def start_subscription(
         open_timeout=open_timeout,
         buffer=buffer,
     )
-    subscription._start()
+    subscription._start(first_wait)
     return subscription
 
 
