@@ -26,6 +26,7 @@ from liftbridge._consume._subscription import (
 from liftbridge._core import _validate as check
 from liftbridge._core._client_api import AdminMethods, ClientState
 from liftbridge._core._messages import Message
+from liftbridge._core._router import Deadline
 from liftbridge._errors import ArgumentTypeError, InvalidArgumentError, NoSuchStreamError
 from liftbridge_api import api_pb2
 
@@ -75,10 +76,11 @@ class ReadMethods(AdminMethods):
             resume: resume the partition if it is paused.
             timeout: seconds ``subscribe`` may take to open the subscription
                 (its first handshake, retries included); None means the
-                client's default for a call, as for every other call (the
-                retry policy's ``total_timeout``, else ``rpc_timeout`` times
-                its attempts). Once open, re-subscribing after a failure is
-                bounded by ``resubscribe_wait`` instead.
+                client's default for a call (the retry policy's
+                ``total_timeout``, else ``rpc_timeout`` times its attempts)
+                or ``resubscribe_wait``, whichever is shorter. Once open,
+                re-subscribing after a failure is bounded by
+                ``resubscribe_wait`` instead.
 
         Returns:
             The running :class:`Subscription`. If the client is closed while
@@ -94,7 +96,11 @@ class ReadMethods(AdminMethods):
         self._check_open()
         if timeout is not None:
             check.seconds(timeout, arg="timeout")
-        deadline = self._router.deadline(timeout)
+        deadline = (
+            self._router.deadline(timeout)
+            if timeout is not None
+            else Deadline(min(self._resubscribe_wait, self._router.deadline(None).remaining()))
+        )
         check.stream_name(stream)
         check.partition(partition)
         if handler is not None and not callable(handler):
