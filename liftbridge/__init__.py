@@ -19,10 +19,11 @@ from liftbridge._consume._activity import (
     decode_activity_event,
 )
 from liftbridge._consume._direct import Batch
+from liftbridge._consume._positions import StartPosition, StopPosition
 from liftbridge._consume._pull import PullConsumer
 from liftbridge._consume._pull_consume import ConsumeHandle
 from liftbridge._consume._pull_options import FromCursor, Stall, StallCallback
-from liftbridge._consume._subscription import Handler, StartPosition, StopPosition, Subscription
+from liftbridge._consume._subscription import Handler, Subscription
 from liftbridge._core._client_api import ClientState
 from liftbridge._core._display import Table, messages_table
 from liftbridge._core._envelope import new_message, unmarshal_ack, unmarshal_message

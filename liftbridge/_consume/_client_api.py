@@ -11,18 +11,16 @@ from datetime import datetime
 from liftbridge._consume import _direct
 from liftbridge._consume._cursors import Cursors
 from liftbridge._consume._direct import Batch
-from liftbridge._consume._pull import PullConsumer
-from liftbridge._consume._pull_options import PullStart, StallCallback
-from liftbridge._consume._subscription import (
-    Handler,
+from liftbridge._consume._positions import (
     Start,
     StartPosition,
     Stop,
     StopPosition,
-    Subscription,
-    start_subscription,
     subscribe_request,
 )
+from liftbridge._consume._pull import PullConsumer
+from liftbridge._consume._pull_options import PullStart, StallCallback
+from liftbridge._consume._subscription import Handler, Subscription, start_subscription
 from liftbridge._core import _validate as check
 from liftbridge._core._client_api import AdminMethods, ClientState
 from liftbridge._core._messages import Message

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from liftbridge._consume._subscription import (
+from liftbridge._consume._positions import (
     Start,
     StartPosition,
     Stop,

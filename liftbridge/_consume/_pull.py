@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 
+from liftbridge._consume._positions import StartPosition, StopPosition
 from liftbridge._consume._pull_buffer import Chunk, PullBuffer, Reader
 from liftbridge._consume._pull_consume import ConsumeHandle
 from liftbridge._consume._pull_options import (
@@ -34,7 +35,6 @@ from liftbridge._consume._pull_options import (
     check_start,
 )
 from liftbridge._consume._pull_watch import StallWatcher
-from liftbridge._consume._subscription import StartPosition, StopPosition
 from liftbridge._core import _validate as check
 from liftbridge._core._messages import Message
 from liftbridge._errors import (

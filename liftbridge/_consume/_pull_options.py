@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from liftbridge._consume._subscription import Handler, StartPosition, StopPosition, Subscription
+from liftbridge._consume._positions import StartPosition, StopPosition
+from liftbridge._consume._subscription import Handler, Subscription
 from liftbridge._core import _validate as check
 from liftbridge._core._metadata import Metadata, PartitionMetadata
 from liftbridge._errors import ArgumentTypeError, InvalidArgumentError

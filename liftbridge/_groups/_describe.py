@@ -25,12 +25,8 @@ from liftbridge._consume._activity import (
     ActivityOp,
     activity_event_from_message,
 )
-from liftbridge._consume._subscription import (
-    StartPosition,
-    StopPosition,
-    start_subscription,
-    subscribe_request,
-)
+from liftbridge._consume._positions import StartPosition, StopPosition, subscribe_request
+from liftbridge._consume._subscription import start_subscription
 from liftbridge._core._messages import Message
 from liftbridge._core._router import Deadline, Router
 from liftbridge._errors import DeadlineExceededError, InvalidArgumentError

@@ -15,14 +15,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from liftbridge._consume._subscription import (
-    Handler,
-    Start,
-    StartPosition,
-    Subscription,
-    start_subscription,
-    subscribe_request,
-)
+from liftbridge._consume._positions import Start, StartPosition, subscribe_request
+from liftbridge._consume._subscription import Handler, Subscription, start_subscription
 from liftbridge._core._router import Router
 from liftbridge._errors import (
     ClientClosedError,

@@ -12,7 +12,8 @@ import pytest
 import liftbridge
 from liftbridge._consume._activity import ActivityEvent, ActivityOp
 from liftbridge._consume._cursors import Cursors, cursor_key, cursors_partition
-from liftbridge._consume._subscription import StartPosition, Subscription
+from liftbridge._consume._positions import StartPosition
+from liftbridge._consume._subscription import Subscription
 from liftbridge._core._router import Deadline, Leader
 from liftbridge._errors import Refusal
 from liftbridge._groups._consumer import Consumer

@@ -13,9 +13,10 @@ from typing import cast
 import pytest
 
 import liftbridge
+from liftbridge._consume._positions import StartPosition, StopPosition
 from liftbridge._consume._pull import PullConsumer
 from liftbridge._consume._pull_options import PullStart, Stall
-from liftbridge._consume._subscription import Handler, StartPosition, StopPosition, Subscription
+from liftbridge._consume._subscription import Handler, Subscription
 from liftbridge._core._metadata import EventTimestamps, Metadata, PartitionMetadata
 from tests.unit.fake_router import metadata_with
 

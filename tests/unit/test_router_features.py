@@ -13,11 +13,8 @@ import pytest
 
 import liftbridge
 from liftbridge._consume._cursors import Cursors
-from liftbridge._consume._subscription import (
-    Subscription,
-    start_subscription,
-    subscribe_request,
-)
+from liftbridge._consume._positions import subscribe_request
+from liftbridge._consume._subscription import Subscription, start_subscription
 from liftbridge._core._admin import Admin
 from liftbridge._core._router import BrokerId, Deadline, Leader, Replica
 from liftbridge._groups._session import GroupSession
