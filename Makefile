@@ -48,9 +48,12 @@ PYENV_PYTHONS := $(shell command -v pyenv >/dev/null 2>&1 && pyenv versions --ba
 # The Spark tests run in a pytest process of their own, first: PySpark starts its JVM
 # with fork(), and a fork in a process where hundreds of gRPC tests had run crashed in
 # gRPC's fork handling ("epoll_wait error: Bad file descriptor", JAVA_GATEWAY_EXITED).
+# The tests mostly wait on servers and peers (a serial run used a third of one core),
+# so the non-Spark suite runs on three pytest-xdist workers, a file per worker at a time
+# (module fixtures such as a LocalCluster start once).
 test: venv server
 	$(PY) -m pytest -q -p no:cacheprovider tests/spark
-	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/spark
+	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile tests --ignore=tests/spark
 	PYENV_VERSION="$(PYENV_PYTHONS)" $(VENV)/bin/nox -s unit-3.12 unit-3.13
 
 unit: venv

@@ -9,6 +9,9 @@ from __future__ import annotations
 import nox
 
 nox.options.reuse_existing_virtualenvs = True
+# uv makes and fills a fresh session venv in seconds where pip takes minutes
+# (CI starts from a clean checkout); plain virtualenv if uv is missing.
+nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.error_on_missing_interpreters = True
 
 PYTHONS = ["3.11", "3.12", "3.13"]
@@ -18,4 +21,6 @@ PYTHONS = ["3.11", "3.12", "3.13"]
 def unit(session: nox.Session) -> None:
     """The unit tests (no network, no servers) on one Python version."""
     session.install("-e", ".[dev,nats,pynats2]")
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/unit", *session.posargs)
+    # The unit tests mostly wait (fake peers, deadlines): three workers.
+    workers = [] if session.posargs else ["-n", "3"]
+    session.run("pytest", "-q", "-p", "no:cacheprovider", *workers, "tests/unit", *session.posargs)

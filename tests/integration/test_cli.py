@@ -332,8 +332,17 @@ def test_print_offsets_names_each_message_s_partition(cli: Cli, unique_name: str
 def test_ctrl_c_during_publish_says_how_many_were_stored(
     cli: Cli, client: liftbridge.Client, stream: str
 ) -> None:
+    # A shell's background job starts with SIGINT ignored, and Python keeps an
+    # ignored SIGINT ignored: a suite run in the background would then test
+    # nothing. The CLI runs here with Python's own SIGINT handler, as in a terminal.
+    python, *rest = cli.argv("publish", stream)
+    assert rest[:2] == ["-m", "liftbridge"]
+    with_handler = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv[0] = 'liftbridge'; runpy.run_module('liftbridge', run_name='__main__')"
+    )
     publisher = subprocess.Popen(
-        cli.argv("publish", stream),
+        [python, "-c", with_handler, *rest[2:]],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
