@@ -101,8 +101,7 @@ class ReadMethods(AdminMethods):
         )
         check.stream_name(stream)
         check.partition(partition)
-        if handler is not None and not callable(handler):
-            raise ArgumentTypeError("handler must be callable or None")
+        check.callback(handler, arg="handler", shape="(message, error)")
         for name, flag in (("read_isr_replica", read_isr_replica), ("resume", resume)):
             if not isinstance(flag, bool):
                 raise ArgumentTypeError(f"{name} must be a bool")
@@ -179,6 +178,7 @@ class ReadMethods(AdminMethods):
                 "read_stream's stop must not be None (it would never return): use "
                 "StopPosition.LATEST, an offset or a time, or subscribe() to follow a stream"
             )
+        subscribe_request(stream, 0, start, stop, False, False)  # checks both, sends nothing
         if partitions is None:
             info = self.fetch_metadata().get_stream(stream)
             if info is None:

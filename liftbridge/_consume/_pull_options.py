@@ -32,6 +32,16 @@ class FromCursor:
     cursor_id: str
     otherwise: StartPosition | int = StartPosition.EARLIEST
 
+    def __post_init__(self) -> None:
+        check.identifier(self.cursor_id, arg="cursor_id")
+        if isinstance(self.otherwise, bool) or not isinstance(self.otherwise, (StartPosition, int)):
+            raise ArgumentTypeError(
+                "otherwise must be a StartPosition or an offset (int), "
+                f"got {type(self.otherwise).__name__}"
+            )
+        if isinstance(self.otherwise, int) and not isinstance(self.otherwise, StartPosition):
+            check.int64(self.otherwise, arg="otherwise")
+
 
 Start = StartPosition | int | datetime | timedelta
 PullStart = Start | FromCursor

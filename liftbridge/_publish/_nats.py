@@ -345,11 +345,12 @@ class NatsPublisher:
             raise ArgumentTypeError(
                 f"values must be an iterable of bytes payloads, got {type(values).__name__}"
             )
-        sent = [
+        payloads = [_validate.data(v, arg=f"values[{i}]") for i, v in enumerate(values)]
+        sent = [  # every payload checked first: a bad one in the middle sends nothing
             self._send(
                 subject, value, ack_policy, {"key": key, "headers": headers, "timeout": timeout}
             )
-            for value in values
+            for value in payloads
         ]
         acks: list[Ack] = []
         first_error: LiftbridgeError | None = None

@@ -340,8 +340,7 @@ class NatsStreamPublisher:
             ClientClosedError: the publisher is closed.
             ConnectionLostError: NATS gave up reconnecting.
         """
-        if ack_handler is not None and not callable(ack_handler):
-            raise ArgumentTypeError("ack_handler must be callable or None")
+        _validate.callback(ack_handler, arg="ack_handler", shape="(ack, error)")
         if options:
             check_names(options, STREAM_OPTIONS, "publish_async")
             key = options.get("key")
