@@ -430,3 +430,27 @@ def from_async_error(code_name: str, message: str) -> LiftbridgeError:
     if cls is None:
         return ServerError(text, code_name)
     return cls(text)
+
+
+def naming(error: LiftbridgeError, stream: str, partition: int | None = None) -> LiftbridgeError:
+    """``error`` saying which stream (and partition, when known) it is about:
+    the server's "stream not found" and "no such partition: 3" name neither.
+    A :class:`NoSuchPartitionError` (a :class:`NoSuchStreamError` included)
+    becomes one of the same class that reads "no such stream: 'orders'" or
+    "stream 'orders' has no partition 3", followed by the server's text;
+    other errors, and texts that already name the stream, are returned as is.
+    """
+    if not isinstance(error, NoSuchPartitionError) or repr(stream) in str(error):
+        return error
+    if isinstance(error, StreamDeletedError):
+        head = f"stream {stream!r} was deleted"
+    elif isinstance(error, NoSuchStreamError):
+        head = f"no such stream: {stream!r}"
+    elif partition is None:
+        head = f"stream {stream!r} lacks a partition asked for"
+    else:
+        head = f"stream {stream!r} has no partition {partition}"
+    named = type(error)(f"{head} ({error})")
+    named.refusal = error.refusal
+    named.__cause__ = error.__cause__
+    return named

@@ -213,7 +213,10 @@ class Router:
                 break
             time.sleep(min(deadline.remaining(), 0.1 * rounds))
         detail = "; ".join(f"{seed}: {why}" for seed, why in failures.items())
-        raise UnavailableError(f"no Liftbridge broker answered within {timeout:g}s: {detail}")
+        raise UnavailableError(
+            f"could not reach a Liftbridge server at {', '.join(seeds)} within {timeout:g}s: "
+            f"{detail}"
+        )
 
     def _store(self, metadata: Metadata) -> Metadata:
         self._generation += 1
@@ -267,6 +270,10 @@ class Router:
                 self.answered(address)
                 return self._store(metadata_from_proto(response))
             assert last is not None
+            if type(last) is UnavailableError:
+                raise UnavailableError(
+                    f"FetchMetadata: could not reach {', '.join(order)}: {last}"
+                ) from last
             raise last
         finally:
             self._refresh_lock.release()
@@ -519,14 +526,30 @@ class Router:
                     if partition_target or isinstance(target, BrokerId):
                         self.refresh_quietly(Deadline(deadline.remaining()))
                 raise
-        return _retry.call(
-            self._retry_policy,
-            attempt,
-            retry_if=worth_retrying,
-            before_retry=before_retry,
-            describe=method,
-            deadline=deadline.expires,
-        )
+        unreachable: dict[str, BaseException] = {}  # brokers that could not be reached
+
+        def noting(error: BaseException) -> None:
+            if tried and type(error) is UnavailableError:
+                unreachable[tried[0]] = error
+            before_retry(error)
+
+        try:
+            return _retry.call(
+                self._retry_policy,
+                attempt,
+                retry_if=worth_retrying,
+                before_retry=noting,
+                describe=method,
+                deadline=deadline.expires,
+            )
+        except (UnavailableError, DeadlineExceededError) as e:
+            if type(e) is UnavailableError and tried:
+                unreachable[tried[0]] = e
+            if not unreachable or type(e) not in (UnavailableError, DeadlineExceededError):
+                raise
+            last = next(reversed(unreachable.values()))
+            # The same class (a deadline stays a deadline), saying where and why.
+            raise type(e)(f"{method}: could not reach {', '.join(unreachable)}: {last}") from e
 
     def open_stream(
         self,

@@ -12,6 +12,7 @@ router's first metadata fetch.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import threading
 
 import liftbridge
 from liftbridge.testing import LocalServer
@@ -72,7 +72,7 @@ def _count(rpcs: Counter, real: Callable[..., Any]) -> Callable[..., Any]:
 def env(own_server: LocalServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     rpcs = Counter()
     with liftbridge.Client(own_server.address, rpc_timeout=3.0, ack_wait=3.0) as client:
-        channels = client._router._channels  # noqa: SLF001 - the one place RPCs start
+        channels = client._router._channels  # the one place RPCs start
         for name in ("invoke", "open_stream", "stub"):
             setattr(channels, name, _count(rpcs, getattr(channels, name)))
         # The client's long-lived threads (acks, timer, a publish lane) start
@@ -427,107 +427,124 @@ client_cases("unpin", {"group_id": GROUP}, [("group_id", "a,b"), ("timeout", "1"
 
 # ------------------------------------------------- handles (after opening) --
 
-for arg, method, kwargs in [
-    ("timeout", "wait", {"timeout": -1}),
-    ("timeout", "wait", {"timeout": "1"}),
-    ("timeout", "close", {"timeout": -1}),
-]:
-    case(arg, lambda env, m=method, k=kwargs: _subscription(env, m, **k), f"Subscription.{method}")
+Handle = Callable[..., Any]
+Row = tuple[str, str, tuple[Any, ...], dict[str, Any]]
+"""(the argument named, the method, its positional and keyword arguments)."""
 
-for arg, method, args, kwargs in [
-    ("max_messages", "fetch", (), {"max_messages": 0}),
-    ("max_messages", "fetch", (), {"max_messages": "5"}),
-    ("max_bytes", "fetch", (), {"max_bytes": -1}),
-    ("timeout", "fetch", (), {"timeout": -1}),
-    ("timeout", "next", (), {"timeout": float("nan")}),
-    ("timeout", "poll", (), {"timeout": "1"}),
-    ("cursor_id", "commit", ("a,b",), {}),
-    ("timeout", "commit", ("c",), {"timeout": -1}),
-    ("handler", "consume", ("print",), {}),
-    ("on_error", "consume", (lambda m: None,), {"on_error": 5}),
-]:
-    case(
-        arg,
-        lambda env, m=method, a=args, k=kwargs: _pull(env, m, *a, **k),
-        f"PullConsumer.{method}",
-    )
 
-for arg, method, args, kwargs in [
-    ("streams", "subscribe", ("",), {}),
-    ("streams", "subscribe", ([STREAM, 5],), {}),
-    ("handler", "subscribe", (STREAM, "print"), {}),
-    ("handler", "subscribe", (STREAM, lambda message: None), {}),
-    ("max_messages", "fetch", (), {"max_messages": 0}),
-    ("timeout", "fetch", (), {"timeout": -1}),
-    ("timeout", "next", (), {"timeout": "x"}),
-    ("timeout", "checkpoint", (), {"timeout": -1}),
-    ("timeout", "backlog", (), {"timeout": float("nan")}),
-    ("min_pending", "set_overflow", (), {"min_pending": -1}),
-]:
-    case(arg, lambda env, m=method, a=args, k=kwargs: _group(env, m, *a, **k), f"Consumer.{method}")
+def _rows(rows: list[Row]) -> list[Row]:
+    return rows
+
+
+def _options(rows: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    return rows
+
+
+def _on(handle: Handle, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Run:
+    return lambda env: handle(env, method, *args, **kwargs)
+
+
+for arg, method, args, kwargs in _rows(
+    [
+        ("timeout", "wait", (), {"timeout": -1}),
+        ("timeout", "wait", (), {"timeout": "1"}),
+        ("timeout", "close", (), {"timeout": -1}),
+    ]
+):
+    case(arg, _on(_subscription, method, args, kwargs), f"Subscription.{method}")
+
+for arg, method, args, kwargs in _rows(
+    [
+        ("max_messages", "fetch", (), {"max_messages": 0}),
+        ("max_messages", "fetch", (), {"max_messages": "5"}),
+        ("max_bytes", "fetch", (), {"max_bytes": -1}),
+        ("timeout", "fetch", (), {"timeout": -1}),
+        ("timeout", "next", (), {"timeout": float("nan")}),
+        ("timeout", "poll", (), {"timeout": "1"}),
+        ("cursor_id", "commit", ("a,b",), {}),
+        ("timeout", "commit", ("c",), {"timeout": -1}),
+        ("handler", "consume", ("print",), {}),
+        ("on_error", "consume", (lambda m: None,), {"on_error": 5}),
+    ]
+):
+    case(arg, _on(_pull, method, args, kwargs), f"PullConsumer.{method}")
+
+for arg, method, args, kwargs in _rows(
+    [
+        ("streams", "subscribe", ("",), {}),
+        ("streams", "subscribe", ([STREAM, 5],), {}),
+        ("handler", "subscribe", (STREAM, "print"), {}),
+        ("handler", "subscribe", (STREAM, lambda message: None), {}),
+        ("max_messages", "fetch", (), {"max_messages": 0}),
+        ("timeout", "fetch", (), {"timeout": -1}),
+        ("timeout", "next", (), {"timeout": "x"}),
+        ("timeout", "checkpoint", (), {"timeout": -1}),
+        ("timeout", "backlog", (), {"timeout": float("nan")}),
+        ("min_pending", "set_overflow", (), {"min_pending": -1}),
+    ]
+):
+    case(arg, _on(_group, method, args, kwargs), f"Consumer.{method}")
 
 # ------------------------------------------------------------ publishers --
 
-for arg, method, args, kwargs in [
-    ("subject", "publish", ("a b", b"v"), {}),
-    ("value", "publish", ("s", "text"), {}),
-    ("key", "publish", ("s", b"v"), {"key": "k"}),
-    ("headers", "publish", ("s", b"v"), {"headers": {"k": "v"}}),
-    ("ack_policy", "publish", ("s", b"v"), {"ack_policy": "all"}),
-    ("expected_offset", "publish", ("s", b"v"), {"expected_offset": "1"}),
-    ("timeout", "publish", ("s", b"v"), {"timeout": -1}),
-    ("subject", "publish_async", ("", b"v"), {}),
-    ("values", "publish_many", ("s", b"vv"), {}),
-    ("values", "publish_many", ("s", ["text"]), {}),
-]:
-    case(
-        arg,
-        lambda env, m=method, a=args, k=kwargs: _nats(env, m, *a, **k),
-        f"NatsPublisher.{method}",
-    )
+for arg, method, args, kwargs in _rows(
+    [
+        ("subject", "publish", ("a b", b"v"), {}),
+        ("value", "publish", ("s", "text"), {}),
+        ("key", "publish", ("s", b"v"), {"key": "k"}),
+        ("headers", "publish", ("s", b"v"), {"headers": {"k": "v"}}),
+        ("ack_policy", "publish", ("s", b"v"), {"ack_policy": "all"}),
+        ("expected_offset", "publish", ("s", b"v"), {"expected_offset": "1"}),
+        ("timeout", "publish", ("s", b"v"), {"timeout": -1}),
+        ("subject", "publish_async", ("", b"v"), {}),
+        ("values", "publish_many", ("s", b"vv"), {}),
+        ("values", "publish_many", ("s", ["text"]), {}),
+    ]
+):
+    case(arg, _on(_nats, method, args, kwargs), f"NatsPublisher.{method}")
 
-for arg, method, args, kwargs in [
-    ("stream", "publish", ("", b"v"), {}),
-    ("value", "publish", (STREAM, "text"), {}),
-    ("partition", "publish", (STREAM, b"v"), {"partition": -1}),
-    ("ack_handler", "publish_async", (STREAM, b"v", "cb"), {}),
-    ("timeout", "flush", (), {"timeout": -1}),
-]:
-    case(
-        arg,
-        lambda env, m=method, a=args, k=kwargs: _nats_stream(env, m, *a, **k),
-        f"NatsStreamPublisher.{method}",
-    )
+for arg, method, args, kwargs in _rows(
+    [
+        ("stream", "publish", ("", b"v"), {}),
+        ("value", "publish", (STREAM, "text"), {}),
+        ("partition", "publish", (STREAM, b"v"), {"partition": -1}),
+        ("ack_handler", "publish_async", (STREAM, b"v", "cb"), {}),
+        ("timeout", "flush", (), {"timeout": -1}),
+    ]
+):
+    case(arg, _on(_nats_stream, method, args, kwargs), f"NatsStreamPublisher.{method}")
 
 # ---------------------------------------------------------- constructors --
 
 
-def _client(**kwargs: Any) -> Run:
+def _client(kwargs: dict[str, Any]) -> Run:
     def run(env: Env) -> Any:
         liftbridge.Client(kwargs.pop("addresses", env.server.address), **kwargs).close()
 
     return run
 
 
-for arg, kwargs in [
-    ("addresses", {"addresses": b"127.0.0.1:9292"}),
-    ("addresses", {"addresses": ""}),
-    ("addresses", {"addresses": "http://127.0.0.1:9292"}),
-    ("addresses", {"addresses": "127.0.0.1:70000"}),
-    ("addresses", {"addresses": [5]}),
-    ("tls", {"tls": "yes"}),
-    ("connect_timeout", {"connect_timeout": -1}),
-    ("rpc_timeout", {"rpc_timeout": 0}),
-    ("retry_policy", {"retry_policy": 3}),
-    ("ack_wait", {"ack_wait": -1}),
-    ("max_inflight", {"max_inflight": 0}),
-    ("resubscribe_wait", {"resubscribe_wait": "30"}),
-    ("max_message_size", {"max_message_size": -1}),
-    ("max_receive_message_size", {"max_receive_message_size": 0}),
-    ("keepalive_interval", {"keepalive_interval": -1}),
-    ("keepalive_timeout", {"keepalive_timeout": "20"}),
-]:
-    case(arg, _client(**kwargs), "Client")
+for arg, kwargs in _options(
+    [
+        ("addresses", {"addresses": b"127.0.0.1:9292"}),
+        ("addresses", {"addresses": ""}),
+        ("addresses", {"addresses": "http://127.0.0.1:9292"}),
+        ("addresses", {"addresses": "127.0.0.1:70000"}),
+        ("addresses", {"addresses": [5]}),
+        ("tls", {"tls": "yes"}),
+        ("connect_timeout", {"connect_timeout": -1}),
+        ("rpc_timeout", {"rpc_timeout": 0}),
+        ("retry_policy", {"retry_policy": 3}),
+        ("ack_wait", {"ack_wait": -1}),
+        ("max_inflight", {"max_inflight": 0}),
+        ("resubscribe_wait", {"resubscribe_wait": "30"}),
+        ("max_message_size", {"max_message_size": -1}),
+        ("max_receive_message_size", {"max_receive_message_size": 0}),
+        ("keepalive_interval", {"keepalive_interval": -1}),
+        ("keepalive_timeout", {"keepalive_timeout": "20"}),
+    ]
+):
+    case(arg, _client(kwargs), "Client")
 
 for arg, make in [
     ("ca", lambda env: liftbridge.TLSConfig(ca=_garbage(env, "ca.pem"))),
