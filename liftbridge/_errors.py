@@ -248,7 +248,7 @@ class PermissionDeniedError(LiftbridgeError, PermissionError):
     """The server's authorization refused the call."""
 
 
-class StopPositionReached(LiftbridgeError):
+class StopPositionReachedError(LiftbridgeError):
     """A subscription reached its stop position: a normal, expected end."""
 
 
@@ -339,7 +339,7 @@ def _from_status(code: str, text: str, message: str) -> LiftbridgeError:
         if "readonly" in text:
             return ReadonlyPartitionError(message)
         if "stop offset" in text or "stream is empty" in text:
-            return StopPositionReached(message)
+            return StopPositionReachedError(message)
         return ServerError(message, code)
     if code == "INVALID_ARGUMENT":
         if _too_large(text):
@@ -454,3 +454,7 @@ def naming(error: LiftbridgeError, stream: str, partition: int | None = None) ->
     named.refusal = error.refusal
     named.__cause__ = error.__cause__
     return named
+
+
+StopPositionReached = StopPositionReachedError
+"""The name before 0.x's naming pass (go-liftbridge's); deprecated publicly."""

@@ -46,9 +46,10 @@ class ReadMethods(AdminMethods):
         partition: int = 0,
         start: Start = StartPosition.NEW_ONLY,
         stop: Stop | None = None,
-        read_isr_replica: bool = False,
+        read_replica: bool = False,
         resume: bool = False,
         timeout: float | None = None,
+        read_isr_replica: bool | None = None,
     ) -> Subscription:
         """Subscribes to one partition of a stream.
 
@@ -70,7 +71,10 @@ class ReadMethods(AdminMethods):
                 offset; a timezone-aware datetime; or a timedelta before now.
             stop: None (run until closed), StopPosition.LATEST, an int offset
                 (inclusive) or a datetime.
-            read_isr_replica: read from a random in-sync replica instead of the leader.
+            read_replica: read from a random in-sync replica instead of the
+                leader (the name ``get``, ``get_batch`` and ``pull`` use).
+            read_isr_replica: the deprecated name of ``read_replica``
+                (go-liftbridge's ``ReadISRReplica``).
             resume: resume the partition if it is paused.
             timeout: seconds ``subscribe`` may take to open the subscription
                 (its first handshake, retries included); None means the
@@ -102,10 +106,13 @@ class ReadMethods(AdminMethods):
         check.stream_name(stream)
         check.partition(partition)
         check.callback(handler, arg="handler", shape="(message, error)")
-        for name, flag in (("read_isr_replica", read_isr_replica), ("resume", resume)):
+        read_replica = check.renamed(
+            read_replica, read_isr_replica, arg="read_replica", old="read_isr_replica"
+        )
+        for name, flag in (("read_replica", read_replica), ("resume", resume)):
             if not isinstance(flag, bool):
                 raise ArgumentTypeError(f"{name} must be a bool")
-        request = subscribe_request(stream, partition, start, stop, read_isr_replica, resume)
+        request = subscribe_request(stream, partition, start, stop, read_replica, resume)
         if start in (StartPosition.NEW_ONLY, StartPosition.LATEST):
             # Pin "new only" / "latest" to an offset now, so that a resubscribe
             # after a failover before the first message resumes exactly there

@@ -199,7 +199,7 @@ class PullConsumer:
             buffer.handler(reader, generation),
             partition=reader.partition,
             start=start,
-            read_isr_replica=reader.read_replica,
+            read_replica=reader.read_replica,
         )
         with buffer.lock:
             if buffer.closed or reader.generation != generation:

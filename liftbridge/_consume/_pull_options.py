@@ -100,7 +100,7 @@ class PullSource(Protocol):
         partition: int = 0,
         start: Start = StartPosition.NEW_ONLY,
         stop: StopPosition | int | datetime | None = None,
-        read_isr_replica: bool = False,
+        read_replica: bool = False,
         resume: bool = False,
     ) -> Subscription: ...
 

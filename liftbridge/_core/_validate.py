@@ -29,6 +29,7 @@ from __future__ import annotations
 import inspect
 import math
 import time
+import warnings
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -443,3 +444,13 @@ def callback(value: Any, *, arg: str, shape: str, optional: bool = True) -> Any:
             f"{getattr(value, '__qualname__', _type_name(value))}{signature} does not ({e})"
         ) from None
     return value
+
+
+def renamed(value: Any, old_value: Any, *, arg: str, old: str) -> Any:
+    """The value of an option that has a deprecated second name: ``old_value``
+    (with a DeprecationWarning pointing at the caller's caller) when the old
+    name was given, else ``value``."""
+    if old_value is None:
+        return value
+    warnings.warn(f"{old} is deprecated: use {arg}", DeprecationWarning, stacklevel=3)
+    return old_value

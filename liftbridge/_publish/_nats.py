@@ -129,7 +129,8 @@ class NatsPublisher:
             supported.
         ack_inbox: the NATS subject acks are sent to; ``None`` for a fresh
             ``_INBOX.<random>`` subject.
-        ack_timeout: default seconds to wait for an ack.
+        ack_wait: default seconds to wait for an ack (``Client``'s name).
+        ack_timeout: the deprecated name of ``ack_wait``.
         connect_timeout: seconds to wait for the server when connecting; also
             pynats2's socket timeout.
         crc: add a CRC-32C to every envelope; the server checks it and drops
@@ -148,13 +149,17 @@ class NatsPublisher:
         url: str,
         *,
         ack_inbox: str | None = None,
-        ack_timeout: float = 5.0,
+        ack_wait: float = 5.0,
         connect_timeout: float = 5.0,
         crc: bool = False,
+        ack_timeout: float | None = None,
     ) -> None:
         host, port, url = _pynats.parse_url(url)
         self._where = f"{host}:{port}"
-        self._ack_timeout = _validate.seconds(ack_timeout, arg="ack_timeout")
+        self._ack_timeout = _validate.seconds(
+            _validate.renamed(ack_wait, ack_timeout, arg="ack_wait", old="ack_timeout"),
+            arg="ack_timeout" if ack_timeout is not None else "ack_wait",
+        )
         connect_timeout = _validate.seconds(connect_timeout, arg="connect_timeout")
         if not isinstance(crc, bool):
             raise ArgumentTypeError(f"crc must be a bool, got {type(crc).__name__}")
@@ -253,7 +258,7 @@ class NatsPublisher:
             **options: the message's :class:`PublishOptions`: ``key``,
                 ``headers``, ``expected_offset``, ``correlation_id``,
                 ``timeout`` (seconds to wait for the ack; None for the
-                publisher's ``ack_timeout``).
+                publisher's ``ack_wait``).
 
         Returns:
             The ack, or ``None`` with ack policy NONE.
@@ -326,7 +331,7 @@ class NatsPublisher:
             ack_policy: LEADER or ALL (NONE has no acks to wait for: use
                 :meth:`publish_async`).
             timeout: seconds to wait for each ack, counted from its publish;
-                ``None`` for the publisher's ``ack_timeout``.
+                ``None`` for the publisher's ``ack_wait``.
 
         Returns:
             The acks, in the order of ``values``.

@@ -142,7 +142,8 @@ class NatsStreamPublisher:
         max_inflight: publishes awaiting acks at most (an AckPolicy.NONE
             publish holds its slot until NATS is written to); ``publish_async``
             blocks (up to its ``timeout``) while the window is full.
-        ack_timeout: default seconds to wait for an ack.
+        ack_wait: default seconds to wait for an ack (``Client``'s name).
+        ack_timeout: the deprecated name of ``ack_wait``.
         connect_timeout: seconds to wait for the NATS server when connecting.
         crc: add a CRC-32C to every envelope (the server checks it).
         tls: an SSL context for a TLS connection (implies TLS). With TLS, a
@@ -167,7 +168,7 @@ class NatsStreamPublisher:
         url: str,
         *,
         max_inflight: int = 1024,
-        ack_timeout: float = 5.0,
+        ack_wait: float = 5.0,
         connect_timeout: float = 5.0,
         crc: bool = False,
         tls: ssl.SSLContext | None = None,
@@ -175,6 +176,7 @@ class NatsStreamPublisher:
         credentials: str | None = None,
         max_reconnect_attempts: int = 60,
         reconnect_wait: float = 0.5,
+        ack_timeout: float | None = None,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("nats://", "tls://")):
             raise InvalidArgumentError(
@@ -183,7 +185,10 @@ class NatsStreamPublisher:
                 else f"url must be a str, got {type(url).__name__}"
             )
         self._max_inflight = _validate.positive_int(max_inflight, arg="max_inflight")
-        self._ack_timeout = _validate.seconds(ack_timeout, arg="ack_timeout")
+        self._ack_timeout = _validate.seconds(
+            _validate.renamed(ack_wait, ack_timeout, arg="ack_wait", old="ack_timeout"),
+            arg="ack_timeout" if ack_timeout is not None else "ack_wait",
+        )
         connect_timeout = _validate.seconds(connect_timeout, arg="connect_timeout")
         reconnect_wait = _validate.seconds(reconnect_wait, arg="reconnect_wait")
         max_reconnect_attempts = _validate.positive_int(
@@ -325,7 +330,7 @@ class NatsStreamPublisher:
                 ``headers``, ``partition``, ``partitioner``,
                 ``expected_offset``, ``correlation_id``, ``timeout`` (seconds
                 to wait for the ack and for a window slot; None for the
-                publisher's ``ack_timeout``).
+                publisher's ``ack_wait``).
 
         Returns:
             A Future of the :class:`Ack` (None for AckPolicy.NONE, once handed

@@ -130,7 +130,7 @@ def _group(env: Env, method: str, *args: Any, **kwargs: Any) -> Any:
 
 
 def _nats(env: Env, method: str, *args: Any, **kwargs: Any) -> Any:
-    with liftbridge.NatsPublisher(env.server.nats_url, ack_timeout=2.0) as publisher:
+    with liftbridge.NatsPublisher(env.server.nats_url, ack_wait=2.0) as publisher:
         return getattr(publisher, method)(*args, **kwargs)
 
 
@@ -304,7 +304,7 @@ client_cases(
         ("start", datetime(2024, 1, 1)),
         ("stop", "latest"),
         ("stop", -4),
-        ("read_isr_replica", "yes"),
+        ("read_replica", "yes"),
         ("resume", 1),
         ("timeout", -1),
     ],
@@ -565,7 +565,7 @@ for arg, make in [
     ("cursor_id", lambda env: liftbridge.FromCursor("a,b")),
     ("otherwise", lambda env: liftbridge.FromCursor("c", otherwise="earliest")),  # type: ignore[arg-type]
     ("url", lambda env: liftbridge.NatsPublisher("http://127.0.0.1:1")),
-    ("ack_timeout", lambda env: liftbridge.NatsPublisher(env.server.nats_url, ack_timeout=-1)),
+    ("ack_wait", lambda env: liftbridge.NatsPublisher(env.server.nats_url, ack_wait=-1)),
     ("ack_inbox", lambda env: liftbridge.NatsPublisher(env.server.nats_url, ack_inbox="a b")),
     (
         "max_inflight",
@@ -575,10 +575,10 @@ for arg, make in [
     ("offset", lambda env: liftbridge.Message(offset="0", value=b"v")),  # type: ignore[arg-type]
     ("value", lambda env: liftbridge.Message(offset=0, value="v")),  # type: ignore[arg-type]
     ("headers", lambda env: liftbridge.Message(offset=0, value=b"v", headers={"k": "v"})),  # type: ignore[dict-item]
-    ("value", lambda env: liftbridge.new_message("text")),  # type: ignore[arg-type]
-    ("expected_offset", lambda env: liftbridge.new_message(b"v", expected_offset="1")),  # type: ignore[arg-type]
-    ("data", lambda env: liftbridge.unmarshal_message("text")),  # type: ignore[arg-type]
-    ("data", lambda env: liftbridge.unmarshal_ack(5)),  # type: ignore[arg-type]
+    ("value", lambda env: liftbridge.encode_message("text")),  # type: ignore[arg-type]
+    ("expected_offset", lambda env: liftbridge.encode_message(b"v", expected_offset="1")),  # type: ignore[arg-type]
+    ("data", lambda env: liftbridge.decode_message("text")),  # type: ignore[arg-type]
+    ("data", lambda env: liftbridge.decode_ack(5)),  # type: ignore[arg-type]
     ("data", lambda env: liftbridge.decode_activity_event("x")),  # type: ignore[arg-type]
     ("message", lambda env: liftbridge.activity_event_from_message(b"x")),  # type: ignore[arg-type]
     ("limit", lambda env: liftbridge.messages_table([], limit=-1)),
