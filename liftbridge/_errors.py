@@ -458,3 +458,23 @@ def naming(error: LiftbridgeError, stream: str, partition: int | None = None) ->
 
 StopPositionReached = StopPositionReachedError
 """The name before 0.x's naming pass (go-liftbridge's); deprecated publicly."""
+
+
+def unreached(
+    error: LiftbridgeError,
+    what: str,
+    failures: dict[str, BaseException],
+    address: str | None = None,
+) -> LiftbridgeError:
+    """``error`` saying which brokers ``what`` (a call) could not reach, when
+    it is a plain :class:`UnavailableError` or :class:`DeadlineExceededError`
+    and ``failures`` (address to its last failure; plus ``address`` when
+    ``error`` is a failure to reach it) is not empty: a new error of the same
+    class (a deadline stays a deadline) reading "DeleteStream: could not
+    reach 10.0.0.1:9292: <the last failure>". Else ``error``."""
+    if address is not None and type(error) is UnavailableError:
+        failures = {**failures, address: error}
+    if not failures or type(error) not in (UnavailableError, DeadlineExceededError):
+        return error
+    last = list(failures.values())[-1]
+    return type(error)(f"{what}: could not reach {', '.join(failures)}: {last}")

@@ -36,7 +36,7 @@ class FromCursor:
         check.identifier(self.cursor_id, arg="cursor_id")
         if isinstance(self.otherwise, bool) or not isinstance(self.otherwise, (StartPosition, int)):
             raise ArgumentTypeError(
-                "otherwise must be a StartPosition or an offset (int), "
+                "FromCursor's otherwise must be a StartPosition or an offset (int), "
                 f"got {type(self.otherwise).__name__}"
             )
         if isinstance(self.otherwise, int) and not isinstance(self.otherwise, StartPosition):

@@ -47,6 +47,7 @@ from liftbridge._errors import (
     NoSuchStreamError,
     NotLeaderError,
     UnavailableError,
+    unreached,
 )
 from liftbridge._transport._channels import (
     DEFAULT_KEEPALIVE,
@@ -214,8 +215,7 @@ class Router:
             time.sleep(min(deadline.remaining(), 0.1 * rounds))
         detail = "; ".join(f"{seed}: {why}" for seed, why in failures.items())
         raise UnavailableError(
-            f"could not reach a Liftbridge server at {', '.join(seeds)} within {timeout:g}s: "
-            f"{detail}"
+            f"could not reach a Liftbridge server at {', '.join(seeds)}: {detail}"
         )
 
     def _store(self, metadata: Metadata) -> Metadata:
@@ -270,11 +270,7 @@ class Router:
                 self.answered(address)
                 return self._store(metadata_from_proto(response))
             assert last is not None
-            if type(last) is UnavailableError:
-                raise UnavailableError(
-                    f"FetchMetadata: could not reach {', '.join(order)}: {last}"
-                ) from last
-            raise last
+            raise unreached(last, "FetchMetadata", dict.fromkeys(order, last)) from last.__cause__
         finally:
             self._refresh_lock.release()
 
@@ -483,6 +479,7 @@ class Router:
         """
         partition_target = isinstance(target, (Leader, Replica))
         tried: list[str] = []  # the address of the last attempt
+        unreachable: dict[str, BaseException] = {}  # brokers that could not be reached
 
         def attempt() -> Any:
             address = self.address(target, deadline)
@@ -493,6 +490,7 @@ class Router:
 
         def rotate(error: BaseException) -> None:
             if tried and isinstance(error, (UnavailableError, DeadlineExceededError)):
+                unreachable.update({tried[0]: error} if type(error) is UnavailableError else {})
                 self.failed(tried[0], error)
             else:
                 self.next_broker(error)
@@ -526,30 +524,17 @@ class Router:
                     if partition_target or isinstance(target, BrokerId):
                         self.refresh_quietly(Deadline(deadline.remaining()))
                 raise
-        unreachable: dict[str, BaseException] = {}  # brokers that could not be reached
-
-        def noting(error: BaseException) -> None:
-            if tried and type(error) is UnavailableError:
-                unreachable[tried[0]] = error
-            before_retry(error)
-
         try:
             return _retry.call(
                 self._retry_policy,
                 attempt,
                 retry_if=worth_retrying,
-                before_retry=noting,
+                before_retry=before_retry,
                 describe=method,
                 deadline=deadline.expires,
             )
         except (UnavailableError, DeadlineExceededError) as e:
-            if type(e) is UnavailableError and tried:
-                unreachable[tried[0]] = e
-            if not unreachable or type(e) not in (UnavailableError, DeadlineExceededError):
-                raise
-            last = next(reversed(unreachable.values()))
-            # The same class (a deadline stays a deadline), saying where and why.
-            raise type(e)(f"{method}: could not reach {', '.join(unreachable)}: {last}") from e
+            raise unreached(e, method, unreachable, tried[0] if tried else None) from e.__cause__
 
     def open_stream(
         self,

@@ -156,10 +156,8 @@ class NatsPublisher:
     ) -> None:
         host, port, url = _pynats.parse_url(url)
         self._where = f"{host}:{port}"
-        self._ack_timeout = _validate.seconds(
-            _validate.renamed(ack_wait, ack_timeout, arg="ack_wait", old="ack_timeout"),
-            arg="ack_timeout" if ack_timeout is not None else "ack_wait",
-        )
+        wait = _validate.renamed(ack_wait, ack_timeout, arg="ack_wait", old="ack_timeout")
+        self._ack_timeout = _validate.seconds(wait, arg="ack_wait")
         connect_timeout = _validate.seconds(connect_timeout, arg="connect_timeout")
         if not isinstance(crc, bool):
             raise ArgumentTypeError(f"crc must be a bool, got {type(crc).__name__}")

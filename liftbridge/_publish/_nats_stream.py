@@ -142,8 +142,7 @@ class NatsStreamPublisher:
         max_inflight: publishes awaiting acks at most (an AckPolicy.NONE
             publish holds its slot until NATS is written to); ``publish_async``
             blocks (up to its ``timeout``) while the window is full.
-        ack_wait: default seconds to wait for an ack (``Client``'s name).
-        ack_timeout: the deprecated name of ``ack_wait``.
+        ack_wait: default seconds to wait for an ack (``ack_timeout``: its deprecated name).
         connect_timeout: seconds to wait for the NATS server when connecting.
         crc: add a CRC-32C to every envelope (the server checks it).
         tls: an SSL context for a TLS connection (implies TLS). With TLS, a
@@ -185,17 +184,14 @@ class NatsStreamPublisher:
                 else f"url must be a str, got {type(url).__name__}"
             )
         self._max_inflight = _validate.positive_int(max_inflight, arg="max_inflight")
-        self._ack_timeout = _validate.seconds(
-            _validate.renamed(ack_wait, ack_timeout, arg="ack_wait", old="ack_timeout"),
-            arg="ack_timeout" if ack_timeout is not None else "ack_wait",
-        )
+        wait = _validate.renamed(ack_wait, ack_timeout, arg="ack_wait", old="ack_timeout")
+        self._ack_timeout = _validate.seconds(wait, arg="ack_wait")
         connect_timeout = _validate.seconds(connect_timeout, arg="connect_timeout")
         reconnect_wait = _validate.seconds(reconnect_wait, arg="reconnect_wait")
         max_reconnect_attempts = _validate.positive_int(
             max_reconnect_attempts, arg="max_reconnect_attempts", minimum=0
         )
-        if not isinstance(crc, bool):
-            raise ArgumentTypeError(f"crc must be a bool, got {type(crc).__name__}")
+        _validate.flag(crc, arg="crc")
         if tls is not None and not isinstance(tls, ssl.SSLContext):
             raise ArgumentTypeError(f"tls must be an ssl.SSLContext, got {type(tls).__name__}")
         for name, value in (("token", token), ("credentials", credentials)):
