@@ -105,7 +105,7 @@ class Scene:
     def publisher(self, **options: float) -> liftbridge.NatsStreamPublisher:
         """A publisher on a connection of its own to the hostile server."""
         settings: dict[str, float] = {
-            "ack_timeout": TIMEOUT,
+            "ack_wait": TIMEOUT,
             "connect_timeout": 2.0,
             "reconnect_wait": 0.05,
             **options,
