@@ -39,8 +39,6 @@ class FromCursor:
                 "FromCursor's otherwise must be a StartPosition or an offset (int), "
                 f"got {type(self.otherwise).__name__}"
             )
-        if isinstance(self.otherwise, int) and not isinstance(self.otherwise, StartPosition):
-            check.int64(self.otherwise, arg="otherwise")
 
 
 Start = StartPosition | int | datetime | timedelta
