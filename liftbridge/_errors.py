@@ -248,7 +248,7 @@ class PermissionDeniedError(LiftbridgeError, PermissionError):
     """The server's authorization refused the call."""
 
 
-class StopPositionReached(LiftbridgeError):
+class StopPositionReachedError(LiftbridgeError):
     """A subscription reached its stop position: a normal, expected end."""
 
 
@@ -339,7 +339,7 @@ def _from_status(code: str, text: str, message: str) -> LiftbridgeError:
         if "readonly" in text:
             return ReadonlyPartitionError(message)
         if "stop offset" in text or "stream is empty" in text:
-            return StopPositionReached(message)
+            return StopPositionReachedError(message)
         return ServerError(message, code)
     if code == "INVALID_ARGUMENT":
         if _too_large(text):
@@ -430,3 +430,51 @@ def from_async_error(code_name: str, message: str) -> LiftbridgeError:
     if cls is None:
         return ServerError(text, code_name)
     return cls(text)
+
+
+def naming(error: LiftbridgeError, stream: str, partition: int | None = None) -> LiftbridgeError:
+    """``error`` saying which stream (and partition, when known) it is about:
+    the server's "stream not found" and "no such partition: 3" name neither.
+    A :class:`NoSuchPartitionError` (a :class:`NoSuchStreamError` included)
+    becomes one of the same class that reads "no such stream: 'orders'" or
+    "stream 'orders' has no partition 3", followed by the server's text;
+    other errors, and texts that already name the stream, are returned as is.
+    """
+    if not isinstance(error, NoSuchPartitionError) or repr(stream) in str(error):
+        return error
+    if isinstance(error, StreamDeletedError):
+        head = f"stream {stream!r} was deleted"
+    elif isinstance(error, NoSuchStreamError):
+        head = f"no such stream: {stream!r}"
+    elif partition is None:
+        head = f"stream {stream!r} lacks a partition asked for"
+    else:
+        head = f"stream {stream!r} has no partition {partition}"
+    named = type(error)(f"{head} ({error})")
+    named.refusal = error.refusal
+    named.__cause__ = error.__cause__
+    return named
+
+
+StopPositionReached = StopPositionReachedError
+"""The name before 0.x's naming pass (go-liftbridge's); deprecated publicly."""
+
+
+def unreached(
+    error: LiftbridgeError,
+    what: str,
+    failures: dict[str, BaseException],
+    address: str | None = None,
+) -> LiftbridgeError:
+    """``error`` saying which brokers ``what`` (a call) could not reach, when
+    it is a plain :class:`UnavailableError` or :class:`DeadlineExceededError`
+    and ``failures`` (address to its last failure; plus ``address`` when
+    ``error`` is a failure to reach it) is not empty: a new error of the same
+    class (a deadline stays a deadline) reading "DeleteStream: could not
+    reach 10.0.0.1:9292: <the last failure>". Else ``error``."""
+    if address is not None and type(error) is UnavailableError:
+        failures = {**failures, address: error}
+    if not failures or type(error) not in (UnavailableError, DeadlineExceededError):
+        return error
+    last = list(failures.values())[-1]
+    return type(error)(f"{what}: could not reach {', '.join(failures)}: {last}")

@@ -87,10 +87,13 @@ class Batch:
     broker: str | None
 
 
+_NO_TIME_LEFT = DeadlineExceededError("the read did not finish within its deadline")
+
+
 def _left(deadline: Deadline) -> float:
     left = deadline.remaining()
     if left <= 0:
-        raise DeadlineExceededError("the read did not finish within its deadline")
+        raise DeadlineExceededError(*_NO_TIME_LEFT.args)
     return left
 
 
@@ -127,6 +130,7 @@ def _scan(
     floor = base.startOffset - 1 if base.startPosition == api_pb2.OFFSET else -1
     request = base
     broker: str | None = None
+    unreachable: UnavailableError | None = None  # the last failure to reach a broker
     attempt = 0
     while True:
         try:
@@ -148,15 +152,24 @@ def _scan(
                 error = ConnectionLostError("the server ended the read during the handshake")
         except LiftbridgeError as e:
             error = e
+        if type(error) is UnavailableError:
+            unreachable = error
         if isinstance(error, StopPositionReached):
             return _Scan(broker, True)
         if router.closed:
             raise ClientClosedError("the client is closed") from error
         if isinstance(error, DeadlineExceededError) or deadline.expired:
+            about = f"the read of {stream!r} partition {partition}"
+            if unreachable is not None and isinstance(
+                error, (DeadlineExceededError, UnavailableError)
+            ):
+                where = broker or router.leader_address(stream, partition) or "its leader"
+                # The same class (a deadline stays a deadline), saying where and why.
+                raise type(error)(f"{about}: could not reach {where}: {unreachable}") from error
             if isinstance(error, (DeadlineExceededError, UnavailableError, ServerError)):
+                why = "" if error.args == _NO_TIME_LEFT.args else f" ({error})"
                 raise DeadlineExceededError(
-                    f"the read of {stream!r} partition {partition} did not finish within its "
-                    f"deadline ({error})"
+                    f"{about} did not finish within its deadline{why}"
                 ) from error
             raise error
         if not (resubscribable(error) or isinstance(error, ConnectionLostError)):

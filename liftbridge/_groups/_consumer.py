@@ -329,8 +329,7 @@ class Consumer:
             ClientClosedError: the consumer or the client was closed.
         """
         names = stream_list(streams)
-        if handler is not None and not callable(handler):
-            raise ArgumentTypeError("handler must be callable or None")
+        check.callback(handler, arg="handler", shape="(message, error)")
         with self._lock:
             if self.closed or self._router.closed:
                 raise ClientClosedError(
@@ -381,6 +380,7 @@ class Consumer:
             ClientClosedError: the consumer is closed.
             LiftbridgeError: a commit failed (others may have succeeded).
         """
+        check.optional_seconds(timeout, arg="timeout")
         if self._state is _State.CLOSED:
             raise ClientClosedError("the consumer is closed")
         pull = self._pull
@@ -455,6 +455,7 @@ class Consumer:
             InvalidArgumentError: called before :meth:`subscribe`.
             LiftbridgeError: a partition's metadata or cursor could not be read.
         """
+        check.optional_seconds(timeout, arg="timeout")
         member = self._member
         if member is None:
             raise InvalidArgumentError("backlog() needs subscribe() first")
