@@ -158,7 +158,7 @@ class Publishing:
             self._checked_streams.add(stream)
         value = check.data(value)
         key = check.optional_bytes(key, arg="key")
-        header_map = check.headers(headers)
+        header_map = check.headers(headers) if headers is not None else None
         _check_ack_policy(ack_policy)
         if expected_offset is not None:
             check.int64(expected_offset, arg="expected_offset")
@@ -171,16 +171,20 @@ class Publishing:
             correlation_id = self._publisher.next_correlation_id()
         else:
             check.optional_text(correlation_id, arg="correlation_id")
-        request = api_pb2.PublishRequest(
-            stream=stream,
-            partition=choose_partition(
+        partition = options.get("partition")
+        partitioner = options.get("partitioner")
+        if partition is not None or partitioner is not None or key:
+            partition = choose_partition(
                 stream,
                 key,
                 value,
-                partition=options.get("partition"),
-                partitioner=options.get("partitioner"),
+                partition=partition,
+                partitioner=partitioner,
                 metadata=lambda: self._stream_metadata(stream),
-            ),
+            )
+        request = api_pb2.PublishRequest(
+            stream=stream,
+            partition=partition or 0,  # no partition, partitioner or key: 0, as choose_partition says
             value=value,
             correlationId=correlation_id,
             ackPolicy=ack_policy.value,
