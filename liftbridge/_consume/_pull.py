@@ -86,8 +86,7 @@ class PullConsumer:
         check.stream_name(stream)
         if not isinstance(read_replica, bool):
             raise ArgumentTypeError("read_replica must be a bool")
-        if on_stall is not None and not callable(on_stall):
-            raise ArgumentTypeError("on_stall must be callable or None")
+        check.callback(on_stall, arg="on_stall", shape="(stall)")
         if max_buffered_messages is not None and max_buffered_bytes is not None:
             raise InvalidArgumentError("give max_buffered_messages or max_buffered_bytes, not both")
         if max_buffered_bytes is not None:

@@ -229,13 +229,9 @@ class Consumer:
             raise InvalidArgumentError("pin_timeout and on_pin need pinned=True")
         if pinned and (min_pending is not None or min_ack_pending is not None):
             raise InvalidArgumentError("a pinned member cannot be an overflow member")
-        for name, callback in (
-            ("on_assigned", on_assigned),
-            ("on_revoked", on_revoked),
-            ("on_pin", on_pin),
-        ):
-            if callback is not None and not callable(callback):
-                raise ArgumentTypeError(f"{name} must be callable or None")
+        check.callback(on_assigned, arg="on_assigned", shape="(partitions)")
+        check.callback(on_revoked, arg="on_revoked", shape="(partitions)")
+        check.callback(on_pin, arg="on_pin", shape="(event)")
         self._router = router
         self._cursors = cursors
         self._options = MemberOptions(

@@ -369,6 +369,7 @@ client_cases(
         ("refill_threshold", -1),
         ("stall_timeout", -1),
         ("on_stall", "warn"),
+        ("on_stall", lambda: None),
     ],
 )
 client_cases(
@@ -420,6 +421,9 @@ client_cases(
         ("pinned", "yes"),
         ("pin_timeout", -1),
         ("on_pin", 5),
+        ("on_pin", lambda: None),
+        ("on_assigned", lambda a, b: None),
+        ("on_revoked", lambda: None),
     ],
 )
 client_cases("describe_group", {"group_id": GROUP}, [("group_id", ""), ("timeout", -1)])

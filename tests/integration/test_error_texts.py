@@ -5,33 +5,45 @@ says "deadline" once."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import Future
+
 import pytest
 
 import liftbridge
 from liftbridge.testing import LocalServer
 
 
+def _result(future: Future[liftbridge.Ack | None] | None) -> object:
+    assert future is not None
+    return future.result(timeout=10)
+
+
 def test_no_such_stream_names_the_stream_and_partition(
     client: liftbridge.Client, unique_name: str
 ) -> None:
     missing = f"{unique_name}-missing"
-    for call in (
+    calls: tuple[Callable[[], object], ...] = (
         lambda: client.delete_stream(missing),
         lambda: client.pause_stream(missing),
         lambda: client.set_stream_readonly(missing),
         lambda: client.publish(missing, b"v"),
+        lambda: _result(client.publish_async(missing, b"v")),
         lambda: client.get(missing, 0),
         lambda: client.fetch_partition_metadata(missing),
-    ):
+    )
+    for call in calls:
         with pytest.raises(liftbridge.NoSuchStreamError) as caught:
             call()
         assert f"no such stream: {missing!r}" in str(caught.value)
     client.create_stream(unique_name)
-    for call in (
+    calls = (
         lambda: client.pause_stream(unique_name, partitions=[5]),
         lambda: client.publish(unique_name, b"v", partition=5),
+        lambda: _result(client.publish_async(unique_name, b"v", partition=5)),
         lambda: client.get(unique_name, 0, partition=5),
-    ):
+    )
+    for call in calls:
         with pytest.raises(liftbridge.NoSuchPartitionError) as partition_error:
             call()
         assert not isinstance(partition_error.value, liftbridge.NoSuchStreamError)
