@@ -184,7 +184,7 @@ class Publishing:
             )
         request = api_pb2.PublishRequest(
             stream=stream,
-            partition=partition or 0,  # no partition, partitioner or key: 0, as choose_partition says
+            partition=partition or 0,  # none of the three: 0, as choose_partition says
             value=value,
             correlationId=correlation_id,
             ackPolicy=ack_policy.value,

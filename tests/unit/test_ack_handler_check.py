@@ -9,7 +9,6 @@ import pytest
 
 from liftbridge import ArgumentTypeError
 from liftbridge._core import _validate
-from liftbridge._publish import _options
 from liftbridge._publish._options import check_ack_handler
 
 
@@ -37,7 +36,7 @@ def _counted(monkeypatch: pytest.MonkeyPatch) -> list[object]:
         seen.append(value)
         return real(value, **kwargs)
 
-    monkeypatch.setattr(_options._validate, "callback", counting)
+    monkeypatch.setattr(_validate, "callback", counting)
     monkeypatch.setattr(check_ack_handler, "_passed", None)
     return seen
 
