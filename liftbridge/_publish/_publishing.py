@@ -156,10 +156,14 @@ class Publishing:
             if len(self._checked_streams) >= _CHECKED_STREAMS:
                 self._checked_streams.clear()
             self._checked_streams.add(stream)
-        value = check.data(value)
-        key = check.optional_bytes(key, arg="key")
+        # The common case (bytes, no key, an AckPolicy) without a call per check.
+        if type(value) is not bytes:
+            value = check.data(value)
+        if key is not None:
+            key = check.data(key, arg="key")
         header_map = check.headers(headers) if headers is not None else None
-        _check_ack_policy(ack_policy)
+        if type(ack_policy) is not AckPolicy:
+            _check_ack_policy(ack_policy)
         if expected_offset is not None:
             check.int64(expected_offset, arg="expected_offset")
             if ack_policy is AckPolicy.NONE:
