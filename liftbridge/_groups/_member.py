@@ -400,9 +400,12 @@ class GroupMember:
         # A member that gave the pin up for a stuck handler waits for it to
         # return before it stands again.
         self._abandoned = [e for e in self._abandoned if e.handling_since is not None]
-        if pin.tend(self._consumer_id, may_join=not self._abandoned):
-            _log.info("%s gives up the pin of %s: unpinned", self._consumer_id, self._group_id)
-            self._give_up_pin(pin, UnpinReason.ADMIN)
+        reason = pin.tend(self._consumer_id, may_join=not self._abandoned)
+        if reason is not None:
+            _log.info(
+                "%s gives up the pin of %s: %s", self._consumer_id, self._group_id, reason.value
+            )
+            self._give_up_pin(pin, reason)
             return
         want = pin.state.pinned
         if want != self._want_member:
