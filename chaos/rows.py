@@ -892,6 +892,7 @@ def disk_full() -> RowResult:
 
 # The issue-25 rows use this module's helpers: imported once they exist.
 from chaos.failover_rows import kill_twice, seed_leader_kill  # noqa: E402
+from chaos.group_rows import overflow_churn, pinned_freeze  # noqa: E402
 
 ROWS: dict[str, Callable[[], RowResult]] = {
     "leader-kill": leader_kill,
@@ -909,6 +910,8 @@ ROWS: dict[str, Callable[[], RowResult]] = {
     "link-latency": link_latency,
     "nats-cut": nats_cut,
     "disk-full": disk_full,
+    "pinned-freeze": pinned_freeze,
+    "overflow-churn": overflow_churn,
 }
 """Every row by name, in order of value."""
 
