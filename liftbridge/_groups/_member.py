@@ -472,11 +472,12 @@ class GroupMember:
         gained = tuple(sorted(target - held))
         m = self._heart.membership
         if gained and m is not None:
-            handover_until = time.monotonic() + m.heartbeat_interval + _HANDOVER_MARGIN
+            until = time.monotonic() + m.heartbeat_interval + _HANDOVER_MARGIN
+            epoch, pulled = self._heart.target_epoch, self._pull is not None
             with self._lock:
                 for tp in gained:
                     self._held[tp] = Assigned(
-                        tp, handover_until=handover_until, pulled=self._pull is not None
+                        tp, handover_until=until, handover_epoch=epoch, pulled=pulled
                     )
             _log.info("%s assigned %s", self._consumer_id, [str(tp) for tp in gained])
             self._delivery.callback("on_assigned", self._options.on_assigned, gained)
@@ -518,10 +519,9 @@ class GroupMember:
         tp, budget = entry.tp, self._heart.budget()
         try:
             committed = self._session.fetch_cursor(tp, budget)
+            hw, marked = self._session.partition_offsets, self._session.released_epoch
             if not entry.handed_over(
-                committed,
-                lambda: self._session.partition_offsets(tp, budget)[0],
-                time.monotonic(),
+                committed, lambda: hw(tp, budget)[0], lambda: marked(tp, budget), time.monotonic()
             ):
                 entry.retry_at = time.monotonic() + _HANDOVER_POLL
                 return
@@ -596,4 +596,4 @@ class GroupMember:
         _log.info("%s revoked %s", self._consumer_id, [str(tp) for tp in lost])
         self._delivery.callback("on_revoked", self._options.on_revoked, lost)
         for entry in dropped:
-            self._commits.quietly(entry, final=final)
+            self._commits.release(entry, final=final)
