@@ -92,7 +92,7 @@ from liftbridge._publish._options import (
     StreamPublishOptions,
 )
 from liftbridge._publish._publisher import AckHandler
-from liftbridge._transport._channels import TLSConfig
+from liftbridge._transport._tls import TLSConfig
 
 __all__ = [
     "ACTIVITY_STREAM",

@@ -104,7 +104,7 @@ class Router:
         keepalive: Keepalive | None = DEFAULT_KEEPALIVE,
     ) -> None:
         self._channels = Channels(tls, max_receive=max_receive, keepalive=keepalive)
-        self._watch = BrokerWatch(self._channels.open_private)
+        self._watch = BrokerWatch(self._channels.open_probe)
         self._cache = MetadataCache(seeds)
         self._rpc_timeout = rpc_timeout
         self._retry_policy = retry_policy
