@@ -231,7 +231,8 @@ class OffsetUnavailableError(DeadlineExceededError):
         written = "" if high_watermark is None else f" (high watermark {high_watermark})"
         super().__init__(
             f"offset {offset} of {stream!r} partition {partition} was written{written} but no "
-            f"message at or after it arrived within {waited:.3g}s: retention may have removed "
+            f"message at or after it arrived within the read's deadline ({waited:.3g}s): "
+            "retention may have removed "
             "it and every later message (the server reports no oldest offset to tell), or "
             "the leader is slow"
         )
