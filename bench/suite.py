@@ -15,25 +15,40 @@ from __future__ import annotations
 import functools
 import gc
 import os
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Protocol
 
 import liftbridge
-from bench import floor, gocli, over_nats, report, rss, sdk
+from bench import floor, gocli, over_nats, report, rss, sdk, tls_probe
 from bench.report import BARE, GO, SDK, Result, target_row
 from bench.stats import Run, process_cpu_seconds, summarise
 from liftbridge.testing import LocalCluster, LocalServer
 from liftbridge_api import api_pb2_grpc
 
-WORKLOADS = ("publish", "publish_async", "subscribe", "pull", "e2e", "nats", "rss", "cluster")
+WORKLOADS = (
+    "publish",
+    "publish_async",
+    "subscribe",
+    "pull",
+    "e2e",
+    "nats",
+    "tls",
+    "rss",
+    "cluster",
+)
 """Names for ``--only``; ``cluster`` is workload 6 (3 nodes, RF=3, AckPolicy.ALL)."""
 
 PULL_TARGET = 0.9
 """Issue 12: ``fetch`` throughput at least this share of the SDK's ``subscribe``."""
+
+TLS_TARGET = 0.8
+"""Issue 24: a TLS client at least this share of a plaintext one, per row."""
 
 CEILING_TARGET = 0.8
 """Issue 29: pipelined publishing at least this share of the machine's bound."""
@@ -65,6 +80,7 @@ class Plan:
     subscribe_messages: int = 200_000
     subscribe_reps: int = 3
     subscribe_warmup_messages: int = 10_000
+    tls_subscribe_messages: int = 50_000
     pull_batch: int = 500
     get_count: int = 500
     get_reps: int = 5
@@ -106,6 +122,7 @@ QUICK = Plan(
     subscribe_messages=2_000,
     subscribe_reps=2,
     subscribe_warmup_messages=200,
+    tls_subscribe_messages=1_000,
     get_count=50,
     get_reps=2,
     e2e_seconds=0.05,
@@ -325,6 +342,8 @@ class Suite:
                     self._end_to_end(client, stub, go)
                 elif workload == "nats":
                     self._nats(client, server.nats_url, go)
+                elif workload == "tls":
+                    self._tls(server.addresses)
                 elif workload == "rss":
                     self._rss(server.address, server.nats_url)
         finally:
@@ -524,6 +543,70 @@ class Suite:
             client.delete_stream(stream)
             client.delete_stream(warm_stream)
 
+    def _tls(self, plain: list[str]) -> None:
+        """The pipelined publish (handler, future=False) and the subscribe
+        rows on a TLS server (certificates made here) next to the plaintext
+        server, taking turns; the TLS/plaintext ratio of each goes to
+        :attr:`targets` (issue 24: at least :data:`TLS_TARGET`)."""
+        window, policy = self.plan.nats_window, liftbridge.AckPolicy.LEADER
+        count, total = self.plan.pipelined_count, self.plan.tls_subscribe_messages
+        with tempfile.TemporaryDirectory(prefix="bench-tls-") as folder:
+            files = tls_probe.write_certificates(Path(folder))
+            tls = liftbridge.TLSConfig(ca=files["ca"])
+            with (
+                LocalServer(
+                    log_level="warn",
+                    tls_cert=files["cert"],
+                    tls_key=files["key"],
+                    tls_ca=files["ca"],
+                ) as secure_server,
+                self._client(plain, max_inflight=window) as plain_client,
+                liftbridge.Client(
+                    secure_server.address, ack_wait=60.0, max_inflight=window, tls=tls
+                ) as secure_client,
+            ):
+                clients = (("plaintext", plain_client), ("TLS", secure_client))
+                for size in self.plan.sizes:
+                    value = b"t" * size
+                    publish = f"publish_async window={window} handler, future=False"
+                    entries = [
+                        _Entry(
+                            "tls",
+                            f"{publish} {name}",
+                            size,
+                            SDK,
+                            sdk.SdkHandled(
+                                client, self._stream(client, "tls", name, size), value, policy
+                            ),
+                            _PIPELINED_SHOWN,
+                        )
+                        for name, client in clients
+                    ]
+                    self._measure(entries, count, self.plan.pipelined_reps, self.plan.warmup(count))
+                    self._tls_target()
+                    entries = []
+                    for name, client in clients:
+                        stream = self._stream(client, "tls-read", name, size)
+                        sdk.SdkHandled(client, stream, value, policy).run(total)  # the fill
+                        reader = sdk.SdkSubscribe(client, stream, total - 1, size)
+                        entries.append(
+                            _Entry(
+                                "tls",
+                                f"subscribe earliest {name}",
+                                size,
+                                SDK,
+                                reader,
+                                _PIPELINED_SHOWN,
+                            )
+                        )
+                    self._measure(entries, total, self.plan.subscribe_reps, 0)
+                    self._tls_target()
+
+    def _tls_target(self) -> None:
+        """The TLS/plaintext ratio of the last two results (plaintext first)."""
+        plain, secure = self.results[-2:]
+        self.targets.append(target_row(secure, plain, goal=TLS_TARGET, against=plain.setting))
+
     def _pull(self, client: liftbridge.Client, stub: api_pb2_grpc.APIStub) -> None:
         """``PullConsumer.fetch`` next to the SDK's handler ``subscribe`` (the
         issue's target: fetch at least 0.9 of it) and the bare Subscribe
@@ -641,7 +724,7 @@ class Suite:
             value = b"n" * size
             names = [self._stream(client, "nats", v, size) for v in ("sdk", "go", "py2", "go2")]
             with liftbridge.NatsStreamPublisher(
-                client, nats_url, ack_timeout=60.0, max_inflight=window
+                client, nats_url, ack_wait=60.0, max_inflight=window
             ) as fast:
                 self._nats_rows(
                     "nats publish",
@@ -653,7 +736,7 @@ class Suite:
                     handled=over_nats.StreamHandled(fast, client, names[0], value),
                     pipelined_count=self.plan.nats_steady_count,
                 )
-            with liftbridge.NatsPublisher(nats_url, ack_timeout=60.0) as pynats2:
+            with liftbridge.NatsPublisher(nats_url, ack_wait=60.0) as pynats2:
                 self._nats_rows(
                     "nats publish (pynats2)",
                     size,

@@ -11,6 +11,9 @@ and measures on each, in turns:
 - ``subscribe``: a subscription reading a filled partition from the earliest
   offset, 100-byte values.
 
+``make bench`` runs the same comparison as its ``tls`` workload (rows and
+ratios in its JSON); this probe is the quick look.
+
 Run: ``python -m bench.tls_probe [--count 20000] [--reps 3]``; prints msgs/s
 medians and TLS/plain ratios.
 """
@@ -66,22 +69,25 @@ def _run(client: liftbridge.Client, name: str, count: int) -> dict[str, float]:
     return {"publish_async": publish, "subscribe": _subscribe(client, stream, count)}
 
 
+def write_certificates(folder: Path) -> dict[str, Path]:
+    """A CA and a server certificate for 127.0.0.1 (``trustme``), written
+    into ``folder``: ``{"ca": ..., "cert": ..., "key": ...}``."""
+    ca = trustme.CA()
+    server_cert = ca.issue_cert("127.0.0.1", "localhost")
+    files = {"ca": folder / "ca.pem", "cert": folder / "cert.pem", "key": folder / "key.pem"}
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    server_cert.cert_chain_pems[0].write_to_path(str(files["cert"]))
+    server_cert.private_key_pem.write_to_path(str(files["key"]))
+    return files
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.tls_probe", description=__doc__)
     parser.add_argument("--count", type=int, default=20_000)
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
-    ca = trustme.CA()
-    server_cert = ca.issue_cert("127.0.0.1", "localhost")
     with tempfile.TemporaryDirectory(prefix="tls-probe-") as folder:
-        files = {
-            "ca": Path(folder, "ca.pem"),
-            "cert": Path(folder, "cert.pem"),
-            "key": Path(folder, "key.pem"),
-        }
-        ca.cert_pem.write_to_path(str(files["ca"]))
-        server_cert.cert_chain_pems[0].write_to_path(str(files["cert"]))
-        server_cert.private_key_pem.write_to_path(str(files["key"]))
+        files = write_certificates(Path(folder))
         with (
             LocalServer(log_level="warn") as plain_server,
             LocalServer(

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from chaos import fuzz, fuzz_http2, fuzz_nats
+from chaos.fuzz import FuzzReport
 from chaos.rows import FAST, ROWS, RowResult, run_row
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +32,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "last.json"
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__)
     parser.add_argument("--fast", action="store_true", help="only the make-test subset")
-    parser.add_argument("--rows", help="comma-separated row names (default: all)")
+    parser.add_argument("--rows", help="comma-separated row names (default: all; none: no rows)")
     parser.add_argument("--fuzz", type=int, default=1_000_000, help="fuzz inputs (0: none)")
     parser.add_argument(
         "--fuzz-http2",
@@ -44,6 +45,13 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=1_000_000,
         help="NATS frame parser fuzz inputs, each fed whole and byte by byte (0: none)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=870.0,
+        help="seconds for the whole run (make chaos: timeout 900): the fuzz passes share "
+        "what the rows leave and stop short of their inputs rather than overrun it",
     )
     parser.add_argument("--json", type=Path, default=RESULTS, help="where to write results")
     args = parser.parse_args(argv)
@@ -58,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             os.environ[variable] = str(SERVERS / name)
 
     names = list(FAST) if args.fast else (args.rows.split(",") if args.rows else list(ROWS))
+    if args.rows == "none":
+        names = []  # only the fuzz passes
     unknown = [name for name in names if name not in ROWS]
     if unknown:
         parser.error(f"unknown rows {unknown}; known: {', '.join(ROWS)}")
@@ -68,66 +78,29 @@ def main(argv: list[str] | None = None) -> int:
         results.append(run_row(name))
         print(_line(results[-1]), flush=True)
     report: dict[str, object] = {"rows": [r.as_json() for r in results]}
-    fuzz_failed = False
-    if args.fuzz:
-        print(f"-- fuzz: {args.fuzz:,} inputs ...", flush=True)
-        run = fuzz.run(args.fuzz)
-        fuzz_failed = bool(run.findings)
-        report["fuzz"] = {
-            "inputs": run.inputs,
-            "decoded": run.decoded,
-            "seconds": round(run.seconds, 1),
-            "inputs_per_second": round(run.per_second),
-            "findings": run.findings,
-        }
-    if args.fuzz_http2:
-        print(f"-- fuzz the HTTP/2 frame reader: {args.fuzz_http2:,} inputs ...", flush=True)
-        h2 = fuzz_http2.run(args.fuzz_http2)
-        fuzz_failed = fuzz_failed or bool(h2.findings)
-        report["fuzz_http2"] = {
-            "inputs": h2.inputs,
-            "ended": h2.ended,
-            "seconds": round(h2.seconds, 1),
-            "inputs_per_second": round(h2.per_second),
-            "findings": h2.findings,
-        }
-    if args.fuzz_nats:
-        print(f"-- fuzz the NATS frame parser: {args.fuzz_nats:,} inputs ...", flush=True)
-        nats = fuzz_nats.run(args.fuzz_nats)
-        fuzz_failed = fuzz_failed or bool(nats.findings)
-        report["fuzz_nats"] = {
-            "inputs": nats.inputs,
-            "refused": nats.refused,
-            "seconds": round(nats.seconds, 1),
-            "inputs_per_second": round(nats.per_second),
-            "findings": nats.findings,
-        }
+    passes = [
+        (key, what, run, asked)
+        for key, what, run, asked in (
+            ("fuzz", "decoders", fuzz.run, args.fuzz),
+            ("fuzz_http2", "HTTP/2 frame reader", fuzz_http2.run, args.fuzz_http2),
+            ("fuzz_nats", "NATS frame parser", fuzz_nats.run, args.fuzz_nats),
+        )
+        if asked
+    ]
+    fuzzed: list[tuple[str, FuzzReport]] = []
+    for left, (key, what, run, asked) in enumerate(passes):
+        # What the rows left of the budget, shared by the passes still to run.
+        budget = max(0.0, args.budget - (time.monotonic() - started)) / (len(passes) - left)
+        print(f"-- fuzz the {what}: {asked:,} inputs (at most {budget:.0f} s) ...", flush=True)
+        done = run(asked, budget=budget)
+        report[key] = done.as_json()
+        fuzzed.append((what, done))
+    fuzz_failed = any(done.findings for _, done in fuzzed)
     report["seconds"] = round(time.monotonic() - started, 1)
     print()
     print(table(results))
-    if args.fuzz:
-        f = report["fuzz"]
-        assert isinstance(f, dict)
-        print(
-            f"\nfuzz: {f['inputs']:,} inputs in {f['seconds']} s ({f['inputs_per_second']:,}/s), "
-            f"{f['decoded']:,} decoded, {len(f['findings'])} finding(s)"
-        )
-    if args.fuzz_http2:
-        h = report["fuzz_http2"]
-        assert isinstance(h, dict)
-        print(
-            f"fuzz HTTP/2: {h['inputs']:,} inputs in {h['seconds']} s "
-            f"({h['inputs_per_second']:,}/s), each whole and byte by byte, "
-            f"{h['ended']:,} ended the stream, {len(h['findings'])} finding(s)"
-        )
-    if args.fuzz_nats:
-        n = report["fuzz_nats"]
-        assert isinstance(n, dict)
-        print(
-            f"fuzz NATS: {n['inputs']:,} inputs in {n['seconds']} s "
-            f"({n['inputs_per_second']:,}/s), each whole and byte by byte, "
-            f"{n['refused']:,} refused (ProtocolError), {len(n['findings'])} finding(s)"
-        )
+    for what, done in fuzzed:
+        print(done.line(what))
     print(f"total {report['seconds']} s; JSON: {args.json}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")

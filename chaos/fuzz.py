@@ -1,8 +1,8 @@
 """Fuzzing the envelope and activity decoders: whatever bytes they are given,
 only the SDK's typed errors may come out.
 
-The decoders are :func:`liftbridge.unmarshal_message`,
-:func:`liftbridge.unmarshal_ack` and :func:`liftbridge.decode_activity_event`.
+The decoders are :func:`liftbridge.decode_message`,
+:func:`liftbridge.decode_ack` and :func:`liftbridge.decode_activity_event`.
 A decoded value is also read field by field (``repr``), because a
 :class:`~liftbridge.Message` answers its fields lazily from the protobuf.
 
@@ -20,6 +20,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import liftbridge
 from liftbridge._core._envelope import EnvelopeType, encode_envelope
@@ -29,17 +30,19 @@ CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fuzz" / "corpus"
 """The seed corpus: one file per seed, named ``<decoder>-<what>.bin``."""
 
 DECODERS: dict[str, Callable[[bytes], object]] = {
-    "message": liftbridge.unmarshal_message,
-    "ack": liftbridge.unmarshal_ack,
+    "message": liftbridge.decode_message,
+    "ack": liftbridge.decode_ack,
     "activity": liftbridge.decode_activity_event,
 }
+
+T = TypeVar("T")
 
 _INTERESTING = (0x00, 0x01, 0x07, 0x08, 0x0C, 0x7F, 0x80, 0xB9, 0xFF)
 
 
 def seeds() -> dict[str, bytes]:
     """The valid inputs the corpus is made of, by file stem."""
-    message = liftbridge.new_message(
+    message = liftbridge.encode_message(
         b"value", key=b"key", headers={"h": b"v"}, ack_inbox="inbox", correlation_id="c1"
     )
     ack = api_pb2.Ack(
@@ -66,8 +69,8 @@ def seeds() -> dict[str, bytes]:
     )
     return {
         "message-plain": message,
-        "message-crc": liftbridge.new_message(b"v" * 40, crc=True, expected_offset=3),
-        "message-empty": liftbridge.new_message(b""),
+        "message-crc": liftbridge.encode_message(b"v" * 40, crc=True, expected_offset=3),
+        "message-empty": liftbridge.encode_message(b""),
         "ack-all": encode_envelope(EnvelopeType.ACK, ack),
         "ack-crc": encode_envelope(EnvelopeType.ACK, ack, crc=True),
         "ack-refused": encode_envelope(EnvelopeType.ACK, refused.SerializeToString()),
@@ -169,10 +172,12 @@ def check(decoder: str, data: bytes) -> bool:
 
 @dataclass
 class FuzzReport:
-    """What one run of :func:`run` did."""
+    """What one fuzz pass did (the decoders', the HTTP/2 reader's, the NATS
+    parser's: all run by :func:`drive`)."""
 
+    asked: int = 0
     inputs: int = 0
-    decoded: int = 0
+    refused: int = 0  # inputs the code under test refused with its typed error
     seconds: float = 0.0
     findings: list[str] = field(default_factory=list)
 
@@ -180,25 +185,65 @@ class FuzzReport:
     def per_second(self) -> float:
         return self.inputs / self.seconds if self.seconds else 0.0
 
+    @property
+    def decoded(self) -> int:
+        """Inputs taken without a refusal."""
+        return self.inputs - self.refused
 
-def run(inputs: int, *, seed: int = 0, max_findings: int = 20) -> FuzzReport:
-    """Feeds ``inputs`` mutated corpus entries to every decoder in turn.
+    @property
+    def complete(self) -> bool:
+        """Every input asked for was fed (no time budget ran out)."""
+        return self.inputs >= self.asked
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "asked": self.asked,
+            "inputs": self.inputs,
+            "complete": self.complete,
+            "refused": self.refused,
+            "seconds": round(self.seconds, 1),
+            "inputs_per_second": round(self.per_second),
+            "findings": self.findings,
+        }
+
+    def line(self, what: str) -> str:
+        short = "" if self.complete else f" (stopped at the time budget, of {self.asked:,})"
+        return (
+            f"fuzz {what}: {self.inputs:,} inputs{short} in {self.seconds:.1f} s "
+            f"({self.per_second:,.0f}/s), {self.refused:,} refused, "
+            f"{len(self.findings)} finding(s)"
+        )
+
+
+def drive(
+    make_input: Callable[[random.Random], T],
+    check_one: Callable[[T], bool],
+    inputs: int,
+    *,
+    seed: int = 0,
+    max_findings: int = 20,
+    budget: float | None = None,
+) -> FuzzReport:
+    """The one fuzz loop: ``inputs`` inputs from ``make_input``, each given to
+    ``check_one`` (True when the code under test refused it with its typed
+    error; a :class:`Finding` for anything else).
 
     Args:
-        inputs: how many inputs in all (each goes to one decoder).
         seed: the random seed; a run is reproducible from it.
         max_findings: stop after this many findings.
+        budget: seconds the pass may take; it stops there, short of
+            ``inputs`` (the report says so), rather than overrun its caller.
     """
-    corpus = load_corpus()
-    if not corpus:
-        raise RuntimeError(f"no seed corpus in {CORPUS}")
     rng = random.Random(seed)
-    report = FuzzReport()
+    report = FuzzReport(asked=inputs)
     start = time.perf_counter()
-    for _ in range(inputs):
-        decoder, data = fuzz_input(rng, corpus)
+    stop_at = None if budget is None else start + budget
+    for count in range(inputs):
+        if stop_at is not None and count % 256 == 0 and time.perf_counter() >= stop_at:
+            break
+        data = make_input(rng)
         try:
-            report.decoded += check(decoder, data)
+            report.refused += check_one(data)
         except Finding as finding:
             report.findings.append("".join(traceback.format_exception(finding)))
             if len(report.findings) >= max_findings:
@@ -206,3 +251,21 @@ def run(inputs: int, *, seed: int = 0, max_findings: int = 20) -> FuzzReport:
         report.inputs += 1
     report.seconds = time.perf_counter() - start
     return report
+
+
+def run(
+    inputs: int, *, seed: int = 0, max_findings: int = 20, budget: float | None = None
+) -> FuzzReport:
+    """Feeds ``inputs`` mutated corpus entries to every decoder in turn (each
+    input goes to one decoder); see :func:`drive` for the arguments."""
+    corpus = load_corpus()
+    if not corpus:
+        raise RuntimeError(f"no seed corpus in {CORPUS}")
+    return drive(
+        lambda rng: fuzz_input(rng, corpus),
+        lambda entry: not check(*entry),
+        inputs,
+        seed=seed,
+        max_findings=max_findings,
+        budget=budget,
+    )

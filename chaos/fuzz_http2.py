@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import random
 import threading
-import time
-import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import hpack
 
-from chaos.fuzz import Finding, mutate
+from chaos.fuzz import Finding, FuzzReport, drive, mutate
 from liftbridge._transport._http2_reader import FrameReader, PeerWindows
 from liftbridge._transport._http2_wire import StreamError
 
@@ -103,6 +101,11 @@ class Outcome:
     ended: bool
     end: str  # the end's gRPC code and details, or "" while open / on OK
 
+    @property
+    def refused(self) -> bool:
+        """The reader refused the input (a StreamError, or an end not OK)."""
+        return bool(self.end)
+
 
 def feed(data: bytes, step: int = 0) -> Outcome:
     """Feeds ``data`` to a fresh reader, whole or ``step`` bytes per read.
@@ -155,38 +158,21 @@ def check(data: bytes) -> Outcome:
     return whole
 
 
-@dataclass
-class FuzzReport:
-    """What one run of :func:`run` did."""
-
-    inputs: int = 0
-    ended: int = 0
-    seconds: float = 0.0
-    findings: list[str] = field(default_factory=list)
-
-    @property
-    def per_second(self) -> float:
-        return self.inputs / self.seconds if self.seconds else 0.0
-
-
 def fuzz_input(rng: random.Random, corpus: list[bytes]) -> bytes:
     return mutate(rng.choice(corpus), rng, corpus)
 
 
-def run(inputs: int, *, seed: int = 0, max_findings: int = 20) -> FuzzReport:
-    """Feeds ``inputs`` mutated seeds to the reader, each whole and byte by byte."""
+def run(
+    inputs: int, *, seed: int = 0, max_findings: int = 20, budget: float | None = None
+) -> FuzzReport:
+    """Feeds ``inputs`` mutated seeds to the reader, each whole and byte by
+    byte (see :func:`chaos.fuzz.drive` for the arguments)."""
     corpus = seeds()
-    rng = random.Random(seed)
-    report = FuzzReport()
-    start = time.perf_counter()
-    for _ in range(inputs):
-        data = fuzz_input(rng, corpus)
-        try:
-            report.ended += check(data).ended
-        except Finding as finding:
-            report.findings.append("".join(traceback.format_exception(finding)))
-            if len(report.findings) >= max_findings:
-                break
-        report.inputs += 1
-    report.seconds = time.perf_counter() - start
-    return report
+    return drive(
+        lambda rng: fuzz_input(rng, corpus),
+        lambda data: check(data).refused,
+        inputs,
+        seed=seed,
+        max_findings=max_findings,
+        budget=budget,
+    )

@@ -15,11 +15,9 @@ hypothesis in ``tests/fuzz``; ``make chaos`` runs a million inputs
 from __future__ import annotations
 
 import random
-import time
-import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from chaos.fuzz import Finding, mutate
+from chaos.fuzz import Finding, FuzzReport, drive, mutate
 from liftbridge import ProtocolError
 from liftbridge._transport._nats_frames import FrameParser
 
@@ -112,38 +110,21 @@ def check(data: bytes) -> Outcome:
     return whole
 
 
-@dataclass
-class FuzzReport:
-    """What one run of :func:`run` did."""
-
-    inputs: int = 0
-    refused: int = 0
-    seconds: float = 0.0
-    findings: list[str] = field(default_factory=list)
-
-    @property
-    def per_second(self) -> float:
-        return self.inputs / self.seconds if self.seconds else 0.0
-
-
 def fuzz_input(rng: random.Random, corpus: list[bytes]) -> bytes:
     return mutate(rng.choice(corpus), rng, corpus)
 
 
-def run(inputs: int, *, seed: int = 0, max_findings: int = 20) -> FuzzReport:
-    """Feeds ``inputs`` mutated seeds to the parser, each whole and byte by byte."""
+def run(
+    inputs: int, *, seed: int = 0, max_findings: int = 20, budget: float | None = None
+) -> FuzzReport:
+    """Feeds ``inputs`` mutated seeds to the parser, each whole and byte by
+    byte (see :func:`chaos.fuzz.drive` for the arguments)."""
     corpus = seeds()
-    rng = random.Random(seed)
-    report = FuzzReport()
-    start = time.perf_counter()
-    for _ in range(inputs):
-        data = fuzz_input(rng, corpus)
-        try:
-            report.refused += check(data).refused
-        except Finding as finding:
-            report.findings.append("".join(traceback.format_exception(finding)))
-            if len(report.findings) >= max_findings:
-                break
-        report.inputs += 1
-    report.seconds = time.perf_counter() - start
-    return report
+    return drive(
+        lambda rng: fuzz_input(rng, corpus),
+        lambda data: check(data).refused,
+        inputs,
+        seed=seed,
+        max_findings=max_findings,
+        budget=budget,
+    )

@@ -18,7 +18,8 @@ that is merely slow or hung (SIGSTOP) keeps its connection, or accepts a
 new one and never finishes the handshake: its probe runs out of time, which
 proves nothing, so it is never marked down.
 
-The probes are blocking calls on the watch's own thread: gRPC starts no
+The probes (:mod:`liftbridge._transport._probe`) are blocking calls on the
+watch's own thread: gRPC starts no
 thread for them and keeps none running between them (a connectivity
 subscription would keep one inside gRPC all the time, which makes
 ``fork()`` in the user's process, e.g. a SparkSession starting its JVM,
@@ -31,7 +32,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-import grpc
+from liftbridge._transport._probe import CLOSED, HEALTH_CHECK, Probe
 
 _log = logging.getLogger(__name__)
 
@@ -40,29 +41,14 @@ DownListener = Callable[[str], None]
 on the ``liftbridge-broker-watch`` thread: it must hand any real work to
 another thread of the SDK's and return at once."""
 
-_PROBE = "/grpc.health.v1.Health/Check"
-"""The RPC whose only purpose is an answer: Liftbridge answers UNIMPLEMENTED."""
-
-WATCH_OPTIONS: list[tuple[str, int]] = [
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 250),
-    # gRPC also takes this as the least time one connection attempt gets
-    # (20 s by default). At the client's 100 ms, a broker slow to complete a
-    # handshake (busy, or SIGSTOPped) would count as down: only a refused or
-    # failed connection must.
-    ("grpc.min_reconnect_backoff_ms", 20_000),
-]
-"""The watch channels' options: a broker back up is seen within about 250 ms."""
-
 
 class _Watched:
-    """One watched broker: its channel and what its probes said.
+    """One watched broker: its probe and what its probes said.
     Used only on the watch's thread, except ``down`` (read anywhere)."""
 
-    def __init__(self, address: str, channel: grpc.Channel) -> None:
+    def __init__(self, address: str, probe: Probe) -> None:
         self.address = address
-        self.channel = channel
-        self.probe = channel.unary_unary(_PROBE, None, None)
+        self.probe = probe
         self.down = False
 
 
@@ -71,8 +57,8 @@ class BrokerWatch:
     Thread-safe.
 
     Args:
-        open_channel: opens a new channel of the watch's own to a broker
-            address, with the options given (the watch closes it).
+        open_probe: opens a probe of the watch's own to a broker address
+            (the watch closes it).
         interval: seconds between two probes of a broker.
         probe_timeout: seconds a probe may wait for its answer; one that
             runs out says nothing about the broker.
@@ -80,12 +66,12 @@ class BrokerWatch:
 
     def __init__(
         self,
-        open_channel: Callable[[str, list[tuple[str, int]]], grpc.Channel],
+        open_probe: Callable[[str], Probe],
         *,
         interval: float = 0.1,
         probe_timeout: float = 0.5,
     ) -> None:
-        self._open_channel = open_channel
+        self._open_probe = open_probe
         self._interval = interval
         self._probe_timeout = probe_timeout
         # _lock guards _watched, _listeners and _closed.
@@ -120,7 +106,7 @@ class BrokerWatch:
         with self._lock:
             if self._closed or address in self._watched:
                 return
-            self._watched[address] = _Watched(address, self._open_channel(address, WATCH_OPTIONS))
+            self._watched[address] = _Watched(address, self._open_probe(address))
         self._wake.set()
 
     def is_down(self, address: str) -> bool:
@@ -144,7 +130,7 @@ class BrokerWatch:
             if thread.is_alive():
                 _log.warning("liftbridge-broker-watch did not stop in time")
         for w in watched:
-            w.channel.close()
+            w.probe.close()
 
     # ------------------------------------------- liftbridge-broker-watch --
 
@@ -166,18 +152,14 @@ class BrokerWatch:
             _log.exception("liftbridge-broker-watch failed; brokers are no longer watched")
 
     def _probe(self, w: _Watched) -> None:
-        try:
-            w.probe(b"", timeout=self._probe_timeout)
-            answered = True
-        except grpc.RpcError as e:
-            code = e.code() if isinstance(e, grpc.Call) else None
-            if code is grpc.StatusCode.DEADLINE_EXCEEDED:
-                return  # slow or hung: proves nothing
-            if code is grpc.StatusCode.CANCELLED and self._stop.is_set():
-                return  # the watch closing its channel
-            answered = code is not grpc.StatusCode.UNAVAILABLE
-        except ValueError:  # the channel closed meanwhile (the watch closing)
-            return
+        # Liftbridge has no health service for this request: a broker that
+        # is there answers at once, with UNIMPLEMENTED.
+        status = w.probe.call(HEALTH_CHECK, b"", self._probe_timeout).status
+        if status == "DEADLINE_EXCEEDED":
+            return  # slow or hung: proves nothing
+        if status == CLOSED or (status == "CANCELLED" and self._stop.is_set()):
+            return  # the watch closing its probes
+        answered = status != "UNAVAILABLE"
         if answered:
             if w.down:
                 w.down = False

@@ -10,25 +10,23 @@ streams are the exception: each runs on a connection of its own
 
 from __future__ import annotations
 
-import ssl
-import tempfile
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import grpc
 import grpc.experimental
 
-from liftbridge._errors import ArgumentTypeError, ClientClosedError, InvalidArgumentError
+from liftbridge._errors import ClientClosedError
 from liftbridge._transport._http2 import Http2Call, Keepalive
 from liftbridge._transport._http2_reader import DEFAULT_MAX_MESSAGE
 from liftbridge._transport._http2_tls import TlsSettings
 from liftbridge._transport._http2_wire import StreamError
+from liftbridge._transport._probe import PROBE_OPTIONS, Probe
 from liftbridge._transport._status import from_rpc_error
 from liftbridge._transport._stream import GrpcStream, Stream
+from liftbridge._transport._tls import TLSConfig
 from liftbridge_api import api_pb2, api_pb2_grpc
 
 DEFAULT_KEEPALIVE = Keepalive(interval=300.0, timeout=20.0)
@@ -59,81 +57,6 @@ _OWN_CONNECTION: dict[str, Callable[[bytes], Any]] = {
 }
 """The streaming RPCs that run on connections of their own (plaintext or
 TLS), and how their responses are parsed."""
-
-
-def _read(value: bytes | str | Path | None, what: str) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, (str, Path)):
-        try:
-            return Path(value).read_bytes()
-        except OSError as e:
-            raise InvalidArgumentError(f"TLS {what}: cannot read {str(value)!r}: {e}") from e
-    raise ArgumentTypeError(
-        f"TLS {what} must be PEM bytes or a file path, got {type(value).__name__}"
-    )
-
-
-@dataclass(frozen=True)
-class TLSConfig:
-    """TLS settings for every connection the client makes. Verification is always on.
-
-    Each field takes PEM bytes or a path to a PEM file.
-
-    Attributes:
-        ca: certificates that sign the server's; ``None`` uses the system roots.
-        cert: client certificate chain, for servers that require client
-            authentication (mTLS); needs ``key``.
-        key: the client certificate's private key; needs ``cert``.
-        server_name: check the server certificate against this name instead
-            of the host dialed (for example when dialing an IP address).
-    """
-
-    ca: bytes | str | Path | None = None
-    cert: bytes | str | Path | None = None
-    key: bytes | str | Path | None = None
-    server_name: str | None = None
-
-    def credentials(self) -> grpc.ChannelCredentials:
-        """Builds the gRPC credentials, reading any files now.
-
-        Raises:
-            InvalidArgumentError: a file cannot be read, or only one of cert/key is set.
-        """
-        cert, key = _read(self.cert, "cert"), _read(self.key, "key")
-        if (cert is None) != (key is None):
-            raise InvalidArgumentError("TLS cert and key must be given together (mTLS)")
-        return grpc.ssl_channel_credentials(
-            root_certificates=_read(self.ca, "ca"), private_key=key, certificate_chain=cert
-        )
-
-    def ssl_context(self) -> ssl.SSLContext:
-        """The same settings for the SDK's own HTTP/2 connections: verification
-        on, ALPN h2, TLS 1.2 at least, reading any files now.
-
-        Raises:
-            InvalidArgumentError: a file cannot be read or is not PEM, or only
-                one of cert/key is set.
-        """
-        ca, cert, key = _read(self.ca, "ca"), _read(self.cert, "cert"), _read(self.key, "key")
-        if (cert is None) != (key is None):
-            raise InvalidArgumentError("TLS cert and key must be given together (mTLS)")
-        try:
-            context = ssl.create_default_context(cadata=ca.decode() if ca is not None else None)
-            if cert is not None and key is not None:
-                # ssl loads a chain from files only: written for the load,
-                # readable by this user alone, removed at once.
-                with tempfile.TemporaryDirectory(prefix="liftbridge-tls-") as folder:
-                    chain, secret = Path(folder, "cert.pem"), Path(folder, "key.pem")
-                    for path, pem in ((chain, cert), (secret, key)):
-                        path.touch(mode=0o600)
-                        path.write_bytes(pem)
-                    context.load_cert_chain(chain, secret)
-        except (ssl.SSLError, ValueError, UnicodeDecodeError) as e:
-            raise InvalidArgumentError(f"TLS certificates unusable: {e}") from e
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.set_alpn_protocols(["h2"])
-        return context
 
 
 class Channels:
@@ -239,9 +162,10 @@ class Channels:
         except grpc.RpcError as e:
             raise from_rpc_error(e) from e
 
-    def open_private(self, address: str, options: list[tuple[str, int]]) -> grpc.Channel:
-        """A new channel to a broker, with ``options`` added to (or replacing)
-        the client's, on a connection of its own (not shared with the client's
+    def open_probe(self, address: str) -> Probe:
+        """A probe to a broker (:mod:`liftbridge._transport._probe`): the
+        client's channel options and credentials with :data:`PROBE_OPTIONS`
+        on top, on a connection of its own (not shared with the client's
         channel to it). The caller closes it.
 
         Raises:
@@ -250,12 +174,12 @@ class Channels:
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the client is closed")
-        replaced = {key for key, _ in options}
+        replaced = {key for key, _ in PROBE_OPTIONS}
         kept = [(key, value) for key, value in self._options if key not in replaced]
-        merged = [*kept, ("grpc.use_local_subchannel_pool", 1), *options]
+        merged = [*kept, ("grpc.use_local_subchannel_pool", 1), *PROBE_OPTIONS]
         if self._credentials is not None:
-            return grpc.secure_channel(address, self._credentials, options=merged)
-        return grpc.insecure_channel(address, options=merged)
+            return Probe(grpc.secure_channel(address, self._credentials, options=merged), address)
+        return Probe(grpc.insecure_channel(address, options=merged), address)
 
     def _entry(self, address: str) -> tuple[grpc.Channel, api_pb2_grpc.APIStub]:
         entry = self._stubs.get(address)

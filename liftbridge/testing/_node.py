@@ -9,8 +9,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-import grpc
-
+from liftbridge._transport._tls import TLSConfig
 from liftbridge.testing._config import ConfigValue, internal_streams, render_yaml
 from liftbridge.testing._errors import ServerStartError
 from liftbridge.testing._process import LOOPBACK, ManagedProcess, address_in_use, tail
@@ -49,7 +48,7 @@ class NodeRunner:
         binary: str,
         server_id: str,
         directory: Path,
-        credentials: grpc.ChannelCredentials | None = None,
+        tls: TLSConfig | None = None,
     ) -> None:
         """Prepares the directory layout; nothing is written or started yet.
 
@@ -57,7 +56,7 @@ class NodeRunner:
             binary: the ``liftbridge`` executable.
             server_id: the node's ``clustering.server.id``.
             directory: an existing directory the node owns.
-            credentials: TLS credentials for readiness probes, ``None`` for plaintext.
+            tls: TLS settings for readiness probes, ``None`` for plaintext.
         """
         self.server_id = server_id
         self.directory = directory
@@ -66,7 +65,7 @@ class NodeRunner:
         self.log_path = directory / "liftbridge.log"
         self.port = 0
         self.settings: dict[str, ConfigValue] = {}
-        self.credentials = credentials
+        self.tls = tls
         self.process = ManagedProcess(
             f"liftbridge {server_id}",
             [binary, "--config", str(self.config_path)],
@@ -106,7 +105,7 @@ class NodeRunner:
 
     def probe(self) -> Probe:
         """A readiness probe to this node (close it after use)."""
-        return Probe(self.address, self.credentials)
+        return Probe(self.address, self.tls)
 
     def wait_serving(self, deadline: float) -> None:
         """Waits until the port is open and the API is served."""

@@ -21,11 +21,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-import grpc
-
+from liftbridge._transport._probe import HEALTH_CHECK, open_probe
+from liftbridge._transport._tls import TLSConfig
 from liftbridge.testing._errors import ServerStartError
 from liftbridge.testing._process import LOOPBACK, SHUTDOWN, port_open
-from liftbridge_api import api_pb2, api_pb2_grpc
+from liftbridge_api import api_pb2
 
 _LOG = logging.getLogger(__name__)
 
@@ -39,8 +39,8 @@ _POLL_INTERVAL = 0.1
 # grpcio-health-checking: HealthCheckRequest{service: "proto.API"} is field 1
 # (tag 0x0a) of length 9, and HealthCheckResponse{status: SERVING} is field 1
 # (tag 0x08) holding the varint 1.
-_HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 _HEALTH_REQUEST = b"\x0a\x09proto.API"
+_FETCH_METADATA = "/proto.API/FetchMetadata"
 _HEALTH_SERVING = b"\x08\x01"
 
 
@@ -69,31 +69,24 @@ class Expectation:
 
 
 class Probe:
-    """A gRPC channel to one server, used only for readiness checks.
+    """A channel to one server, used only for readiness checks.
 
     Thread-safety: not thread-safe; one waiting thread uses it, then closes it.
     """
 
-    def __init__(self, target: str, credentials: grpc.ChannelCredentials | None) -> None:
+    def __init__(self, target: str, tls: TLSConfig | None) -> None:
         """Opens a lazily-connecting channel.
 
         Args:
             target: ``"host:port"``.
-            credentials: TLS credentials, or ``None`` for plaintext.
+            tls: the TLS settings to connect with, or ``None`` for plaintext.
         """
         self.target = target
-        if credentials is None:
-            self._channel = grpc.insecure_channel(target)
-        else:
-            self._channel = grpc.secure_channel(target, credentials)
-        self._stub = api_pb2_grpc.APIStub(self._channel)
-        self._health = self._channel.unary_unary(
-            _HEALTH_CHECK, request_serializer=None, response_deserializer=None
-        )
+        self._probe = open_probe(target, tls)
 
     def close(self) -> None:
         """Closes the channel."""
-        self._channel.close()
+        self._probe.close()
 
     def __enter__(self) -> Probe:
         return self
@@ -107,14 +100,13 @@ class Probe:
         Returns:
             ``None`` when it is, else why not.
         """
-        try:
-            answer = self._health(_HEALTH_REQUEST, timeout=timeout)
-        except grpc.RpcError as err:
-            if isinstance(err, grpc.Call) and err.code() == grpc.StatusCode.UNIMPLEMENTED:
-                return None  # a server without the health service: go on to metadata
-            return f"health check of {self.target}: {_describe(err)}"
-        if answer != _HEALTH_SERVING:
-            return f"health check of {self.target}: not serving yet ({answer!r})"
+        reply = self._probe.call(HEALTH_CHECK, _HEALTH_REQUEST, timeout)
+        if reply.status == "UNIMPLEMENTED":
+            return None  # a server without the health service: go on to metadata
+        if not reply.ok:
+            return f"health check of {self.target}: {reply.describe()}"
+        if reply.body != _HEALTH_SERVING:
+            return f"health check of {self.target}: not serving yet ({reply.body!r})"
         return None
 
     def metadata(self, expect: Expectation, timeout: float) -> str | None:
@@ -123,10 +115,11 @@ class Probe:
         Returns:
             ``None`` when everything expected is there, else what is missing.
         """
-        try:
-            response = self._stub.FetchMetadata(api_pb2.FetchMetadataRequest(), timeout=timeout)
-        except grpc.RpcError as err:
-            return f"FetchMetadata from {self.target}: {_describe(err)}"
+        request = api_pb2.FetchMetadataRequest().SerializeToString()
+        reply = self._probe.call(_FETCH_METADATA, request, timeout)
+        if not reply.ok:
+            return f"FetchMetadata from {self.target}: {reply.describe()}"
+        response = api_pb2.FetchMetadataResponse.FromString(reply.body)
         listed = {broker.id: f"{broker.host}:{broker.port}" for broker in response.brokers}
         for server_id, address in expect.brokers.items():
             if listed.get(server_id) != address:
@@ -213,9 +206,3 @@ def wait_metadata(
         deadline=deadline,
         alive=alive,
     )
-
-
-def _describe(err: grpc.RpcError) -> str:
-    if isinstance(err, grpc.Call):
-        return f"{err.code().name} {err.details() or ''}".strip()
-    return str(err)

@@ -9,9 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-import grpc
-
 from liftbridge._errors import ArgumentTypeError, InvalidArgumentError
+from liftbridge._transport._tls import TLSConfig
 from liftbridge.testing._config import (
     ConfigValue,
     check_log_level,
@@ -134,7 +133,7 @@ class LocalServer:
             tls_client_cert=tls_client_cert,
             tls_client_key=tls_client_key,
         )
-        self._credentials = _probe_credentials(
+        self._probe_tls = _probe_tls(
             tls_ca=tls_ca, tls_client_cert=tls_client_cert, tls_client_key=tls_client_key
         )
         self._namespace = f"lbtest-{uuid.uuid4().hex[:12]}"
@@ -163,7 +162,7 @@ class LocalServer:
             binary=self._binary,
             server_id=self._server_id,
             directory=directory,
-            credentials=self._credentials,
+            tls=self._probe_tls,
         )
         self._node = node
         try:
@@ -432,18 +431,16 @@ def _tls_settings(
     return settings
 
 
-def _probe_credentials(
+def _probe_tls(
     *,
     tls_ca: Path_ | None,
     tls_client_cert: Path_ | None,
     tls_client_key: Path_ | None,
-) -> grpc.ChannelCredentials | None:
+) -> TLSConfig | None:
+    """The TLS settings the readiness probes connect with (the files were
+    checked by :func:`_tls_settings`)."""
     if tls_ca is None:
         return None
     if tls_client_cert is None or tls_client_key is None:
-        return grpc.ssl_channel_credentials(root_certificates=Path(tls_ca).read_bytes())
-    return grpc.ssl_channel_credentials(
-        root_certificates=Path(tls_ca).read_bytes(),
-        private_key=Path(tls_client_key).read_bytes(),
-        certificate_chain=Path(tls_client_cert).read_bytes(),
-    )
+        return TLSConfig(ca=Path(tls_ca))
+    return TLSConfig(ca=Path(tls_ca), cert=Path(tls_client_cert), key=Path(tls_client_key))

@@ -231,6 +231,17 @@ CASES: dict[str, tuple[Callable[[Peer], None], type[liftbridge.LiftbridgeError],
 }
 
 
+PATIENT: dict[str, float] = {
+    # Only 1 MiB of the message ever comes, so a client that buffered instead
+    # of reading the length prefix would end in AckTimeoutError, never "larger
+    # than max": the error's text alone proves the check, and a long timeout
+    # keeps a loaded machine (a fresh lane to connect, four threads of one
+    # process taking turns) from turning the case into a race with the clock.
+    "64 MiB + 1 message": 30.0,
+}
+"""Cases whose publish gets a longer timeout than :data:`TIMEOUT`, and why."""
+
+
 def _sdk_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("liftbridge-")]
 
@@ -240,6 +251,7 @@ def test_a_hostile_stream_ends_in_a_typed_error_and_nothing_else_breaks(
     front: H2Front, case: str
 ) -> None:
     script, expected, says = CASES[case]
+    timeout = PATIENT.get(case, TIMEOUT)
     before_threads = set(_sdk_threads())
     client = liftbridge.Client(f"127.0.0.1:{front.port}", ack_wait=10.0)
     try:
@@ -256,14 +268,14 @@ def test_a_hostile_stream_ends_in_a_typed_error_and_nothing_else_breaks(
         grown_from = rss()
         start = time.monotonic()
         with pytest.raises(liftbridge.LiftbridgeError) as caught:
-            client.publish(TOPIC, b"hostile", timeout=TIMEOUT)  # a lane: the armed stream
+            client.publish(TOPIC, b"hostile", timeout=timeout)  # a lane: the armed stream
         took = time.monotonic() - start
         grown = rss() - grown_from
         error = caught.value
         assert front.played == 1
         assert isinstance(error, expected), repr(error)
         assert says in str(error), repr(error)
-        assert took <= TIMEOUT + SLACK, f"{case}: ended after {took:.2f} s"
+        assert took <= timeout + SLACK, f"{case}: ended after {took:.2f} s"
         assert grown < RSS_BOUND, f"{case}: the process grew by {grown >> 20} MiB"
         if expected is liftbridge.StreamRefusedError:
             assert not error.maybe_applied and error.retriable

@@ -283,14 +283,6 @@ TRANSPORT_PRIVATE = ("liftbridge._transport._http2", "liftbridge._transport._sta
 """Transport modules only the transport layer may import: the own HTTP/2
 client (``_http2``, ``_http2_reader``, ``_http2_wire``) and the gRPC status
 reading. Everything above goes through ``_channels`` and ``_stream``."""
-# Modules outside the transport that still import grpc, each with its reason;
-# the list only shrinks.
-GRPC_OUTSIDE: dict[str, str] = {
-    "liftbridge._core._liveness": "the brokers' health checks run on grpcio channels of their own",
-    "liftbridge.testing._node": "LocalServer's readiness probe takes grpc credentials",
-    "liftbridge.testing._readiness": "LocalServer's readiness probe is a grpcio call",
-    "liftbridge.testing._server": "builds the probe's grpc credentials from TLS files",
-}
 
 
 def _transport_reaches(path: Path) -> set[str]:
@@ -329,15 +321,5 @@ def test_only_the_transport_layer_imports_grpc_hpack_or_the_http2_client() -> No
     for name, path in sorted(_modules().items()):
         if name == TRANSPORT or name.startswith(TRANSPORT + "."):
             continue
-        reaches = _transport_reaches(path)
-        if name in GRPC_OUTSIDE:
-            reaches.discard("grpc")
-        bad += [f"{name} imports {each}" for each in sorted(reaches)]
+        bad += [f"{name} imports {each}" for each in sorted(_transport_reaches(path))]
     assert not bad, "\n".join(bad)
-
-
-def test_the_grpc_exceptions_still_import_grpc() -> None:
-    """An exception no longer needed must leave the list (it only shrinks)."""
-    modules = _modules()
-    stale = [name for name in GRPC_OUTSIDE if "grpc" not in _transport_reaches(modules[name])]
-    assert not stale, f"remove from GRPC_OUTSIDE: {stale}"

@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from liftbridge._core._liveness import BrokerWatch
+from liftbridge._transport._probe import PROBE_OPTIONS, Probe
 
 
 def _serve(address: str) -> tuple[grpc.Server, int]:
@@ -31,13 +32,13 @@ class Watching:
         self.channels: list[grpc.Channel] = []
         self.down: list[str] = []
         self.reported = threading.Event()
-        self.watch = BrokerWatch(self._channel)
+        self.watch = BrokerWatch(self._probe)
         self.watch.add_listener(self._listener)
 
-    def _channel(self, address: str, options: list[tuple[str, int]]) -> grpc.Channel:
-        channel = grpc.insecure_channel(address, options=[*self._options, *options])
+    def _probe(self, address: str) -> Probe:
+        channel = grpc.insecure_channel(address, options=[*self._options, *PROBE_OPTIONS])
         self.channels.append(channel)
-        return channel
+        return Probe(channel, address)
 
     def _listener(self, address: str) -> None:
         self.down.append(address)
