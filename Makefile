@@ -8,7 +8,7 @@ SERVERS := $(CURDIR)/.cache/servers/bin
 export LIFTBRIDGE_SERVER_BIN := $(SERVERS)/liftbridge
 export NATS_SERVER_BIN := $(SERVERS)/nats-server
 
-.PHONY: help venv server bench-go proto test unit lint demo bench chaos clean
+.PHONY: help venv server bench-go proto test unit unit-3.12 unit-3.13 lint demo bench chaos clean
 
 help:
 	@echo "make demo   - start a local Liftbridge server and show the SDK working"
@@ -54,7 +54,11 @@ PYENV_PYTHONS := $(shell command -v pyenv >/dev/null 2>&1 && pyenv versions --ba
 test: venv server
 	$(PY) -m pytest -q -p no:cacheprovider tests/spark
 	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile tests --ignore=tests/spark
-	PYENV_VERSION="$(PYENV_PYTHONS)" $(VENV)/bin/nox -s unit-3.12 unit-3.13
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit-3.12 unit-3.13
+
+# One nox session per Python, both at once under `make test` (each output printed whole).
+unit-3.12 unit-3.13: venv
+	PYENV_VERSION="$(PYENV_PYTHONS)" $(VENV)/bin/nox -s $@ -- -n 2
 
 unit: venv
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
