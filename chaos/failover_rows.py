@@ -13,10 +13,24 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
 import liftbridge
 from chaos.oracle import Ledger, SubscriptionCheck
-from chaos.rows import PUBLISH_TIMEOUT, Load, RowResult, _client, _finish, leader_of
+from chaos.rows import (
+    PUBLISH_TIMEOUT,
+    SETTLE,
+    STOP_ACK_WAIT,
+    Load,
+    RowResult,
+    _client,
+    _finish,
+    _stream,
+    leader_of,
+    metadata_leader,
+    move_metadata_leader,
+    stopped,
+)
 from liftbridge.testing import LocalCluster
 
 _ALL = liftbridge.AckPolicy.ALL
@@ -32,6 +46,7 @@ class _SyncLoad:
         self._stream = stream
         self._stop = threading.Event()
         self.pulled = 0
+        self.pulled_values: set[bytes] = set()  # written by the pull thread only
         self._threads = [
             threading.Thread(target=self._publish, name="chaos-sync", daemon=True),
             threading.Thread(target=self._pull, name="chaos-pull", daemon=True),
@@ -59,6 +74,7 @@ class _SyncLoad:
                 got = self._ledger.timed("pull.fetch", 1.0, lambda: consumer.fetch(100, timeout=1))
                 if isinstance(got, list):
                     self.pulled += len(got)
+                    self.pulled_values.update(m.value for m in got)
 
 
 def _stream_led_by_first(client: liftbridge.Client, cluster: LocalCluster) -> str:
@@ -123,4 +139,111 @@ def kill_twice() -> RowResult:
         result.notes.append(f"{after} publish(es) made 6+ s after the second kill acked")
         if not after:
             result.problems.append("nothing published 6 s after the second kill was acked")
+    return result
+
+
+def rolling_restart_pull() -> RowResult:
+    """Restart every node in turn (SIGINT, start) under publish_async, blocking
+    publish, a handler subscription, a pull consumer and a group member."""
+    result = RowResult("rolling restart; sync + async + sub + pull + group member")
+    with LocalCluster(3) as cluster, _client(cluster) as client:
+        stream = _stream(client)
+        ledger = Ledger("rolling-pull")
+        check = SubscriptionCheck()
+        grouped: set[bytes] = set()  # values the group member handled (its thread only)
+
+        def member(message: liftbridge.Message | None, error: BaseException | None) -> None:
+            if message is not None:
+                grouped.add(message.value)
+
+        consumer = client.create_consumer(f"g-{stream}", auto_checkpoint=1.0)
+        consumer.subscribe(stream, member)
+        try:
+            with client.subscribe(stream, check.handler, start=0) as subscription:
+                with (
+                    Load(ledger, client, stream, ack_policy=_ALL),
+                    _SyncLoad(ledger, client, stream) as pulls,
+                ):
+                    for node in cluster.nodes:
+                        time.sleep(3)
+                        cluster.restart(node)
+                    time.sleep(3)
+                    acked = {o.value for o in ledger.outcomes() if o.acked}
+                    _wait_for(lambda: acked <= pulls.pulled_values and acked <= grouped)
+                ended = subscription.error
+        finally:
+            consumer.close()
+        _finish(result, ledger, cluster.addresses, stream, check=check)
+        for who, got in (("pull consumer", pulls.pulled_values), ("group member", grouped)):
+            if acked - got:
+                result.problems.append(f"the {who} never got {len(acked - got)} acked message(s)")
+        result.notes.append(
+            f"pulled {pulls.pulled}, group member handled {len(grouped)}, "
+            f"subscriber {len(check.offsets)}"
+        )
+        if ended is not None:
+            result.problems.append(f"the subscription ended: {ended!r}")
+    return result
+
+
+def _wait_for(done: Callable[[], bool], bound: float = SETTLE) -> None:
+    deadline = time.monotonic() + bound
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+STOP_SECONDS = 10.0
+"""How long the leader stays stopped in :func:`handler_leader_stop`."""
+
+
+def handler_leader_stop() -> RowResult:
+    """SIGSTOP the leader under a plain handler subscription: the client's
+    keepalive (1 s, answer within 1 s) must find the hung broker and the
+    subscription move to the new leader while the old one is still stopped."""
+    result = RowResult(f"leader SIGSTOP {STOP_SECONDS:g} s under a plain handler subscription")
+    options = {"ack_wait": STOP_ACK_WAIT, "keepalive_interval": 1.0, "keepalive_timeout": 1.0}
+    with LocalCluster(3) as cluster, _client(cluster, **options) as client:
+        first = cluster.nodes[0].server_id
+        # A stopped metadata leader would measure the server's Raft election,
+        # not the SDK (see chaos.rows.leader_sigstop).
+        if move_metadata_leader(cluster, first):
+            result.notes.append(f"stopped {first} until another node led the metadata")
+        if metadata_leader(cluster) == first:
+            result.problems.append(f"{first} still leads the metadata: the fault is not staged")
+        stream = _stream_led_by_first(client, cluster)
+        ledger = Ledger("handler-stop")
+        check = SubscriptionCheck()
+        arrivals: dict[bytes, float] = {}  # value -> when the handler got it (its thread)
+
+        def handler(message: liftbridge.Message | None, error: BaseException | None) -> None:
+            if message is not None:
+                arrivals[message.value] = time.monotonic()
+            check.handler(message, error)
+
+        with client.subscribe(stream, handler, start=0) as subscription:
+            with Load(ledger, client, stream, ack_policy=_ALL, timeout=STOP_ACK_WAIT):
+                time.sleep(3)
+                fault = time.monotonic()
+                with stopped(cluster.nodes[0].pid, STOP_SECONDS):
+                    pass
+                time.sleep(4)
+            acked = {o.value for o in ledger.outcomes() if o.acked}
+            _wait_for(lambda: acked <= set(arrivals))
+            ended = subscription.error
+        _finish(result, ledger, cluster.addresses, stream, check=check)
+        later = [
+            arrivals[o.value] - fault
+            for o in ledger.outcomes()
+            if o.acked and o.started > fault and o.value in arrivals
+        ]
+        if later and min(later) < STOP_SECONDS:
+            result.notes.append(f"the subscriber got new messages {min(later):.1f}s into the stop")
+        else:
+            result.problems.append(
+                "the subscription delivered nothing published during the stop before SIGCONT"
+            )
+        if acked - set(arrivals):
+            result.problems.append(f"the subscriber never got {len(acked - set(arrivals))} acked")
+        if ended is not None:
+            result.problems.append(f"the subscription ended: {ended!r}")
     return result

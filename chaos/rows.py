@@ -891,12 +891,20 @@ def disk_full() -> RowResult:
 
 
 # The issue-25 rows use this module's helpers: imported once they exist.
-from chaos.failover_rows import kill_twice, seed_leader_kill  # noqa: E402
+from chaos.failover_rows import (  # noqa: E402
+    handler_leader_stop,
+    kill_twice,
+    rolling_restart_pull,
+    seed_leader_kill,
+)
+from chaos.group_rows import overflow_churn, pinned_freeze  # noqa: E402
 
 ROWS: dict[str, Callable[[], RowResult]] = {
     "leader-kill": leader_kill,
     "seed-leader-kill": seed_leader_kill,
     "kill-twice": kill_twice,
+    "rolling-restart-pull": rolling_restart_pull,
+    "handler-leader-stop": handler_leader_stop,
     "follower-kill": follower_kill,
     "leader-stop": leader_sigstop,
     "rolling-restart": rolling_restart,
@@ -909,6 +917,8 @@ ROWS: dict[str, Callable[[], RowResult]] = {
     "link-latency": link_latency,
     "nats-cut": nats_cut,
     "disk-full": disk_full,
+    "pinned-freeze": pinned_freeze,
+    "overflow-churn": overflow_churn,
 }
 """Every row by name, in order of value."""
 

@@ -31,6 +31,8 @@ from liftbridge._errors import (
     ArgumentTypeError,
     DeadlineExceededError,
     InvalidArgumentError,
+    NoSuchPartitionError,
+    naming,
 )
 from liftbridge._publish import _inbox
 from liftbridge._publish._lanes import Lanes
@@ -227,6 +229,15 @@ class Publishing:
         Raises:
             AckTimeoutError: no outcome within the timeout (maybe stored).
         """
+        try:
+            return self._publish(request, timeout)
+        except NoSuchPartitionError as e:
+            named = naming(e, request.stream, request.partition)
+            if named is e:
+                raise
+            raise named from e
+
+    def _publish(self, request: api_pb2.PublishRequest, timeout: float | None) -> Ack | None:
         wait = self._ack_wait if timeout is None else timeout
         if request.ackInbox:
             return _inbox.publish(self._invoke_publish, request, wait)
