@@ -63,6 +63,11 @@ _OFFSET_BITS = 40
 _OFFSET_MASK = (1 << _OFFSET_BITS) - 1
 _MAX_CONFLICTS = 1000
 """Conflicting writers a task tolerates on one partition before it fails."""
+_MAX_PAUSE = 0.05
+"""Longest pause after a conflict (seconds): a task gives up within about a
+minute of conflicts."""
+_CATCH_UPS = 4
+"""Reads after a conflict before the task publishes again anyway."""
 _ACK_GRACE = 5.0
 _WINDOW = 2000
 """Rows a task publishes before it waits for their acks: what a conflicting
@@ -224,6 +229,34 @@ def _end(client: Client, stream: str, partition: int) -> int:
     return client.fetch_partition_metadata(stream, partition).high_watermark + 1
 
 
+def _catch_up(
+    client: Client,
+    router: Router,
+    stream: str,
+    partition: int,
+    tail: int,
+    prefix: str,
+    wait: float,
+    done: set[int],
+) -> int:
+    """Reads what others stored from ``tail`` on into ``done``; returns the
+    end it read to, measured last (the next publishes expect it).
+
+    The end is measured again after each read and the messages stored during
+    the read are read too (a few times at most), so the next publish follows
+    the last measurement closely: measured before a read of the whole range,
+    a writer that never pauses always got in between, and the task met it
+    again on every try.
+    """
+    end = _end(client, stream, partition)
+    for _ in range(_CATCH_UPS):
+        if end <= tail:
+            break
+        done.update(_stored(router, stream, partition, tail, end, prefix, wait))
+        tail, end = end, _end(client, stream, partition)
+    return tail
+
+
 def _write_partition(
     client: Client,
     router: Router,
@@ -286,10 +319,8 @@ def _write_partition(
         conflicts += 1
         if conflicts > _MAX_CONFLICTS:
             break
-        time.sleep(min(0.5, 0.01 * conflicts))
-        new_tail = _end(client, stream, partition)
-        done |= _stored(router, stream, partition, tail, new_tail, prefix, wait)
-        tail = new_tail
+        time.sleep(min(_MAX_PAUSE, 0.001 * conflicts))
+        tail = _catch_up(client, router, stream, partition, tail, prefix, wait, done)
         _log.info(
             "exactly-once write to %s/%d met another writer; resuming at offset %d",
             stream,
