@@ -207,6 +207,41 @@ class OffsetNotFoundError(LiftbridgeError, LookupError):
         self.offset = offset
 
 
+class OffsetUnavailableError(DeadlineExceededError):
+    """A direct read of an offset the partition was written up to found no
+    message at or after it within the deadline.
+
+    Retention may have removed that message and every later one (the server
+    then waits for the next publish), or the leader is slow: Liftbridge
+    v1.9.0 reports no oldest offset that would tell the two apart, so this is
+    never reported as :class:`OffsetNotFoundError`. A deadline error, so
+    code catching :class:`DeadlineExceededError` sees it too.
+
+    Attributes:
+        stream: the stream read.
+        partition: the partition read.
+        offset: the offset asked for.
+        high_watermark: the partition's high watermark the read started
+            under; None when not fetched.
+    """
+
+    def __init__(
+        self, stream: str, partition: int, offset: int, high_watermark: int | None, waited: float
+    ) -> None:
+        written = "" if high_watermark is None else f" (high watermark {high_watermark})"
+        super().__init__(
+            f"offset {offset} of {stream!r} partition {partition} was written{written} but no "
+            f"message at or after it arrived within the read's deadline ({waited:.3g}s): "
+            "retention may have removed "
+            "it and every later message (the server reports no oldest offset to tell), or "
+            "the leader is slow"
+        )
+        self.stream = stream
+        self.partition = partition
+        self.offset = offset
+        self.high_watermark = high_watermark
+
+
 class NotLeaderError(LiftbridgeError):
     """The broker asked is not the leader the request needs (partition,
     cursor partition or group coordinator); metadata is stale."""

@@ -328,6 +328,11 @@ class ReadMethods(AdminMethods):
         Raises:
             OffsetNotFoundError: the offset was removed by retention or
                 compaction, or is beyond the newest offset.
+            OffsetUnavailableError: the partition was written past the
+                offset but no message at or after it arrived within
+                ``timeout``: retention may have removed it and every later
+                one (Liftbridge v1.9.0 tells no oldest offset), or the leader
+                is slow. A :class:`DeadlineExceededError`.
             NotLeaderError: the partition has no leader.
             DeadlineExceededError: the read did not finish within ``timeout``.
             NoSuchPartitionError: the stream or partition does not exist.
@@ -364,6 +369,9 @@ class ReadMethods(AdminMethods):
 
         Raises:
             InvalidArgumentError: both limits given, or a bad value.
+            OffsetUnavailableError: nothing at or after ``start`` arrived
+                within ``timeout`` although ``start`` is not past the high
+                watermark (as in :meth:`get`).
             NotLeaderError, DeadlineExceededError, NoSuchPartitionError: as in :meth:`get`.
         """
         return _direct.get_batch(

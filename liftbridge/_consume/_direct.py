@@ -51,6 +51,7 @@ from liftbridge._errors import (
     LiftbridgeError,
     NotLeaderError,
     OffsetNotFoundError,
+    OffsetUnavailableError,
     PartitionPausedError,
     ServerError,
     StopPositionReached,
@@ -113,6 +114,7 @@ def _scan(
     read_replica: bool,
     deadline: Deadline,
     take: Callable[[Message], bool],
+    opened: list[str] | None = None,
 ) -> _Scan:
     """Reads a partition from ``start`` on the calling thread until
     ``take(message)`` returns False or the stop position is reached. The gRPC
@@ -123,6 +125,9 @@ def _scan(
         DeadlineExceededError: the read did not end within the deadline.
         NotLeaderError: the partition has no leader within the deadline.
         PartitionPausedError: the partition is paused.
+
+    ``opened``, when given, gets the broker of each read the server took
+    (its handshake came back).
     """
     base = subscribe_request(stream, partition, start, stop, read_replica, False)
     target = Replica(stream, partition) if read_replica else Leader(stream, partition)
@@ -140,6 +145,8 @@ def _scan(
             )
             try:
                 next(call)  # the empty handshake; errors arrive here
+                if opened is not None:
+                    opened.append(broker)  # the server took the start position
                 for pb in call:
                     if pb.offset <= floor:
                         continue
@@ -232,11 +239,13 @@ def get(
     _flag(read_replica, "read_replica")
     _require_leader(router, stream, partition, deadline)
     found: list[Message] = []
+    opened: list[str] = []
 
     def take(message: Message) -> bool:
         found.append(message)
         return False
 
+    begun = time.monotonic()
     try:
         # Stop at the newest offset: it always exists, so the read ends even
         # when ``offset`` itself was compacted away.
@@ -249,11 +258,18 @@ def get(
             read_replica=read_replica,
             deadline=deadline,
             take=take,
+            opened=opened,
         )
     except InvalidArgumentError as e:
         if "before start offset" in str(e):
             raise OffsetNotFoundError(stream, partition, offset, "beyond the newest offset") from e
         raise
+    except DeadlineExceededError as e:
+        # The server took the start (so not beyond the newest) and sent nothing.
+        if found or not opened:
+            raise
+        waited = time.monotonic() - begun
+        raise OffsetUnavailableError(stream, partition, offset, None, waited) from e
     if not found:
         raise OffsetNotFoundError(stream, partition, offset, "the partition is empty")
     if found[0].offset != offset:
@@ -317,16 +333,23 @@ def get_batch(
             count_limit is None or len(messages) < count_limit
         )
 
-    scan = _scan(
-        router,
-        stream,
-        partition,
-        start=start,
-        stop=high_watermark,
-        read_replica=read_replica,
-        deadline=deadline,
-        take=take,
-    )
+    begun = time.monotonic()
+    try:
+        scan = _scan(
+            router,
+            stream,
+            partition,
+            start=start,
+            stop=high_watermark,
+            read_replica=read_replica,
+            deadline=deadline,
+            take=take,
+        )
+    except DeadlineExceededError as e:
+        if messages:
+            raise
+        waited = time.monotonic() - begun
+        raise OffsetUnavailableError(stream, partition, start, high_watermark, waited) from e
     last = messages[-1].offset if messages else None
     pending = high_watermark - (start - 1 if last is None else last)
     return Batch(tuple(messages), pending, last, scan.broker)

@@ -214,9 +214,7 @@ class Router:
                 break
             time.sleep(min(deadline.remaining(), 0.1 * rounds))
         detail = "; ".join(f"{seed}: {why}" for seed, why in failures.items())
-        raise UnavailableError(
-            f"could not reach a Liftbridge server at {', '.join(seeds)}: {detail}"
-        )
+        raise UnavailableError(f"could not reach {', '.join(seeds)} within {timeout:g}s: {detail}")
 
     def _store(self, metadata: Metadata) -> Metadata:
         self._generation += 1
