@@ -7,9 +7,8 @@ envelopes per socket write, which is how the Go client's PublishAsync pace
 is reached from Python; the gRPC publish path pays a round of HTTP/2 framing
 and grpcio's thread hops per message instead.
 
-It speaks the NATS protocol itself on a plain socket
-(:mod:`liftbridge._transport._nats_socket`; no third-party NATS client), behind a
-synchronous, thread-safe API. Five kinds of thread:
+It speaks the NATS protocol itself on a plain socket (:mod:`liftbridge._transport._nats_socket`;
+no third-party NATS client), behind a synchronous, thread-safe API. Five kinds of thread:
 
 - the caller's: checks the arguments, picks the partition from the
   router's metadata (the client's :class:`~liftbridge._core._router.Router`),
@@ -79,6 +78,7 @@ from liftbridge._publish._nats_window import AckHandler, AckWindow, Pending
 from liftbridge._publish._options import (
     STREAM_OPTIONS,
     StreamPublishOptions,
+    check_ack_handler,
     check_correlation_id,
     check_names,
 )
@@ -341,7 +341,7 @@ class NatsStreamPublisher:
             ClientClosedError: the publisher is closed.
             ConnectionLostError: NATS gave up reconnecting.
         """
-        _validate.callback(ack_handler, arg="ack_handler", shape="(ack, error)")
+        check_ack_handler(ack_handler)
         if options:
             check_names(options, STREAM_OPTIONS, "publish_async")
             key = options.get("key")

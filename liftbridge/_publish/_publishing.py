@@ -156,10 +156,14 @@ class Publishing:
             if len(self._checked_streams) >= _CHECKED_STREAMS:
                 self._checked_streams.clear()
             self._checked_streams.add(stream)
-        value = check.data(value)
-        key = check.optional_bytes(key, arg="key")
-        header_map = check.headers(headers)
-        _check_ack_policy(ack_policy)
+        # The common case (bytes, no key, an AckPolicy) without a call per check.
+        if type(value) is not bytes:
+            value = check.data(value)
+        if key is not None:
+            key = check.data(key, arg="key")
+        header_map = check.headers(headers) if headers is not None else None
+        if type(ack_policy) is not AckPolicy:
+            _check_ack_policy(ack_policy)
         if expected_offset is not None:
             check.int64(expected_offset, arg="expected_offset")
             if ack_policy is AckPolicy.NONE:
@@ -171,16 +175,20 @@ class Publishing:
             correlation_id = self._publisher.next_correlation_id()
         else:
             check.optional_text(correlation_id, arg="correlation_id")
-        request = api_pb2.PublishRequest(
-            stream=stream,
-            partition=choose_partition(
+        partition = options.get("partition")
+        partitioner = options.get("partitioner")
+        if partition is not None or partitioner is not None or key:
+            partition = choose_partition(
                 stream,
                 key,
                 value,
-                partition=options.get("partition"),
-                partitioner=options.get("partitioner"),
+                partition=partition,
+                partitioner=partitioner,
                 metadata=lambda: self._stream_metadata(stream),
-            ),
+            )
+        request = api_pb2.PublishRequest(
+            stream=stream,
+            partition=partition or 0,  # none of the three: 0, as choose_partition says
             value=value,
             correlationId=correlation_id,
             ackPolicy=ack_policy.value,
