@@ -8,7 +8,7 @@ SERVERS := $(CURDIR)/.cache/servers/bin
 export LIFTBRIDGE_SERVER_BIN := $(SERVERS)/liftbridge
 export NATS_SERVER_BIN := $(SERVERS)/nats-server
 
-.PHONY: help venv server bench-go proto test unit lint demo bench chaos clean
+.PHONY: help setup venv server bench-go proto test unit unit-3.12 unit-3.13 lint demo bench chaos clean
 
 help:
 	@echo "make demo   - start a local Liftbridge server and show the SDK working"
@@ -28,6 +28,11 @@ venv: $(VENV)/.installed
 
 server:
 	bash scripts/install-server.sh
+
+# The virtualenv (pip, mostly network) and the servers (go build, mostly CPU) at once;
+# on a fresh machine this is the first few minutes of `make test` and `make demo`.
+setup:
+	$(MAKE) --no-print-directory -j2 --output-sync=target venv server
 
 # The Go client driver make bench compares the SDK with (bench/go, go-liftbridge v2.3.0).
 bench-go:
@@ -51,15 +56,19 @@ PYENV_PYTHONS := $(shell command -v pyenv >/dev/null 2>&1 && pyenv versions --ba
 # The tests mostly wait on servers and peers (a serial run used a third of one core),
 # so the non-Spark suite runs on three pytest-xdist workers, a file per worker at a time
 # (module fixtures such as a LocalCluster start once).
-test: venv server
+test: setup
 	$(PY) -m pytest -q -p no:cacheprovider tests/spark
 	$(PY) -m pytest -q -p no:cacheprovider -n 3 --dist loadfile tests --ignore=tests/spark
-	PYENV_VERSION="$(PYENV_PYTHONS)" $(VENV)/bin/nox -s unit-3.12 unit-3.13
+	$(MAKE) --no-print-directory -j2 --output-sync=target unit-3.12 unit-3.13
+
+# One nox session per Python, both at once under `make test` (each output printed whole).
+unit-3.12 unit-3.13: venv
+	PYENV_VERSION="$(PYENV_PYTHONS)" $(VENV)/bin/nox -s $@ -- -n 2
 
 unit: venv
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
-demo: venv server
+demo: setup
 	$(PY) examples/demo.py
 
 bench: venv server bench-go

@@ -21,6 +21,7 @@ PYTHONS = ["3.11", "3.12", "3.13"]
 def unit(session: nox.Session) -> None:
     """The unit tests (no network, no servers) on one Python version."""
     session.install("-e", ".[dev,nats,pynats2]")
-    # The unit tests mostly wait (fake peers, deadlines): three workers.
-    workers = [] if session.posargs else ["-n", "3"]
+    # The unit tests mostly wait (fake peers, deadlines): three workers unless
+    # the caller says (`make test` runs two sessions at once, `-- -n 2` each).
+    workers = [] if "-n" in session.posargs else ["-n", "3"]
     session.run("pytest", "-q", "-p", "no:cacheprovider", *workers, "tests/unit", *session.posargs)

@@ -73,7 +73,7 @@ def main() -> None:
         LocalServer(log_level="warn") as server,
         liftbridge.Client(server.addresses, ack_wait=_WAIT, max_inflight=_WINDOW) as client,
         liftbridge.NatsStreamPublisher(
-            client, server.nats_url, ack_timeout=_WAIT, max_inflight=_WINDOW
+            client, server.nats_url, ack_wait=_WAIT, max_inflight=_WINDOW
         ) as nats,
     ):
         client.create_stream("future-probe")

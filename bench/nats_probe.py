@@ -147,7 +147,7 @@ def main() -> None:
         for kind in ("sdk", "hnd", "raw", "go"):
             streams[kind] = f"nats-probe-{kind}-{os.getpid()}"
             client.create_stream(streams[kind])
-        sdk = liftbridge.NatsStreamPublisher(client, server.nats_url, ack_timeout=_WAIT)
+        sdk = liftbridge.NatsStreamPublisher(client, server.nats_url, ack_wait=_WAIT)
         raw = RawPublisher(server.nats_url)
         go = gocli.GoDriver(server.address, "publish_async", streams["go"], len(_VALUE))
         pipelined = over_nats.StreamPipelined(sdk, client, streams["sdk"], _VALUE)

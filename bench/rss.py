@@ -67,9 +67,7 @@ def publish_many(
             publisher: Any = client
             if nats is not None:
                 publisher = stack.enter_context(
-                    liftbridge.NatsStreamPublisher(
-                        client, nats, max_inflight=window, ack_timeout=60.0
-                    )
+                    liftbridge.NatsStreamPublisher(client, nats, max_inflight=window, ack_wait=60.0)
                 )
             before = _peak_rss_mb()
             publish_async = publisher.publish_async

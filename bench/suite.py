@@ -724,7 +724,7 @@ class Suite:
             value = b"n" * size
             names = [self._stream(client, "nats", v, size) for v in ("sdk", "go", "py2", "go2")]
             with liftbridge.NatsStreamPublisher(
-                client, nats_url, ack_timeout=60.0, max_inflight=window
+                client, nats_url, ack_wait=60.0, max_inflight=window
             ) as fast:
                 self._nats_rows(
                     "nats publish",
@@ -736,7 +736,7 @@ class Suite:
                     handled=over_nats.StreamHandled(fast, client, names[0], value),
                     pipelined_count=self.plan.nats_steady_count,
                 )
-            with liftbridge.NatsPublisher(nats_url, ack_timeout=60.0) as pynats2:
+            with liftbridge.NatsPublisher(nats_url, ack_wait=60.0) as pynats2:
                 self._nats_rows(
                     "nats publish (pynats2)",
                     size,

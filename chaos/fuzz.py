@@ -1,8 +1,8 @@
 """Fuzzing the envelope and activity decoders: whatever bytes they are given,
 only the SDK's typed errors may come out.
 
-The decoders are :func:`liftbridge.unmarshal_message`,
-:func:`liftbridge.unmarshal_ack` and :func:`liftbridge.decode_activity_event`.
+The decoders are :func:`liftbridge.decode_message`,
+:func:`liftbridge.decode_ack` and :func:`liftbridge.decode_activity_event`.
 A decoded value is also read field by field (``repr``), because a
 :class:`~liftbridge.Message` answers its fields lazily from the protobuf.
 
@@ -30,8 +30,8 @@ CORPUS = Path(__file__).resolve().parent.parent / "tests" / "fuzz" / "corpus"
 """The seed corpus: one file per seed, named ``<decoder>-<what>.bin``."""
 
 DECODERS: dict[str, Callable[[bytes], object]] = {
-    "message": liftbridge.unmarshal_message,
-    "ack": liftbridge.unmarshal_ack,
+    "message": liftbridge.decode_message,
+    "ack": liftbridge.decode_ack,
     "activity": liftbridge.decode_activity_event,
 }
 
@@ -42,7 +42,7 @@ _INTERESTING = (0x00, 0x01, 0x07, 0x08, 0x0C, 0x7F, 0x80, 0xB9, 0xFF)
 
 def seeds() -> dict[str, bytes]:
     """The valid inputs the corpus is made of, by file stem."""
-    message = liftbridge.new_message(
+    message = liftbridge.encode_message(
         b"value", key=b"key", headers={"h": b"v"}, ack_inbox="inbox", correlation_id="c1"
     )
     ack = api_pb2.Ack(
@@ -69,8 +69,8 @@ def seeds() -> dict[str, bytes]:
     )
     return {
         "message-plain": message,
-        "message-crc": liftbridge.new_message(b"v" * 40, crc=True, expected_offset=3),
-        "message-empty": liftbridge.new_message(b""),
+        "message-crc": liftbridge.encode_message(b"v" * 40, crc=True, expected_offset=3),
+        "message-empty": liftbridge.encode_message(b""),
         "ack-all": encode_envelope(EnvelopeType.ACK, ack),
         "ack-crc": encode_envelope(EnvelopeType.ACK, ack, crc=True),
         "ack-refused": encode_envelope(EnvelopeType.ACK, refused.SerializeToString()),

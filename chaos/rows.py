@@ -897,6 +897,7 @@ from chaos.failover_rows import (  # noqa: E402
     rolling_restart_pull,
     seed_leader_kill,
 )
+from chaos.group_rows import overflow_churn, pinned_freeze  # noqa: E402
 
 ROWS: dict[str, Callable[[], RowResult]] = {
     "leader-kill": leader_kill,
@@ -916,6 +917,8 @@ ROWS: dict[str, Callable[[], RowResult]] = {
     "link-latency": link_latency,
     "nats-cut": nats_cut,
     "disk-full": disk_full,
+    "pinned-freeze": pinned_freeze,
+    "overflow-churn": overflow_churn,
 }
 """Every row by name, in order of value."""
 

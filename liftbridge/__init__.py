@@ -9,6 +9,8 @@ Example:
     ...     client.publish("orders", b"hello")
 """
 
+import warnings
+
 from liftbridge.__version__ import __version__
 from liftbridge._client import Client
 from liftbridge._consume._activity import (
@@ -26,7 +28,7 @@ from liftbridge._consume._pull_options import FromCursor, Stall, StallCallback
 from liftbridge._consume._subscription import Handler, Subscription
 from liftbridge._core._client_api import ClientState
 from liftbridge._core._display import Table, messages_table
-from liftbridge._core._envelope import new_message, unmarshal_ack, unmarshal_message
+from liftbridge._core._envelope import decode_ack, decode_message, encode_message
 from liftbridge._core._frames import messages_to_arrow, messages_to_pandas
 from liftbridge._core._messages import Ack, AckPolicy, Message
 from liftbridge._core._metadata import (
@@ -61,6 +63,7 @@ from liftbridge._errors import (
     NoSuchStreamError,
     NotLeaderError,
     OffsetNotFoundError,
+    OffsetUnavailableError,
     PartitionPausedError,
     PermissionDeniedError,
     ProtocolError,
@@ -68,7 +71,7 @@ from liftbridge._errors import (
     PullTimeoutError,
     ReadonlyPartitionError,
     ServerError,
-    StopPositionReached,
+    StopPositionReachedError,
     StreamDeletedError,
     StreamExistsError,
     StreamRefusedError,
@@ -141,6 +144,7 @@ __all__ = [
     "NoSuchStreamError",
     "NotLeaderError",
     "OffsetNotFoundError",
+    "OffsetUnavailableError",
     "PartitionByKey",
     "PartitionByRoundRobin",
     "PartitionInfo",
@@ -164,7 +168,7 @@ __all__ = [
     "StallCallback",
     "StartPosition",
     "StopPosition",
-    "StopPositionReached",
+    "StopPositionReachedError",
     "StreamDeletedError",
     "StreamExistsError",
     "StreamInfo",
@@ -178,11 +182,31 @@ __all__ = [
     "UnpinReason",
     "__version__",
     "activity_event_from_message",
+    "decode_ack",
     "decode_activity_event",
+    "decode_message",
+    "encode_message",
     "messages_table",
     "messages_to_arrow",
     "messages_to_pandas",
-    "new_message",
-    "unmarshal_ack",
-    "unmarshal_message",
 ]
+
+_DEPRECATED = {
+    "StopPositionReached": ("StopPositionReachedError", StopPositionReachedError),
+    "new_message": ("encode_message", encode_message),
+    "unmarshal_ack": ("decode_ack", decode_ack),
+    "unmarshal_message": ("decode_message", decode_message),
+}
+"""go-liftbridge's names, kept for one release: each use warns."""
+
+
+def __getattr__(name: str) -> object:
+    if name in _DEPRECATED:
+        new, value = _DEPRECATED[name]
+        warnings.warn(
+            f"liftbridge.{name} is deprecated: use liftbridge.{new}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return value
+    raise AttributeError(f"module 'liftbridge' has no attribute {name!r}")

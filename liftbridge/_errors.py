@@ -207,6 +207,41 @@ class OffsetNotFoundError(LiftbridgeError, LookupError):
         self.offset = offset
 
 
+class OffsetUnavailableError(DeadlineExceededError):
+    """A direct read of an offset the partition was written up to found no
+    message at or after it within the deadline.
+
+    Retention may have removed that message and every later one (the server
+    then waits for the next publish), or the leader is slow: Liftbridge
+    v1.9.0 reports no oldest offset that would tell the two apart, so this is
+    never reported as :class:`OffsetNotFoundError`. A deadline error, so
+    code catching :class:`DeadlineExceededError` sees it too.
+
+    Attributes:
+        stream: the stream read.
+        partition: the partition read.
+        offset: the offset asked for.
+        high_watermark: the partition's high watermark the read started
+            under; None when not fetched.
+    """
+
+    def __init__(
+        self, stream: str, partition: int, offset: int, high_watermark: int | None, waited: float
+    ) -> None:
+        written = "" if high_watermark is None else f" (high watermark {high_watermark})"
+        super().__init__(
+            f"offset {offset} of {stream!r} partition {partition} was written{written} but no "
+            f"message at or after it arrived within the read's deadline ({waited:.3g}s): "
+            "retention may have removed "
+            "it and every later message (the server reports no oldest offset to tell), or "
+            "the leader is slow"
+        )
+        self.stream = stream
+        self.partition = partition
+        self.offset = offset
+        self.high_watermark = high_watermark
+
+
 class NotLeaderError(LiftbridgeError):
     """The broker asked is not the leader the request needs (partition,
     cursor partition or group coordinator); metadata is stale."""
@@ -248,7 +283,7 @@ class PermissionDeniedError(LiftbridgeError, PermissionError):
     """The server's authorization refused the call."""
 
 
-class StopPositionReached(LiftbridgeError):
+class StopPositionReachedError(LiftbridgeError):
     """A subscription reached its stop position: a normal, expected end."""
 
 
@@ -339,7 +374,7 @@ def _from_status(code: str, text: str, message: str) -> LiftbridgeError:
         if "readonly" in text:
             return ReadonlyPartitionError(message)
         if "stop offset" in text or "stream is empty" in text:
-            return StopPositionReached(message)
+            return StopPositionReachedError(message)
         return ServerError(message, code)
     if code == "INVALID_ARGUMENT":
         if _too_large(text):
@@ -430,3 +465,51 @@ def from_async_error(code_name: str, message: str) -> LiftbridgeError:
     if cls is None:
         return ServerError(text, code_name)
     return cls(text)
+
+
+def naming(error: LiftbridgeError, stream: str, partition: int | None = None) -> LiftbridgeError:
+    """``error`` saying which stream (and partition, when known) it is about:
+    the server's "stream not found" and "no such partition: 3" name neither.
+    A :class:`NoSuchPartitionError` (a :class:`NoSuchStreamError` included)
+    becomes one of the same class that reads "no such stream: 'orders'" or
+    "stream 'orders' has no partition 3", followed by the server's text;
+    other errors, and texts that already name the stream, are returned as is.
+    """
+    if not isinstance(error, NoSuchPartitionError) or repr(stream) in str(error):
+        return error
+    if isinstance(error, StreamDeletedError):
+        head = f"stream {stream!r} was deleted"
+    elif isinstance(error, NoSuchStreamError):
+        head = f"no such stream: {stream!r}"
+    elif partition is None:
+        head = f"stream {stream!r} lacks a partition asked for"
+    else:
+        head = f"stream {stream!r} has no partition {partition}"
+    named = type(error)(f"{head} ({error})")
+    named.refusal = error.refusal
+    named.__cause__ = error.__cause__
+    return named
+
+
+StopPositionReached = StopPositionReachedError
+"""The name before 0.x's naming pass (go-liftbridge's); deprecated publicly."""
+
+
+def unreached(
+    error: LiftbridgeError,
+    what: str,
+    failures: dict[str, BaseException],
+    address: str | None = None,
+) -> LiftbridgeError:
+    """``error`` saying which brokers ``what`` (a call) could not reach, when
+    it is a plain :class:`UnavailableError` or :class:`DeadlineExceededError`
+    and ``failures`` (address to its last failure; plus ``address`` when
+    ``error`` is a failure to reach it) is not empty: a new error of the same
+    class (a deadline stays a deadline) reading "DeleteStream: could not
+    reach 10.0.0.1:9292: <the last failure>". Else ``error``."""
+    if address is not None and type(error) is UnavailableError:
+        failures = {**failures, address: error}
+    if not failures or type(error) not in (UnavailableError, DeadlineExceededError):
+        return error
+    last = list(failures.values())[-1]
+    return type(error)(f"{what}: could not reach {', '.join(failures)}: {last}")

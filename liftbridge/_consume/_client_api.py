@@ -46,9 +46,10 @@ class ReadMethods(AdminMethods):
         partition: int = 0,
         start: Start = StartPosition.NEW_ONLY,
         stop: Stop | None = None,
-        read_isr_replica: bool = False,
+        read_replica: bool = False,
         resume: bool = False,
         timeout: float | None = None,
+        read_isr_replica: bool | None = None,
     ) -> Subscription:
         """Subscribes to one partition of a stream.
 
@@ -70,7 +71,10 @@ class ReadMethods(AdminMethods):
                 offset; a timezone-aware datetime; or a timedelta before now.
             stop: None (run until closed), StopPosition.LATEST, an int offset
                 (inclusive) or a datetime.
-            read_isr_replica: read from a random in-sync replica instead of the leader.
+            read_replica: read from a random in-sync replica instead of the
+                leader (the name ``get``, ``get_batch`` and ``pull`` use).
+            read_isr_replica: the deprecated name of ``read_replica``
+                (go-liftbridge's ``ReadISRReplica``).
             resume: resume the partition if it is paused.
             timeout: seconds ``subscribe`` may take to open the subscription
                 (its first handshake, retries included); None means the
@@ -101,12 +105,14 @@ class ReadMethods(AdminMethods):
         )
         check.stream_name(stream)
         check.partition(partition)
-        if handler is not None and not callable(handler):
-            raise ArgumentTypeError("handler must be callable or None")
-        for name, flag in (("read_isr_replica", read_isr_replica), ("resume", resume)):
+        check.callback(handler, arg="handler", shape="(message, error)")
+        read_replica = check.renamed(
+            read_replica, read_isr_replica, arg="read_replica", old="read_isr_replica"
+        )
+        for name, flag in (("read_replica", read_replica), ("resume", resume)):
             if not isinstance(flag, bool):
                 raise ArgumentTypeError(f"{name} must be a bool")
-        request = subscribe_request(stream, partition, start, stop, read_isr_replica, resume)
+        request = subscribe_request(stream, partition, start, stop, read_replica, resume)
         if start in (StartPosition.NEW_ONLY, StartPosition.LATEST):
             # Pin "new only" / "latest" to an offset now, so that a resubscribe
             # after a failover before the first message resumes exactly there
@@ -179,6 +185,7 @@ class ReadMethods(AdminMethods):
                 "read_stream's stop must not be None (it would never return): use "
                 "StopPosition.LATEST, an offset or a time, or subscribe() to follow a stream"
             )
+        subscribe_request(stream, 0, start, stop, False, False)  # checks both, sends nothing
         if partitions is None:
             info = self.fetch_metadata().get_stream(stream)
             if info is None:
@@ -321,6 +328,11 @@ class ReadMethods(AdminMethods):
         Raises:
             OffsetNotFoundError: the offset was removed by retention or
                 compaction, or is beyond the newest offset.
+            OffsetUnavailableError: the partition was written past the
+                offset but no message at or after it arrived within
+                ``timeout``: retention may have removed it and every later
+                one (Liftbridge v1.9.0 tells no oldest offset), or the leader
+                is slow. A :class:`DeadlineExceededError`.
             NotLeaderError: the partition has no leader.
             DeadlineExceededError: the read did not finish within ``timeout``.
             NoSuchPartitionError: the stream or partition does not exist.
@@ -357,6 +369,9 @@ class ReadMethods(AdminMethods):
 
         Raises:
             InvalidArgumentError: both limits given, or a bad value.
+            OffsetUnavailableError: nothing at or after ``start`` arrived
+                within ``timeout`` although ``start`` is not past the high
+                watermark (as in :meth:`get`).
             NotLeaderError, DeadlineExceededError, NoSuchPartitionError: as in :meth:`get`.
         """
         return _direct.get_batch(

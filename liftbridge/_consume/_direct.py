@@ -51,6 +51,7 @@ from liftbridge._errors import (
     LiftbridgeError,
     NotLeaderError,
     OffsetNotFoundError,
+    OffsetUnavailableError,
     PartitionPausedError,
     ServerError,
     StopPositionReached,
@@ -87,10 +88,13 @@ class Batch:
     broker: str | None
 
 
+_NO_TIME_LEFT = DeadlineExceededError("the read did not finish within its deadline")
+
+
 def _left(deadline: Deadline) -> float:
     left = deadline.remaining()
     if left <= 0:
-        raise DeadlineExceededError("the read did not finish within its deadline")
+        raise DeadlineExceededError(*_NO_TIME_LEFT.args)
     return left
 
 
@@ -110,6 +114,7 @@ def _scan(
     read_replica: bool,
     deadline: Deadline,
     take: Callable[[Message], bool],
+    opened: list[str] | None = None,
 ) -> _Scan:
     """Reads a partition from ``start`` on the calling thread until
     ``take(message)`` returns False or the stop position is reached. The gRPC
@@ -120,6 +125,9 @@ def _scan(
         DeadlineExceededError: the read did not end within the deadline.
         NotLeaderError: the partition has no leader within the deadline.
         PartitionPausedError: the partition is paused.
+
+    ``opened``, when given, gets the broker of each read the server took
+    (its handshake came back).
     """
     base = subscribe_request(stream, partition, start, stop, read_replica, False)
     target = Replica(stream, partition) if read_replica else Leader(stream, partition)
@@ -127,6 +135,7 @@ def _scan(
     floor = base.startOffset - 1 if base.startPosition == api_pb2.OFFSET else -1
     request = base
     broker: str | None = None
+    unreachable: UnavailableError | None = None  # the last failure to reach a broker
     attempt = 0
     while True:
         try:
@@ -136,6 +145,8 @@ def _scan(
             )
             try:
                 next(call)  # the empty handshake; errors arrive here
+                if opened is not None:
+                    opened.append(broker)  # the server took the start position
                 for pb in call:
                     if pb.offset <= floor:
                         continue
@@ -148,15 +159,24 @@ def _scan(
                 error = ConnectionLostError("the server ended the read during the handshake")
         except LiftbridgeError as e:
             error = e
+        if type(error) is UnavailableError:
+            unreachable = error
         if isinstance(error, StopPositionReached):
             return _Scan(broker, True)
         if router.closed:
             raise ClientClosedError("the client is closed") from error
         if isinstance(error, DeadlineExceededError) or deadline.expired:
+            about = f"the read of {stream!r} partition {partition}"
+            if unreachable is not None and isinstance(
+                error, (DeadlineExceededError, UnavailableError)
+            ):
+                where = broker or router.leader_address(stream, partition) or "its leader"
+                # The same class (a deadline stays a deadline), saying where and why.
+                raise type(error)(f"{about}: could not reach {where}: {unreachable}") from error
             if isinstance(error, (DeadlineExceededError, UnavailableError, ServerError)):
+                why = "" if error.args == _NO_TIME_LEFT.args else f" ({error})"
                 raise DeadlineExceededError(
-                    f"the read of {stream!r} partition {partition} did not finish within its "
-                    f"deadline ({error})"
+                    f"{about} did not finish within its deadline{why}"
                 ) from error
             raise error
         if not (resubscribable(error) or isinstance(error, ConnectionLostError)):
@@ -219,11 +239,13 @@ def get(
     _flag(read_replica, "read_replica")
     _require_leader(router, stream, partition, deadline)
     found: list[Message] = []
+    opened: list[str] = []
 
     def take(message: Message) -> bool:
         found.append(message)
         return False
 
+    begun = time.monotonic()
     try:
         # Stop at the newest offset: it always exists, so the read ends even
         # when ``offset`` itself was compacted away.
@@ -236,11 +258,18 @@ def get(
             read_replica=read_replica,
             deadline=deadline,
             take=take,
+            opened=opened,
         )
     except InvalidArgumentError as e:
         if "before start offset" in str(e):
             raise OffsetNotFoundError(stream, partition, offset, "beyond the newest offset") from e
         raise
+    except DeadlineExceededError as e:
+        # The server took the start (so not beyond the newest) and sent nothing.
+        if found or not opened:
+            raise
+        waited = time.monotonic() - begun
+        raise OffsetUnavailableError(stream, partition, offset, None, waited) from e
     if not found:
         raise OffsetNotFoundError(stream, partition, offset, "the partition is empty")
     if found[0].offset != offset:
@@ -304,16 +333,23 @@ def get_batch(
             count_limit is None or len(messages) < count_limit
         )
 
-    scan = _scan(
-        router,
-        stream,
-        partition,
-        start=start,
-        stop=high_watermark,
-        read_replica=read_replica,
-        deadline=deadline,
-        take=take,
-    )
+    begun = time.monotonic()
+    try:
+        scan = _scan(
+            router,
+            stream,
+            partition,
+            start=start,
+            stop=high_watermark,
+            read_replica=read_replica,
+            deadline=deadline,
+            take=take,
+        )
+    except DeadlineExceededError as e:
+        if messages:
+            raise
+        waited = time.monotonic() - begun
+        raise OffsetUnavailableError(stream, partition, start, high_watermark, waited) from e
     last = messages[-1].offset if messages else None
     pending = high_watermark - (start - 1 if last is None else last)
     return Batch(tuple(messages), pending, last, scan.broker)

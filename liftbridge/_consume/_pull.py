@@ -86,8 +86,7 @@ class PullConsumer:
         check.stream_name(stream)
         if not isinstance(read_replica, bool):
             raise ArgumentTypeError("read_replica must be a bool")
-        if on_stall is not None and not callable(on_stall):
-            raise ArgumentTypeError("on_stall must be callable or None")
+        check.callback(on_stall, arg="on_stall", shape="(stall)")
         if max_buffered_messages is not None and max_buffered_bytes is not None:
             raise InvalidArgumentError("give max_buffered_messages or max_buffered_bytes, not both")
         if max_buffered_bytes is not None:
@@ -199,7 +198,7 @@ class PullConsumer:
             buffer.handler(reader, generation),
             partition=reader.partition,
             start=start,
-            read_isr_replica=reader.read_replica,
+            read_replica=reader.read_replica,
         )
         with buffer.lock:
             if buffer.closed or reader.generation != generation:
@@ -348,10 +347,8 @@ class PullConsumer:
             A :class:`ConsumeHandle`: ``stop()`` discards what is buffered,
             ``drain()`` delivers it first; both then close this consumer.
         """
-        if not callable(handler):
-            raise ArgumentTypeError("handler must be callable")
-        if on_error is not None and not callable(on_error):
-            raise ArgumentTypeError("on_error must be callable or None")
+        check.callback(handler, arg="handler", shape="(message)", optional=False)
+        check.callback(on_error, arg="on_error", shape="(error)")
         with self._buffer.lock:
             self._check_usable()
             self._buffer.consuming = True
@@ -409,7 +406,8 @@ class PullConsumer:
         Returns:
             Partition to the offset stored.
         """
-        check.stream_name(cursor_id, arg="cursor_id")
+        check.identifier(cursor_id, arg="cursor_id")
+        check.optional_seconds(timeout, arg="timeout")
         stored: dict[int, int] = {}
         for partition, offset in self.position().items():
             if offset is not None:

@@ -32,6 +32,14 @@ class FromCursor:
     cursor_id: str
     otherwise: StartPosition | int = StartPosition.EARLIEST
 
+    def __post_init__(self) -> None:
+        check.identifier(self.cursor_id, arg="cursor_id")
+        if isinstance(self.otherwise, bool) or not isinstance(self.otherwise, (StartPosition, int)):
+            raise ArgumentTypeError(
+                "FromCursor's otherwise must be a StartPosition or an offset (int), "
+                f"got {type(self.otherwise).__name__}"
+            )
+
 
 Start = StartPosition | int | datetime | timedelta
 PullStart = Start | FromCursor
@@ -90,7 +98,7 @@ class PullSource(Protocol):
         partition: int = 0,
         start: Start = StartPosition.NEW_ONLY,
         stop: StopPosition | int | datetime | None = None,
-        read_isr_replica: bool = False,
+        read_replica: bool = False,
         resume: bool = False,
     ) -> Subscription: ...
 

@@ -25,6 +25,7 @@ from liftbridge._errors import (
     NoSuchStreamError,
     NotLeaderError,
     StreamExistsError,
+    naming,
 )
 from liftbridge_api import api_pb2
 
@@ -125,6 +126,11 @@ def create_stream_request(
     )
 
 
+def _only(partitions: list[int]) -> int | None:
+    """The partition a call was about, when it named exactly one."""
+    return partitions[0] if len(partitions) == 1 else None
+
+
 class Admin:
     """The admin RPCs over a router. Thread-safe (it holds nothing but the router)."""
 
@@ -161,14 +167,26 @@ class Admin:
     def delete_stream(self, name: str, deadline: Deadline) -> None:
         """DeleteStream (any broker)."""
         request = api_pb2.DeleteStreamRequest(name=name)
-        self._applied_once("DeleteStream", request, deadline, NoSuchStreamError)
+        try:
+            self._applied_once("DeleteStream", request, deadline, NoSuchStreamError)
+        except LiftbridgeError as e:
+            named = naming(e, name)
+            if named is e:
+                raise
+            raise named from e
 
     def pause_stream(
         self, name: str, partitions: list[int], resume_all: bool, deadline: Deadline
     ) -> None:
         """PauseStream (any broker); pausing twice is harmless, so it is idempotent."""
         request = api_pb2.PauseStreamRequest(name=name, partitions=partitions, resumeAll=resume_all)
-        self._router.call("PauseStream", request, deadline=deadline, idempotent=True)
+        try:
+            self._router.call("PauseStream", request, deadline=deadline, idempotent=True)
+        except LiftbridgeError as e:
+            named = naming(e, name, _only(partitions))
+            if named is e:
+                raise
+            raise named from e
 
     def set_stream_readonly(
         self, name: str, partitions: list[int], readonly: bool, deadline: Deadline
@@ -177,7 +195,13 @@ class Admin:
         request = api_pb2.SetStreamReadonlyRequest(
             name=name, partitions=partitions, readonly=readonly
         )
-        self._router.call("SetStreamReadonly", request, deadline=deadline, idempotent=True)
+        try:
+            self._router.call("SetStreamReadonly", request, deadline=deadline, idempotent=True)
+        except LiftbridgeError as e:
+            named = naming(e, name, _only(partitions))
+            if named is e:
+                raise
+            raise named from e
 
     def fetch_metadata(self, deadline: Deadline) -> Metadata:
         """The cluster's metadata, fetched now (the cache is refreshed with it)."""

@@ -7,6 +7,7 @@ so it is cheap, immutable and safe to share.
 
 from __future__ import annotations
 
+import codecs
 import html
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,53 @@ def show_bytes(data: bytes | None) -> str:
     if len(data) <= _BYTES_SHOWN:
         return repr(data)
     return f"{data[:_BYTES_SHOWN]!r}… ({len(data)} bytes)"
+
+
+def text_encoding(decode: object, *, arg: str = "decode") -> str | None:
+    """The ``decode=`` option of the message tables and frames: None (keys and
+    values stay bytes) or the name of a text codec (``"utf-8"``).
+
+    Raises:
+        ArgumentTypeError: not a str or None.
+        InvalidArgumentError: no such codec.
+    """
+    from liftbridge._errors import ArgumentTypeError, InvalidArgumentError
+
+    if decode is None:
+        return None
+    if not isinstance(decode, str):
+        raise ArgumentTypeError(
+            f"{arg} must be a codec name like 'utf-8' or None, got {type(decode).__name__}"
+        )
+    try:
+        info = codecs.lookup(decode)
+    except LookupError:
+        raise InvalidArgumentError(f"{arg}: no text codec named {decode!r}") from None
+    if not getattr(info, "_is_text_encoding", True):
+        raise InvalidArgumentError(f"{arg}: {decode!r} is not a text encoding")
+    return info.name
+
+
+def as_text(data: bytes | None, encoding: str) -> str | None:
+    """Bytes decoded as text; bytes that do not decode are shown as ``\\xNN``."""
+    return None if data is None else data.decode(encoding, errors="backslashreplace")
+
+
+def show_text(data: bytes | None, encoding: str) -> str:
+    """Bytes decoded as text, cut after ``_BYTES_SHOWN`` characters; ``-`` for None."""
+    text = as_text(data, encoding)
+    if text is None:
+        return "-"
+    if len(text) <= _BYTES_SHOWN:
+        return text
+    return f"{text[:_BYTES_SHOWN]}… ({len(data or b'')} bytes)"
+
+
+def fields_table(title: str, fields: Iterable[tuple[str, str]]) -> Table:
+    """A value object's fields as a two-column table (its ``_repr_html_``);
+    each value string is cut after 200 characters."""
+    rows = tuple((name, text if len(text) <= 200 else f"{text[:200]}…") for name, text in fields)
+    return Table(title=title, columns=("field", "value"), rows=rows)
 
 
 @dataclass(frozen=True)
@@ -97,12 +145,17 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
-def messages_table(messages: Iterable[Message], *, limit: int = 50) -> Table:
+def messages_table(
+    messages: Iterable[Message], *, limit: int = 50, decode: str | None = None
+) -> Table:
     """A table of messages for a notebook or a terminal: one row per message.
 
     Args:
         messages: the messages, e.g. a list read from a subscription.
         limit: most rows shown; the note says how many were left out.
+        decode: show keys, values and headers as text in this encoding
+            (``"utf-8"``) instead of bytes literals; bytes that do not decode
+            show as ``\\xNN``. None (default): bytes.
 
     Returns:
         A :class:`Table` with stream, partition, offset, time, key, value and
@@ -111,23 +164,29 @@ def messages_table(messages: Iterable[Message], *, limit: int = 50) -> Table:
 
     Raises:
         ArgumentTypeError: ``messages`` holds something that is not a Message.
-        InvalidArgumentError: ``limit`` is below 1.
+        InvalidArgumentError: ``limit`` is below 1, or ``decode`` names no
+            text codec.
     """
     from liftbridge._core import _validate as check
     from liftbridge._core._messages import checked_messages
 
     check.positive_int(limit, arg="limit")
+    encoding = text_encoding(decode)
     items = checked_messages(messages)
+
+    def show(data: bytes | None) -> str:
+        return show_bytes(data) if encoding is None else show_text(data, encoding)
+
     rows = tuple(
         (
             m.stream,
             str(m.partition),
             str(m.offset),
             show_datetime(m.timestamp),
-            show_bytes(m.key),
-            show_bytes(m.value),
+            show(m.key),
+            show(m.value),
             ", ".join(
-                f"{name}={show_bytes(value)}"
+                f"{name}={show(value)}"
                 for name, value in m.headers.items()
                 if name not in _SERVER_HEADERS
             ),

@@ -14,7 +14,7 @@ The server stores the Message of a publish envelope received on a stream's
 subject (key, value, headers) and sends an ack envelope to its ``ackInbox``.
 The Message's ``offset`` field carries the expected offset for streams with
 optimistic concurrency control (the server's own Publish RPC puts it there),
-with -1 meaning "no expectation": :func:`new_message` always sets it.
+with -1 meaning "no expectation": :func:`encode_message` always sets it.
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def decode_envelope(data: Any, expected: EnvelopeType) -> bytes:
     return payload
 
 
-def new_message(
+def encode_message(
     value: BytesLike,
     *,
     key: BytesLike | None = None,
@@ -164,7 +164,7 @@ def new_message(
     Publishing this on the subject of a stream partition stores the message
     with its key and headers, and (unless ``ack_policy`` is NONE) makes the
     server publish an ack envelope to ``ack_inbox``; read it with
-    :func:`unmarshal_ack`. Pure function; thread-safe.
+    :func:`decode_ack`. Pure function; thread-safe.
 
     Args:
         value: the message payload.
@@ -204,8 +204,8 @@ def new_message(
     return encode_envelope(EnvelopeType.MESSAGE, message.SerializeToString(), crc=crc)
 
 
-def unmarshal_message(data: bytes) -> Message:
-    """Reads a publish envelope, as built by :func:`new_message`.
+def decode_message(data: bytes) -> Message:
+    """Reads a publish envelope, as built by :func:`encode_message`.
 
     Nothing has been stored yet, so the returned message's ``offset`` is the
     offset the publisher expects it to land at, or -1 for none; ``stream``,
@@ -226,7 +226,7 @@ def unmarshal_message(data: bytes) -> Message:
     return message_from_proto(_parse(api_pb2.Message(), payload, "Message"))
 
 
-def unmarshal_ack(data: bytes) -> Ack:
+def decode_ack(data: bytes) -> Ack:
     """Reads an ack envelope, as the server publishes to a message's ack inbox.
 
     A refusal by the server (a wrong expected offset, a message too large) is
@@ -307,3 +307,10 @@ def _expected_offset(value: Any) -> int:
     if value < 0:
         raise InvalidArgumentError(f"expected_offset must be >= 0 or None, got {value}")
     return _validate.int64(value, arg="expected_offset")
+
+
+# go-liftbridge's names, kept for code written against them (the public ones
+# are deprecated aliases in liftbridge/__init__.py, for one release).
+new_message = encode_message
+unmarshal_message = decode_message
+unmarshal_ack = decode_ack

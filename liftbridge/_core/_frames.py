@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from liftbridge._core._display import as_text, text_encoding
 from liftbridge._core._messages import Message, checked_messages
 from liftbridge._errors import MissingDependencyError
 
@@ -31,16 +32,22 @@ COLUMNS = (
 """The columns of both frames, in order. ``timestamp`` is UTC with nanoseconds."""
 
 
+def _text(data: bytes | None, encoding: str | None) -> bytes | str | None:
+    return data if encoding is None else as_text(data, encoding)
+
+
 def _checked(messages: Iterable[Message]) -> list[Message]:
     return checked_messages(messages)
 
 
-def messages_to_arrow(messages: Iterable[Message]) -> pyarrow.Table:
+def messages_to_arrow(messages: Iterable[Message], *, decode: str | None = None) -> pyarrow.Table:
     """The messages as a ``pyarrow.Table``, one row each, columns :data:`COLUMNS`.
 
     Types: ``partition`` int32, ``offset`` int64, ``timestamp``
     ``timestamp[ns, tz=UTC]`` (exact), ``key`` and ``value`` binary (key null
     when absent), ``headers`` ``map<string, binary>``, the rest strings.
+    With ``decode="utf-8"`` (any text codec) ``key``, ``value`` and the
+    header values are strings instead (bytes that do not decode as ``\\xNN``).
 
     Raises:
         MissingDependencyError: pyarrow is not installed
@@ -53,16 +60,18 @@ def messages_to_arrow(messages: Iterable[Message]) -> pyarrow.Table:
         raise MissingDependencyError(
             "messages_to_arrow needs pyarrow: pip install 'liftbridge[arrow]'"
         ) from e
+    encoding = text_encoding(decode)
     items = _checked(messages)
+    data = pa.binary() if encoding is None else pa.string()
     schema = pa.schema(
         [
             ("stream", pa.string()),
             ("partition", pa.int32()),
             ("offset", pa.int64()),
             ("timestamp", pa.timestamp("ns", tz="UTC")),
-            ("key", pa.binary()),
-            ("value", pa.binary()),
-            ("headers", pa.map_(pa.string(), pa.binary())),
+            ("key", data),
+            ("value", data),
+            ("headers", pa.map_(pa.string(), data)),
             ("subject", pa.string()),
             ("reply_subject", pa.string()),
         ]
@@ -72,9 +81,9 @@ def messages_to_arrow(messages: Iterable[Message]) -> pyarrow.Table:
         [m.partition for m in items],
         [m.offset for m in items],
         [m.timestamp_ns for m in items],
-        [m.key for m in items],
-        [m.value for m in items],
-        [list(m.headers.items()) for m in items],
+        [_text(m.key, encoding) for m in items],
+        [_text(m.value, encoding) for m in items],
+        [[(k, _text(v, encoding)) for k, v in m.headers.items()] for m in items],
         [m.subject for m in items],
         [m.reply_subject for m in items],
     ]
@@ -84,11 +93,15 @@ def messages_to_arrow(messages: Iterable[Message]) -> pyarrow.Table:
     )
 
 
-def messages_to_pandas(messages: Iterable[Message]) -> pandas.DataFrame:
+def messages_to_pandas(
+    messages: Iterable[Message], *, decode: str | None = None
+) -> pandas.DataFrame:
     """The messages as a ``pandas.DataFrame``, one row each, columns :data:`COLUMNS`.
 
     ``timestamp`` is ``datetime64[ns, UTC]`` (exact); ``key`` and ``value``
-    hold ``bytes`` (key ``None`` when absent); ``headers`` holds dicts.
+    hold ``bytes`` (key ``None`` when absent); ``headers`` holds dicts. With
+    ``decode="utf-8"`` (any text codec) keys, values and header values are
+    ``str`` instead (bytes that do not decode as ``\\xNN``).
 
     Raises:
         MissingDependencyError: pandas is not installed
@@ -101,6 +114,7 @@ def messages_to_pandas(messages: Iterable[Message]) -> pandas.DataFrame:
         raise MissingDependencyError(
             "messages_to_pandas needs pandas: pip install 'liftbridge[pandas]'"
         ) from e
+    encoding = text_encoding(decode)
     items = _checked(messages)
     frame = pd.DataFrame(
         {
@@ -110,9 +124,12 @@ def messages_to_pandas(messages: Iterable[Message]) -> pandas.DataFrame:
             "timestamp": pd.to_datetime(
                 pd.Series([m.timestamp_ns for m in items], dtype="int64"), unit="ns", utc=True
             ),
-            "key": pd.Series([m.key for m in items], dtype=object),
-            "value": pd.Series([m.value for m in items], dtype=object),
-            "headers": pd.Series([dict(m.headers) for m in items], dtype=object),
+            "key": pd.Series([_text(m.key, encoding) for m in items], dtype=object),
+            "value": pd.Series([_text(m.value, encoding) for m in items], dtype=object),
+            "headers": pd.Series(
+                [{k: _text(v, encoding) for k, v in m.headers.items()} for m in items],
+                dtype=object,
+            ),
             "subject": pd.Series([m.subject for m in items], dtype=object),
             "reply_subject": pd.Series([m.reply_subject for m in items], dtype=object),
         },

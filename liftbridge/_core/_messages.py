@@ -6,6 +6,7 @@ Protobufs are converted here, at the boundary; user code only sees these.
 from __future__ import annotations
 
 import enum
+import html
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import FrozenInstanceError
 from datetime import UTC, datetime
@@ -48,6 +49,11 @@ def _bounded(value: object) -> str:
     return repr(value)
 
 
+def _cut(text: str, limit: int = 400) -> str:
+    """A cell of the HTML table, at most ``limit`` characters."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
 class _WireValue:
     """What Message and Ack share: a protobuf-backed value that behaves like a
     frozen dataclass. Subclasses list their fields in ``_fields``, in
@@ -61,6 +67,14 @@ class _WireValue:
     def __repr__(self) -> str:
         fields = ", ".join(f"{name}={_bounded(value)}" for name, value in self._fields().items())
         return f"{type(self).__name__}({fields})"
+
+    def _repr_html_(self) -> str:
+        """The fields as an HTML table for notebooks, escaped and bounded like the repr."""
+        rows = "".join(
+            f"<tr><th>{html.escape(name)}</th><td>{html.escape(_cut(_bounded(value)))}</td></tr>"
+            for name, value in self._fields().items()
+        )
+        return f"<div><strong>{type(self).__name__}</strong><table>{rows}</table></div>"
 
     def __reduce__(self) -> tuple[type[Self], tuple[object, ...]]:
         return type(self), tuple(self._fields().values())

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar, overload
 
-from liftbridge._core._display import Table, join, show_datetime, timestamp_ns_to_datetime
+from liftbridge._core._display import (
+    Table,
+    fields_table,
+    join,
+    show_datetime,
+    timestamp_ns_to_datetime,
+)
 from liftbridge_api import api_pb2
 
 K = TypeVar("K")
@@ -395,6 +401,11 @@ class PartitionMetadata:
     messages_received: EventTimestamps
     paused_changed: EventTimestamps
     readonly_changed: EventTimestamps
+
+    def _repr_html_(self) -> str:
+        """The fields as an HTML table for notebooks (each value cut at 200 characters)."""
+        fields = ((f, repr(getattr(self, f))) for f in self.__dataclass_fields__)
+        return fields_table(f"PartitionMetadata {self.stream!r} [{self.id}]", fields)._repr_html_()
 
 
 def _stamps(pb: api_pb2.PartitionEventTimestamps) -> EventTimestamps:

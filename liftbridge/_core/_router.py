@@ -47,6 +47,7 @@ from liftbridge._errors import (
     NoSuchStreamError,
     NotLeaderError,
     UnavailableError,
+    unreached,
 )
 from liftbridge._transport._channels import (
     DEFAULT_KEEPALIVE,
@@ -213,7 +214,7 @@ class Router:
                 break
             time.sleep(min(deadline.remaining(), 0.1 * rounds))
         detail = "; ".join(f"{seed}: {why}" for seed, why in failures.items())
-        raise UnavailableError(f"no Liftbridge broker answered within {timeout:g}s: {detail}")
+        raise UnavailableError(f"could not reach {', '.join(seeds)} within {timeout:g}s: {detail}")
 
     def _store(self, metadata: Metadata) -> Metadata:
         self._generation += 1
@@ -267,7 +268,7 @@ class Router:
                 self.answered(address)
                 return self._store(metadata_from_proto(response))
             assert last is not None
-            raise last
+            raise unreached(last, "FetchMetadata", dict.fromkeys(order, last)) from last.__cause__
         finally:
             self._refresh_lock.release()
 
@@ -476,6 +477,7 @@ class Router:
         """
         partition_target = isinstance(target, (Leader, Replica))
         tried: list[str] = []  # the address of the last attempt
+        unreachable: dict[str, BaseException] = {}  # brokers that could not be reached
 
         def attempt() -> Any:
             address = self.address(target, deadline)
@@ -486,6 +488,7 @@ class Router:
 
         def rotate(error: BaseException) -> None:
             if tried and isinstance(error, (UnavailableError, DeadlineExceededError)):
+                unreachable.update({tried[0]: error} if type(error) is UnavailableError else {})
                 self.failed(tried[0], error)
             else:
                 self.next_broker(error)
@@ -519,14 +522,17 @@ class Router:
                     if partition_target or isinstance(target, BrokerId):
                         self.refresh_quietly(Deadline(deadline.remaining()))
                 raise
-        return _retry.call(
-            self._retry_policy,
-            attempt,
-            retry_if=worth_retrying,
-            before_retry=before_retry,
-            describe=method,
-            deadline=deadline.expires,
-        )
+        try:
+            return _retry.call(
+                self._retry_policy,
+                attempt,
+                retry_if=worth_retrying,
+                before_retry=before_retry,
+                describe=method,
+                deadline=deadline.expires,
+            )
+        except (UnavailableError, DeadlineExceededError) as e:
+            raise unreached(e, method, unreachable, tried[0] if tried else None) from e.__cause__
 
     def open_stream(
         self,

@@ -26,8 +26,10 @@ guard, so it refuses everything the server cannot store:
 
 from __future__ import annotations
 
+import inspect
 import math
 import time
+import warnings
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -369,9 +371,9 @@ def address(value: Any, *, arg: str = "addresses") -> str:
         raise ArgumentTypeError(f"{arg} must hold 'host:port' str, got {_type_name(value)}")
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isascii() or not port.isdigit():
-        raise InvalidArgumentError(f"address {value!r} is not of the form 'host:port'")
+        raise InvalidArgumentError(f"{arg}: address {value!r} is not of the form 'host:port'")
     if not 1 <= int(port) <= 65535:
-        raise InvalidArgumentError(f"address {value!r}: the port must be from 1 to 65535")
+        raise InvalidArgumentError(f"{arg}: address {value!r}: the port must be from 1 to 65535")
     text(value, arg=arg)
     printable(value, arg)
     return value
@@ -417,3 +419,38 @@ def message_size(request: _Protobuf, *, limit: int) -> None:
             "(the server's clustering.replication.max.bytes and NATS max_payload); "
             "nothing was sent"
         )
+
+
+def callback(value: Any, *, arg: str, shape: str, optional: bool = True) -> Any:
+    """A callable that takes the positional arguments ``shape`` names, e.g.
+    ``"(message, error)"``: a handler of the wrong arity fails here, when it
+    is passed, not later in a log line from the thread that calls it. A
+    callable whose signature Python cannot read (some builtins) is accepted."""
+    if value is None and optional:
+        return None
+    if isinstance(value, (str, bytes, bytearray)) or not callable(value):
+        allowed = "a callable or None" if optional else "a callable"
+        raise ArgumentTypeError(f"{arg} must be {allowed} {shape}, got {_type_name(value)}")
+    count = len([part for part in shape.strip("()").split(",") if part.strip()])
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):
+        return value
+    try:
+        signature.bind(*([None] * count))
+    except TypeError as e:
+        raise ArgumentTypeError(
+            f"{arg} must take {count} positional argument(s) {shape}; "
+            f"{getattr(value, '__qualname__', _type_name(value))}{signature} does not ({e})"
+        ) from None
+    return value
+
+
+def renamed(value: Any, old_value: Any, *, arg: str, old: str) -> Any:
+    """The value of an option that has a deprecated second name: ``old_value``
+    (with a DeprecationWarning pointing at the caller's caller) when the old
+    name was given, else ``value``."""
+    if old_value is None:
+        return value
+    warnings.warn(f"{old} is deprecated: use {arg}", DeprecationWarning, stacklevel=3)
+    return old_value

@@ -96,6 +96,27 @@ class Commits:
         except LiftbridgeError as e:
             _log.warning("commit of %s in group %s failed: %s", entry.tp, self._group_id, e)
 
+    def release(self, entry: Assigned, *, final: bool) -> None:
+        """A partition let go: commits (as :meth:`quietly`), then marks it
+        released at the group epoch that gave it on, which ends the gaining
+        member's wait for this final commit (see :meth:`Assigned.handed_over`).
+        No mark when the commit failed: the gainer then waits its bound."""
+        if self._router.closed:
+            return
+        budget = self._heart.budget()
+        try:
+            if final:
+                self.durable(entry, None)
+            else:
+                entry.commit(
+                    lambda tp, offset: self._session.set_cursor(tp, offset, budget), wait=budget
+                )
+            # Leaving makes the next epoch, the one that gives the partition on.
+            epoch = self._heart.target_epoch + (1 if final else 0)
+            self._session.mark_released(entry.tp, epoch, budget)
+        except LiftbridgeError as e:
+            _log.warning("commit of %s in group %s failed: %s", entry.tp, self._group_id, e)
+
     def all(self) -> None:
         """Commits every held partition, heartbeating between them."""
         for entry in self._held():

@@ -229,13 +229,9 @@ class Consumer:
             raise InvalidArgumentError("pin_timeout and on_pin need pinned=True")
         if pinned and (min_pending is not None or min_ack_pending is not None):
             raise InvalidArgumentError("a pinned member cannot be an overflow member")
-        for name, callback in (
-            ("on_assigned", on_assigned),
-            ("on_revoked", on_revoked),
-            ("on_pin", on_pin),
-        ):
-            if callback is not None and not callable(callback):
-                raise ArgumentTypeError(f"{name} must be callable or None")
+        check.callback(on_assigned, arg="on_assigned", shape="(partitions)")
+        check.callback(on_revoked, arg="on_revoked", shape="(partitions)")
+        check.callback(on_pin, arg="on_pin", shape="(event)")
         self._router = router
         self._cursors = cursors
         self._options = MemberOptions(
@@ -329,8 +325,7 @@ class Consumer:
             ClientClosedError: the consumer or the client was closed.
         """
         names = stream_list(streams)
-        if handler is not None and not callable(handler):
-            raise ArgumentTypeError("handler must be callable or None")
+        check.callback(handler, arg="handler", shape="(message, error)")
         with self._lock:
             if self.closed or self._router.closed:
                 raise ClientClosedError(
@@ -381,6 +376,7 @@ class Consumer:
             ClientClosedError: the consumer is closed.
             LiftbridgeError: a commit failed (others may have succeeded).
         """
+        check.optional_seconds(timeout, arg="timeout")
         if self._state is _State.CLOSED:
             raise ClientClosedError("the consumer is closed")
         pull = self._pull
@@ -455,6 +451,7 @@ class Consumer:
             InvalidArgumentError: called before :meth:`subscribe`.
             LiftbridgeError: a partition's metadata or cursor could not be read.
         """
+        check.optional_seconds(timeout, arg="timeout")
         member = self._member
         if member is None:
             raise InvalidArgumentError("backlog() needs subscribe() first")

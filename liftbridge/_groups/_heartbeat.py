@@ -139,6 +139,41 @@ class Heartbeat:
                 return None
         return error
 
+    def still_member(self) -> bool | None:
+        """After the membership was forgotten on "not a member", asks the
+        group's coordinator once more whether it stands (a lagging broker can
+        say "not a member" of a member the group still has).
+
+        Returns:
+            True when it stands (it is taken up again); False when the group
+            confirms the member is gone (expired, or the group deleted); None
+            when that is unknown for now (no answer).
+        """
+        last = self._last
+        if last is None:
+            return False
+        try:
+            info = self._session.group_info(self.budget(), last.coordinator)
+        except LiftbridgeError as e:
+            _log.debug("group metadata of %s unavailable: %s", self._group_id, e)
+            return None
+        if info is None:
+            return False
+        timeouts = last.consumer_timeout, last.coordinator_timeout
+        m = Membership(last.consumer_id, *info, *timeouts)
+        try:
+            target, epoch = self._session.fetch_assignments(m, self.budget())
+        except LiftbridgeError as e:
+            if classify(e) in (Refusal.NOT_MEMBER, Refusal.NO_GROUP):
+                return False
+            _log.debug("membership check in group %s failed: %s", self._group_id, e)
+            return None
+        m.epoch = epoch
+        self.joined(m)
+        self.target, self.target_epoch = target, epoch
+        self.due = time.monotonic() + m.heartbeat_interval
+        return True
+
     def left(self) -> Membership | None:
         """Forgets the membership (after leaving or expiry); returns it."""
         m, self.membership = self.membership, None

@@ -400,9 +400,12 @@ class GroupMember:
         # A member that gave the pin up for a stuck handler waits for it to
         # return before it stands again.
         self._abandoned = [e for e in self._abandoned if e.handling_since is not None]
-        if pin.tend(self._consumer_id, may_join=not self._abandoned):
-            _log.info("%s gives up the pin of %s: unpinned", self._consumer_id, self._group_id)
-            self._give_up_pin(pin, UnpinReason.ADMIN)
+        reason = pin.tend(self._consumer_id, may_join=not self._abandoned)
+        if reason is not None:
+            _log.info(
+                "%s gives up the pin of %s: %s", self._consumer_id, self._group_id, reason.value
+            )
+            self._give_up_pin(pin, reason)
             return
         want = pin.state.pinned
         if want != self._want_member:
@@ -469,11 +472,12 @@ class GroupMember:
         gained = tuple(sorted(target - held))
         m = self._heart.membership
         if gained and m is not None:
-            handover_until = time.monotonic() + m.heartbeat_interval + _HANDOVER_MARGIN
+            until = time.monotonic() + m.heartbeat_interval + _HANDOVER_MARGIN
+            epoch, pulled = self._heart.target_epoch, self._pull is not None
             with self._lock:
                 for tp in gained:
                     self._held[tp] = Assigned(
-                        tp, handover_until=handover_until, pulled=self._pull is not None
+                        tp, handover_until=until, handover_epoch=epoch, pulled=pulled
                     )
             _log.info("%s assigned %s", self._consumer_id, [str(tp) for tp in gained])
             self._delivery.callback("on_assigned", self._options.on_assigned, gained)
@@ -515,10 +519,9 @@ class GroupMember:
         tp, budget = entry.tp, self._heart.budget()
         try:
             committed = self._session.fetch_cursor(tp, budget)
+            hw, marked = self._session.partition_offsets, self._session.released_epoch
             if not entry.handed_over(
-                committed,
-                lambda: self._session.partition_offsets(tp, budget)[0],
-                time.monotonic(),
+                committed, lambda: hw(tp, budget)[0], lambda: marked(tp, budget), time.monotonic()
             ):
                 entry.retry_at = time.monotonic() + _HANDOVER_POLL
                 return
@@ -593,4 +596,4 @@ class GroupMember:
         _log.info("%s revoked %s", self._consumer_id, [str(tp) for tp in lost])
         self._delivery.callback("on_revoked", self._options.on_revoked, lost)
         for entry in dropped:
-            self._commits.quietly(entry, final=final)
+            self._commits.release(entry, final=final)

@@ -176,10 +176,18 @@ class Assigned:
     handover_until: float | None = None
     """While set, the first reading waits (until this ``time.monotonic()``
     at the latest) for the previous owner's final commit."""
-    handover_from: int | None = None
-    """The group's cursor when the wait for the hand-over began."""
+    handover_epoch: int = 0
+    """The group epoch of the assignment that gave this member the partition."""
+    handover_checked: bool = False
+    """Set after the first check of the hand-over."""
 
-    def handed_over(self, committed: int, high_watermark: Callable[[], int], now: float) -> bool:
+    def handed_over(
+        self,
+        committed: int,
+        high_watermark: Callable[[], int],
+        released: Callable[[], int],
+        now: float,
+    ) -> bool:
         """Whether the first reading may start: the previous owner, if any,
         has committed its last progress, or cannot have any left.
 
@@ -187,24 +195,26 @@ class Assigned:
         notices the rebalance (when the server ends its reading, or at its
         next heartbeat), which is after the gaining member learned of it;
         reading from the cursor at once would handle again everything the
-        loser handled since its previous commit. So the gainer waits,
-        checking the cursor, until it moves (the loser's final commit), or it
-        already covers every message (nothing to hand over), or
-        ``handover_until`` passes (no previous owner, or one that died: it
-        left nothing newer).
+        loser handled since its previous commit. The cursor moving is no
+        sign of that final commit (the loser's periodic commits move it
+        too), so the loser marks the partition released, with the epoch it
+        did so in, after its final commit; the gainer waits for a mark of its
+        own assignment's epoch or later, or for the cursor to cover every
+        message (nothing to hand over), or for ``handover_until`` (no
+        previous owner, or one that died or lagged an epoch behind: it left
+        nothing newer, or its commit is in the cursor by then).
 
         Args:
             committed: the group's cursor, just fetched.
             high_watermark: fetches the partition's high watermark.
+            released: fetches the epoch of the partition's last release mark.
             now: ``time.monotonic()``.
         """
         if self.handover_until is None:
             return True
-        if self.handover_from is None:
-            self.handover_from = committed
-            done = committed >= high_watermark()
-        else:
-            done = committed != self.handover_from
+        done = not self.handover_checked and committed >= high_watermark()
+        self.handover_checked = True
+        done = done or released() >= self.handover_epoch
         if done or now >= self.handover_until:
             self.handover_until = None
             return True

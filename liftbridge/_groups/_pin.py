@@ -10,7 +10,10 @@ every stream, however many there are. The election group's heartbeats make
 the pin move when its holder dies (expiry); a holder gives it up on purpose
 by leaving the election and joining it again under a new id, which sorts
 last (:meth:`Consumer.release`, an operator's :meth:`Client.unpin`, or a
-handler that did not return within ``pin_timeout``).
+handler that did not return within ``pin_timeout``). A holder whose election
+membership expired (frozen past the consumer timeout, cut off) does the same
+once the group confirms the expiry: it never rejoins under its old id, which
+would take the pin back from the member that took over.
 
 An operator's unpin is a counter in the cursor ``__pin:<group id>`` of the
 ``__cursors`` stream's partition 0 (a stream every server with cursors has):
@@ -209,40 +212,74 @@ class PinElection:
             return self._next_join
         return min(self._heart.due, self._next_unpin_check if self.state.pinned else 1e18)
 
-    def tend(self, consumer_id: str, may_join: bool) -> bool:
+    def tend(self, consumer_id: str, may_join: bool) -> UnpinReason | None:
         """One turn: joins (when ``may_join``), heartbeats, and follows the pin.
 
         Returns:
-            True when an operator asked for an unpin (the caller gives the pin up).
+            ADMIN when an operator asked for an unpin; LOST when this member
+            held the pin and the group confirms its election membership is
+            gone (it expired: frozen, cut off). Either way the caller gives
+            the pin up and stands again under a new id, which sorts after
+            the member that took the pin over (record 003: the old client
+            clears its id and pulls as a standby). None otherwise.
         """
         now = time.monotonic()
-        if self._heart.membership is None and may_join and now >= self._next_join:
-            error = self._heart.join(consumer_id)
-            if error is not None:
-                self._next_join = now + _JOIN_RETRY
-                if classify(error) not in (Refusal.GROUP_EXISTS, Refusal.NO_GROUP):
-                    _log.warning("%s could not join the pin election: %s", consumer_id, error)
-        self._heart.keepalive()
-        holds = self._heart.membership is not None and self._token in self._heart.target
+        heart = self._heart
+        idle = heart.membership is None and not self.state.pinned
+        if idle and may_join and now >= self._next_join:
+            self._join(consumer_id, now)
+        heart.keepalive()
+        if heart.membership is None and self.state.pinned:
+            return self._confirm_loss(consumer_id, now)
+        holds = heart.membership is not None and self._token in heart.target
         if holds and not self.state.pinned:
             try:
                 self._baseline = self._unpin_count()
             except LiftbridgeError as e:
                 _log.info("unpin counter of group %s unreadable (%s); later", self._group_id, e)
-                return False
+                return None
             self._pinned(consumer_id)
         elif not holds and self.state.pinned:
+            # Still a member, but the server gave partition 0 to another.
             _log.warning("%s lost the pin of group %s", consumer_id, self._group_id)
             self._unpinned(UnpinReason.LOST)
         elif holds and now >= self._next_unpin_check:
-            m = self._heart.membership
+            m = heart.membership
             assert m is not None
             self._next_unpin_check = now + m.heartbeat_interval
             try:
-                return self._unpin_count() > self._baseline
+                if self._unpin_count() > self._baseline:
+                    return UnpinReason.ADMIN
             except LiftbridgeError as e:
                 _log.debug("unpin counter of group %s unreadable: %s", self._group_id, e)
-        return False
+        return None
+
+    def _join(self, consumer_id: str, now: float) -> None:
+        error = self._heart.join(consumer_id)
+        if error is not None:
+            self._next_join = now + _JOIN_RETRY
+            if classify(error) not in (Refusal.GROUP_EXISTS, Refusal.NO_GROUP):
+                _log.warning("%s could not join the pin election: %s", consumer_id, error)
+
+    def _confirm_loss(self, consumer_id: str, now: float) -> UnpinReason | None:
+        """The pinned member heard "not a member": LOST once the group
+        confirms it (never rejoining under the old id, which sorts first and
+        would take the pin back); the membership taken up again when it
+        stands; asked again later when unknown."""
+        if now < self._next_join:
+            return None
+        stands = self._heart.still_member()
+        if stands is None:
+            self._next_join = now + _JOIN_RETRY
+            return None
+        if stands:
+            return None
+        _log.warning(
+            "%s lost the pin of group %s: its membership expired; it stands again as a standby",
+            consumer_id,
+            self._group_id,
+        )
+        return UnpinReason.LOST
 
     def resign(self, reason: UnpinReason, *, leave: bool = True) -> None:
         """Gives the pin up (if held) and leaves the election.

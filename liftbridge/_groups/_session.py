@@ -26,6 +26,7 @@ from liftbridge._groups._values import (
     group_backlog,
     group_cursor_id,
     group_position_id,
+    group_release_id,
 )
 from liftbridge_api import api_pb2
 
@@ -80,6 +81,7 @@ class GroupSession:
         self._streams = list(streams)
         self._cursor_id = group_cursor_id(group_id)
         self._position_id = group_position_id(group_id)
+        self._release_id = group_release_id(group_id)
 
     def _once(self, method: str, request: Any, timeout: float, target: Any = None) -> Any:
         """One attempt of an RPC within ``timeout`` seconds."""
@@ -186,6 +188,18 @@ class GroupSession:
         self._cursors.set(
             cursor_id, tp.stream, tp.partition, offset, Deadline(timeout), retry=False
         )
+
+    def mark_released(self, tp: StreamPartition, epoch: int, timeout: float) -> None:
+        """Marks a partition let go at group epoch ``epoch`` (after the final commit)."""
+        deadline = Deadline(timeout)
+        self._cursors.set(self._release_id, tp.stream, tp.partition, epoch, deadline, retry=False)
+
+    def released_epoch(self, tp: StreamPartition, timeout: float) -> int:
+        """The epoch at which a member last let the partition go; -1 when never."""
+        epoch = self._cursors.fetch(
+            self._release_id, tp.stream, tp.partition, Deadline(timeout), retry=False
+        )
+        return -1 if epoch is None else epoch
 
     def partition_offsets(self, tp: StreamPartition, timeout: float) -> tuple[int, int]:
         """``(high_watermark, newest_offset)`` of a partition, from its leader."""

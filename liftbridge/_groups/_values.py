@@ -74,6 +74,17 @@ def group_position_id(group_id: str) -> str:
     return GROUP_POSITION_PREFIX + group_id
 
 
+GROUP_RELEASE_PREFIX = "__group-released:"
+"""Cursor ids of the hand-over markers: a member that let a partition go
+writes, after its final commit, the group epoch it did so in to the cursor
+``__group-released:<group id>`` of that partition."""
+
+
+def group_release_id(group_id: str) -> str:
+    """The cursor id under which members mark partitions they let go."""
+    return GROUP_RELEASE_PREFIX + group_id
+
+
 OVERFLOW_ID_PREFIX = "~overflow-"
 """Generated ids of overflow members start with this: ``~`` sorts after every
 character of a generated regular id (and after letters and digits)."""

@@ -13,8 +13,7 @@ from typing import Literal, Unpack, overload
 from liftbridge._core._client_api import ClientBase
 from liftbridge._core._messages import Ack, AckPolicy
 from liftbridge._core._validate import BytesLike
-from liftbridge._errors import ArgumentTypeError
-from liftbridge._publish._options import ClientPublishOptions
+from liftbridge._publish._options import ClientPublishOptions, check_ack_handler
 from liftbridge._publish._publisher import AckHandler
 from liftbridge._publish._publishing import Publishing, check_future
 
@@ -98,8 +97,7 @@ class PublishMethods(ClientBase):
             PublishWindowFullError: the in-flight window stayed full.
             ClientClosedError: the client is closed.
         """
-        if ack_handler is not None and not callable(ack_handler):
-            raise ArgumentTypeError("ack_handler must be callable or None")
+        check_ack_handler(ack_handler)
         check_future(future, ack_handler, ack_policy)
         self._check_open()
         request = self._publishing.request(stream, value, ack_policy, options, "publish_async")

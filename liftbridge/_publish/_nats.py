@@ -129,7 +129,8 @@ class NatsPublisher:
             supported.
         ack_inbox: the NATS subject acks are sent to; ``None`` for a fresh
             ``_INBOX.<random>`` subject.
-        ack_timeout: default seconds to wait for an ack.
+        ack_wait: default seconds to wait for an ack (``Client``'s name).
+        ack_timeout: the deprecated name of ``ack_wait``.
         connect_timeout: seconds to wait for the server when connecting; also
             pynats2's socket timeout.
         crc: add a CRC-32C to every envelope; the server checks it and drops
@@ -148,13 +149,15 @@ class NatsPublisher:
         url: str,
         *,
         ack_inbox: str | None = None,
-        ack_timeout: float = 5.0,
+        ack_wait: float = 5.0,
         connect_timeout: float = 5.0,
         crc: bool = False,
+        ack_timeout: float | None = None,
     ) -> None:
         host, port, url = _pynats.parse_url(url)
         self._where = f"{host}:{port}"
-        self._ack_timeout = _validate.seconds(ack_timeout, arg="ack_timeout")
+        wait = _validate.renamed(ack_wait, ack_timeout, arg="ack_wait", old="ack_timeout")
+        self._ack_timeout = _validate.seconds(wait, arg="ack_wait")
         connect_timeout = _validate.seconds(connect_timeout, arg="connect_timeout")
         if not isinstance(crc, bool):
             raise ArgumentTypeError(f"crc must be a bool, got {type(crc).__name__}")
@@ -253,7 +256,7 @@ class NatsPublisher:
             **options: the message's :class:`PublishOptions`: ``key``,
                 ``headers``, ``expected_offset``, ``correlation_id``,
                 ``timeout`` (seconds to wait for the ack; None for the
-                publisher's ``ack_timeout``).
+                publisher's ``ack_wait``).
 
         Returns:
             The ack, or ``None`` with ack policy NONE.
@@ -326,7 +329,7 @@ class NatsPublisher:
             ack_policy: LEADER or ALL (NONE has no acks to wait for: use
                 :meth:`publish_async`).
             timeout: seconds to wait for each ack, counted from its publish;
-                ``None`` for the publisher's ``ack_timeout``.
+                ``None`` for the publisher's ``ack_wait``.
 
         Returns:
             The acks, in the order of ``values``.
@@ -345,11 +348,12 @@ class NatsPublisher:
             raise ArgumentTypeError(
                 f"values must be an iterable of bytes payloads, got {type(values).__name__}"
             )
-        sent = [
+        payloads = [_validate.data(v, arg=f"values[{i}]") for i, v in enumerate(values)]
+        sent = [  # every payload checked first: a bad one in the middle sends nothing
             self._send(
                 subject, value, ack_policy, {"key": key, "headers": headers, "timeout": timeout}
             )
-            for value in values
+            for value in payloads
         ]
         acks: list[Ack] = []
         first_error: LiftbridgeError | None = None

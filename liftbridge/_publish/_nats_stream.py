@@ -7,9 +7,8 @@ envelopes per socket write, which is how the Go client's PublishAsync pace
 is reached from Python; the gRPC publish path pays a round of HTTP/2 framing
 and grpcio's thread hops per message instead.
 
-It speaks the NATS protocol itself on a plain socket
-(:mod:`liftbridge._transport._nats_socket`; no third-party NATS client), behind a
-synchronous, thread-safe API. Five kinds of thread:
+It speaks the NATS protocol itself on a plain socket (:mod:`liftbridge._transport._nats_socket`;
+no third-party NATS client), behind a synchronous, thread-safe API. Five kinds of thread:
 
 - the caller's: checks the arguments, picks the partition from the
   router's metadata (the client's :class:`~liftbridge._core._router.Router`),
@@ -79,6 +78,7 @@ from liftbridge._publish._nats_window import AckHandler, AckWindow, Pending
 from liftbridge._publish._options import (
     STREAM_OPTIONS,
     StreamPublishOptions,
+    check_ack_handler,
     check_correlation_id,
     check_names,
 )
@@ -142,7 +142,7 @@ class NatsStreamPublisher:
         max_inflight: publishes awaiting acks at most (an AckPolicy.NONE
             publish holds its slot until NATS is written to); ``publish_async``
             blocks (up to its ``timeout``) while the window is full.
-        ack_timeout: default seconds to wait for an ack.
+        ack_wait: default seconds to wait for an ack (``ack_timeout``: its deprecated name).
         connect_timeout: seconds to wait for the NATS server when connecting.
         crc: add a CRC-32C to every envelope (the server checks it).
         tls: an SSL context for a TLS connection (implies TLS). With TLS, a
@@ -167,7 +167,7 @@ class NatsStreamPublisher:
         url: str,
         *,
         max_inflight: int = 1024,
-        ack_timeout: float = 5.0,
+        ack_wait: float = 5.0,
         connect_timeout: float = 5.0,
         crc: bool = False,
         tls: ssl.SSLContext | None = None,
@@ -175,6 +175,7 @@ class NatsStreamPublisher:
         credentials: str | None = None,
         max_reconnect_attempts: int = 60,
         reconnect_wait: float = 0.5,
+        ack_timeout: float | None = None,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("nats://", "tls://")):
             raise InvalidArgumentError(
@@ -183,14 +184,14 @@ class NatsStreamPublisher:
                 else f"url must be a str, got {type(url).__name__}"
             )
         self._max_inflight = _validate.positive_int(max_inflight, arg="max_inflight")
-        self._ack_timeout = _validate.seconds(ack_timeout, arg="ack_timeout")
+        wait = _validate.renamed(ack_wait, ack_timeout, arg="ack_wait", old="ack_timeout")
+        self._ack_timeout = _validate.seconds(wait, arg="ack_wait")
         connect_timeout = _validate.seconds(connect_timeout, arg="connect_timeout")
         reconnect_wait = _validate.seconds(reconnect_wait, arg="reconnect_wait")
         max_reconnect_attempts = _validate.positive_int(
             max_reconnect_attempts, arg="max_reconnect_attempts", minimum=0
         )
-        if not isinstance(crc, bool):
-            raise ArgumentTypeError(f"crc must be a bool, got {type(crc).__name__}")
+        _validate.flag(crc, arg="crc")
         if tls is not None and not isinstance(tls, ssl.SSLContext):
             raise ArgumentTypeError(f"tls must be an ssl.SSLContext, got {type(tls).__name__}")
         for name, value in (("token", token), ("credentials", credentials)):
@@ -325,7 +326,7 @@ class NatsStreamPublisher:
                 ``headers``, ``partition``, ``partitioner``,
                 ``expected_offset``, ``correlation_id``, ``timeout`` (seconds
                 to wait for the ack and for a window slot; None for the
-                publisher's ``ack_timeout``).
+                publisher's ``ack_wait``).
 
         Returns:
             A Future of the :class:`Ack` (None for AckPolicy.NONE, once handed
@@ -340,8 +341,7 @@ class NatsStreamPublisher:
             ClientClosedError: the publisher is closed.
             ConnectionLostError: NATS gave up reconnecting.
         """
-        if ack_handler is not None and not callable(ack_handler):
-            raise ArgumentTypeError("ack_handler must be callable or None")
+        check_ack_handler(ack_handler)
         if options:
             check_names(options, STREAM_OPTIONS, "publish_async")
             key = options.get("key")

@@ -22,7 +22,8 @@ an option no publisher of that kind knows raises
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TypedDict
+from types import MethodType
+from typing import Any, TypedDict
 
 from liftbridge._core import _validate
 from liftbridge._core._partitioner import Partitioner
@@ -109,3 +110,32 @@ def check_correlation_id(value: object) -> str:
     if not value:
         raise InvalidArgumentError("correlation_id must not be empty (None picks one)")
     return _validate.text(value, arg="correlation_id")
+
+
+class _AckHandlerCheck:
+    """Checks an ``ack_handler`` (:func:`_validate.callback`: callable, taking
+    ``(ack, error)``) and remembers the last one that passed, so the usual
+    loop handing the same handler to every publish pays for reading its
+    signature (``inspect.signature``: several microseconds, more than the
+    rest of the publish's checks) once, not per message. A bound method is
+    remembered by its function (``obj.method`` is a new object on every
+    access; its arity is the function's). Holds a reference to that one
+    callable until another passes. Thread-safe: the slot is one attribute,
+    and a race only costs a second check.
+    """
+
+    def __init__(self) -> None:
+        self._passed: Any = None
+
+    def __call__(self, handler: Any) -> None:
+        if handler is None:
+            return
+        key = handler.__func__ if type(handler) is MethodType else handler
+        if key is self._passed:
+            return
+        _validate.callback(handler, arg="ack_handler", shape="(ack, error)")
+        self._passed = key
+
+
+check_ack_handler = _AckHandlerCheck()
+"""The ``ack_handler`` check of every ``publish_async`` (see :class:`_AckHandlerCheck`)."""

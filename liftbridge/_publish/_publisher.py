@@ -72,6 +72,7 @@ from liftbridge._errors import (
     LiftbridgeError,
     PublishWindowFullError,
     StreamRefusedError,
+    naming,
 )
 from liftbridge._publish._leaders import LeaderCheck, leader_lost
 from liftbridge._publish._outbox import Outbox
@@ -368,6 +369,8 @@ class Publisher:
         if pending is None:
             _log.debug("outcome for unknown or timed-out publish %r: %s", correlation_id, error)
             return
+        if error is not None:  # "no such partition: 3" says which stream, too
+            error = naming(error, pending.request.stream, pending.request.partition)
         self._finish(pending, ack, error)
 
     # ------------------------------------------------------ ack dispatcher --

@@ -31,6 +31,8 @@ from liftbridge._errors import (
     ArgumentTypeError,
     DeadlineExceededError,
     InvalidArgumentError,
+    NoSuchPartitionError,
+    naming,
 )
 from liftbridge._publish import _inbox
 from liftbridge._publish._lanes import Lanes
@@ -154,10 +156,14 @@ class Publishing:
             if len(self._checked_streams) >= _CHECKED_STREAMS:
                 self._checked_streams.clear()
             self._checked_streams.add(stream)
-        value = check.data(value)
-        key = check.optional_bytes(key, arg="key")
-        header_map = check.headers(headers)
-        _check_ack_policy(ack_policy)
+        # The common case (bytes, no key, an AckPolicy) without a call per check.
+        if type(value) is not bytes:
+            value = check.data(value)
+        if key is not None:
+            key = check.data(key, arg="key")
+        header_map = check.headers(headers) if headers is not None else None
+        if type(ack_policy) is not AckPolicy:
+            _check_ack_policy(ack_policy)
         if expected_offset is not None:
             check.int64(expected_offset, arg="expected_offset")
             if ack_policy is AckPolicy.NONE:
@@ -169,16 +175,20 @@ class Publishing:
             correlation_id = self._publisher.next_correlation_id()
         else:
             check.optional_text(correlation_id, arg="correlation_id")
-        request = api_pb2.PublishRequest(
-            stream=stream,
-            partition=choose_partition(
+        partition = options.get("partition")
+        partitioner = options.get("partitioner")
+        if partition is not None or partitioner is not None or key:
+            partition = choose_partition(
                 stream,
                 key,
                 value,
-                partition=options.get("partition"),
-                partitioner=options.get("partitioner"),
+                partition=partition,
+                partitioner=partitioner,
                 metadata=lambda: self._stream_metadata(stream),
-            ),
+            )
+        request = api_pb2.PublishRequest(
+            stream=stream,
+            partition=partition or 0,  # none of the three: 0, as choose_partition says
             value=value,
             correlationId=correlation_id,
             ackPolicy=ack_policy.value,
@@ -227,6 +237,15 @@ class Publishing:
         Raises:
             AckTimeoutError: no outcome within the timeout (maybe stored).
         """
+        try:
+            return self._publish(request, timeout)
+        except NoSuchPartitionError as e:
+            named = naming(e, request.stream, request.partition)
+            if named is e:
+                raise
+            raise named from e
+
+    def _publish(self, request: api_pb2.PublishRequest, timeout: float | None) -> Ack | None:
         wait = self._ack_wait if timeout is None else timeout
         if request.ackInbox:
             return _inbox.publish(self._invoke_publish, request, wait)

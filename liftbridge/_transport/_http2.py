@@ -158,7 +158,7 @@ class Http2Call(Generic[T]):
             host, port = host_port(address)
             self._sock = socket.create_connection((host, port), timeout=connect_timeout)
         except (OSError, ValueError) as e:
-            raise StreamError(grpc.StatusCode.UNAVAILABLE, f"cannot reach {address}: {e}") from e
+            raise StreamError(grpc.StatusCode.UNAVAILABLE, f"could not reach {address}: {e}") from e
         if tls is not None:
             try:
                 self._tls = TlsLayer(tls, host)

@@ -176,6 +176,7 @@ class FrameReader(Generic[T]):
         self.end: StreamError | None = None
         self.pongs = 0
         self._rest = b""  # the start of a frame not wholly read yet
+        self._need = FRAME_HEAD.size  # bytes _rest must reach before a frame can be whole
         self._body = bytearray()  # the start of a message that spans DATA frames
         self._block = bytearray()  # a header block awaiting CONTINUATION
         self._continuing = False  # the last frame was HEADERS/CONTINUATION without END_HEADERS
@@ -199,6 +200,9 @@ class FrameReader(Generic[T]):
         """
         if self.ended:
             return
+        if len(self._rest) + len(data) < self._need:  # still no whole frame: keep it
+            self._rest += data
+            return
         try:
             self._frames(self._rest + data if self._rest else data)
         except StreamError as e:
@@ -218,7 +222,7 @@ class FrameReader(Generic[T]):
             self._block = bytearray()
 
     def _frames(self, data: bytes) -> None:
-        pos, end = 0, len(data)
+        pos, end, need = 0, len(data), FRAME_HEAD.size
         body, parse, ready = self._body, self._parse, self.ready.append
         head, prefix, limit = FRAME_HEAD.unpack_from, MESSAGE_PREFIX.unpack_from, self._max_message
         try:
@@ -234,6 +238,7 @@ class FrameReader(Generic[T]):
                 start = pos + 9
                 stop = start + size
                 if stop > end:
+                    need = stop - pos  # its head was checked: wait for the whole frame
                     break
                 pos = stop
                 if self._continuing and (kind != CONTINUATION or stream != STREAM):
@@ -272,6 +277,7 @@ class FrameReader(Generic[T]):
         finally:
             if not self.ended:
                 self._rest = data[pos:]
+                self._need = need
         if self._unacked >= REOPEN_AT and not self.ended:
             self._window += self._unacked
             increment = self._unacked.to_bytes(4, "big")

@@ -29,6 +29,10 @@ def _read(value: bytes | str | Path | None, what: str) -> bytes | None:
     )
 
 
+def _source(value: bytes | str | Path | None) -> str:
+    return f"{len(value)} bytes" if isinstance(value, bytes) else repr(str(value))
+
+
 @dataclass(frozen=True)
 class TLSConfig:
     """TLS settings for every connection the client makes. Verification is always on.
@@ -48,6 +52,21 @@ class TLSConfig:
     cert: bytes | str | Path | None = None
     key: bytes | str | Path | None = None
     server_name: str | None = None
+
+    def __post_init__(self) -> None:
+        """Checks the settings when they are made, naming the field: a
+        garbage or missing file fails here, not at the first connection.
+
+        Raises:
+            ArgumentTypeError: a field of the wrong type.
+            InvalidArgumentError: a file cannot be read or is not PEM, or
+                only one of cert/key is set.
+        """
+        if self.server_name is not None and not isinstance(self.server_name, str):
+            raise ArgumentTypeError(
+                f"TLS server_name must be a str or None, got {type(self.server_name).__name__}"
+            )
+        self.ssl_context()
 
     def credentials(self) -> grpc.ChannelCredentials:
         """Builds the gRPC credentials, reading any files now.
@@ -75,6 +94,11 @@ class TLSConfig:
             raise InvalidArgumentError("TLS cert and key must be given together (mTLS)")
         try:
             context = ssl.create_default_context(cadata=ca.decode() if ca is not None else None)
+        except (ssl.SSLError, ValueError, UnicodeDecodeError) as e:
+            raise InvalidArgumentError(
+                f"TLS ca: not PEM certificates ({_source(self.ca)}): {e}"
+            ) from e
+        try:
             if cert is not None and key is not None:
                 # ssl loads a chain from files only: written for the load,
                 # readable by this user alone, removed at once.
@@ -85,7 +109,10 @@ class TLSConfig:
                         path.write_bytes(pem)
                     context.load_cert_chain(chain, secret)
         except (ssl.SSLError, ValueError, UnicodeDecodeError) as e:
-            raise InvalidArgumentError(f"TLS certificates unusable: {e}") from e
+            raise InvalidArgumentError(
+                f"TLS cert/key: not a PEM certificate chain and its private key "
+                f"({_source(self.cert)}, {_source(self.key)}): {e}"
+            ) from e
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.set_alpn_protocols(["h2"])
         return context

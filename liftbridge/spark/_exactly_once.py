@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
@@ -41,9 +42,11 @@ import pyarrow as pa
 from liftbridge import (
     Ack,
     Client,
+    DeadlineExceededError,
     IncorrectOffsetError,
     InvalidArgumentError,
     LiftbridgeError,
+    Message,
     NoSuchStreamError,
     PartitionByKey,
 )
@@ -63,6 +66,9 @@ _OFFSET_BITS = 40
 _OFFSET_MASK = (1 << _OFFSET_BITS) - 1
 _MAX_CONFLICTS = 1000
 """Conflicting writers a task tolerates on one partition before it fails."""
+_MAX_PAUSE = 0.05
+"""Longest pause after a conflict (seconds): a task gives up within about a
+minute of conflicts."""
 _ACK_GRACE = 5.0
 _WINDOW = 2000
 """Rows a task publishes before it waits for their acks: what a conflicting
@@ -224,6 +230,65 @@ def _end(client: Client, stream: str, partition: int) -> int:
     return client.fetch_partition_metadata(stream, partition).high_watermark + 1
 
 
+class _Tail:
+    """A subscription following one partition from an offset on, kept open
+    by a task that met another writer: the row indices of the task it has
+    seen and the offset it has read to.
+
+    After a conflict the task measures the partition's end and waits until
+    the subscription has delivered everything before it (usually at once: it
+    follows live), then publishes right away. Reading back through a new
+    subscription each time took long enough that a writer that never pauses
+    always got in between, and the task met it on every try.
+    Thread-safe: the subscription's thread adds, the task's thread reads.
+    """
+
+    def __init__(self, client: Client, stream: str, partition: int, start: int, prefix: str):
+        self._wanted = prefix.encode()
+        self._changed = threading.Condition()  # guards _found, _end, _error
+        self._found: set[int] = set()
+        self._end = start
+        self._error: BaseException | None = None
+        self._subscription = client.subscribe(
+            stream, self._on_message, partition=partition, start=start
+        )
+
+    def _on_message(self, message: Message | None, error: BaseException | None) -> None:
+        # The subscription's thread; never blocks beyond the condition's lock.
+        with self._changed:
+            if message is None:
+                self._error = error
+            else:
+                value = message.headers.get(ROW_HEADER)
+                if value is not None and value.startswith(self._wanted):
+                    self._found.add(int(value[len(self._wanted) :]))
+                self._end = message.offset + 1
+            self._changed.notify_all()
+
+    def read_to(self, end: int, timeout: float) -> set[int]:
+        """The row indices seen before ``end``, once read to there.
+
+        Raises:
+            DeadlineExceededError: not read to ``end`` within ``timeout``.
+            LiftbridgeError: the subscription failed.
+        """
+        with self._changed:
+            ready = self._changed.wait_for(
+                lambda: self._end >= end or self._error is not None, timeout
+            )
+            if self._error is not None:
+                raise LiftbridgeError(f"exactly-once read-back failed: {self._error}")
+            if not ready:
+                raise DeadlineExceededError(
+                    f"exactly-once read-back reached offset {self._end}, not {end}, "
+                    f"within {timeout:g}s"
+                )
+            return set(self._found)
+
+    def close(self) -> None:
+        self._subscription.close()
+
+
 def _write_partition(
     client: Client,
     router: Router,
@@ -247,55 +312,62 @@ def _write_partition(
     skipped = len(done.intersection(rows.indices))
     published = 0
     conflicts = 0
-    while True:
-        todo = [i for i, row in enumerate(rows.indices) if row not in done][:_WINDOW]
-        if not todo:
-            return published, skipped, tail
-        pending: list[tuple[int, Future[Ack | None]]] = []
-        for n, i in enumerate(todo):
-            row = rows.indices[i]
-            headers = dict(rows.headers[i])
-            headers[ROW_HEADER] = f"{prefix}{row}".encode()
-            future = client.publish_async(
-                stream,
-                rows.values[i],
-                key=rows.keys[i],
-                headers=headers,
-                partition=partition,
-                ack_policy=options.ack_policy,
-                expected_offset=tail + n,
-                timeout=options.ack_timeout,
-            )
-            pending.append((row, future))
-        conflicted = False
-        last = tail - 1
-        for row, future in pending:
-            try:
-                ack = future.result(timeout=wait)
-            except IncorrectOffsetError:
-                conflicted = True
+    follower: _Tail | None = None  # opened at the first conflict
+    try:
+        while True:
+            todo = [i for i, row in enumerate(rows.indices) if row not in done][:_WINDOW]
+            if not todo:
+                return published, skipped, tail
+            pending: list[tuple[int, Future[Ack | None]]] = []
+            for n, i in enumerate(todo):
+                row = rows.indices[i]
+                headers = dict(rows.headers[i])
+                headers[ROW_HEADER] = f"{prefix}{row}".encode()
+                future = client.publish_async(
+                    stream,
+                    rows.values[i],
+                    key=rows.keys[i],
+                    headers=headers,
+                    partition=partition,
+                    ack_policy=options.ack_policy,
+                    expected_offset=tail + n,
+                    timeout=options.ack_timeout,
+                )
+                pending.append((row, future))
+            conflicted = False
+            last = tail - 1
+            for row, future in pending:
+                try:
+                    ack = future.result(timeout=wait)
+                except IncorrectOffsetError:
+                    conflicted = True
+                    continue
+                done.add(row)
+                published += 1
+                if ack is not None:
+                    last = max(last, ack.offset)
+            if not conflicted:
+                tail = max(last + 1, tail)
                 continue
-            done.add(row)
-            published += 1
-            if ack is not None:
-                last = max(last, ack.offset)
-        if not conflicted:
-            tail = max(last + 1, tail)
-            continue
-        # Another writer got in between: read what it stored, then go on.
-        conflicts += 1
-        if conflicts > _MAX_CONFLICTS:
-            break
-        time.sleep(min(0.5, 0.01 * conflicts))
-        new_tail = _end(client, stream, partition)
-        done |= _stored(router, stream, partition, tail, new_tail, prefix, wait)
-        tail = new_tail
-        _log.info(
-            "exactly-once write to %s/%d met another writer; resuming at offset %d",
-            stream,
-            partition,
-            tail,
-        )
+            # Another writer got in between: read what it stored, then go on.
+            conflicts += 1
+            if conflicts > _MAX_CONFLICTS:
+                break
+            _log.info(
+                "exactly-once write to %s/%d met another writer at offset %d",
+                stream,
+                partition,
+                tail,
+            )
+            time.sleep(min(_MAX_PAUSE, 0.001 * conflicts))
+            if follower is None:
+                follower = _Tail(client, stream, partition, tail, prefix)
+            # Measured last, right before the next publishes expect it.
+            tail = _end(client, stream, partition)
+            done.update(follower.read_to(tail, wait))
+    finally:
+        if follower is not None:
+            follower.close()
     raise IncorrectOffsetError(
         f"exactly-once write to {stream}/{partition}: other writers kept taking the "
         f"expected offsets ({_MAX_CONFLICTS} times)"

@@ -35,7 +35,7 @@ from liftbridge import (
     DeadlineExceededError,
     LiftbridgeError,
     StartPosition,
-    StopPositionReached,
+    StopPositionReachedError,
 )
 from liftbridge._consume._handoff import Empty, Handoff
 from liftbridge._core._router import Deadline, Leader, Replica, Router
@@ -218,7 +218,7 @@ class Feed:
         """Starts a stream and takes its handshake.
 
         Raises:
-            StopPositionReached: the range holds nothing (any more).
+            StopPositionReachedError: the range holds nothing (any more).
             ClientClosedError: :meth:`close` was called.
             LiftbridgeError: a failure not worth retrying, or the last one
                 after ``_RESUBSCRIBE_WAIT`` seconds of retrying.
@@ -295,13 +295,13 @@ def first_offset(
                     return message.offset if message.offset <= last else None
             except LiftbridgeError as e:
                 error = feed.failure(e)
-                if error is e and not isinstance(error, StopPositionReached):
+                if error is e and not isinstance(error, StopPositionReachedError):
                     raise
-                if not isinstance(error, StopPositionReached):
+                if not isinstance(error, StopPositionReachedError):
                     raise error from e
             finally:
                 call.cancel()
-        except StopPositionReached:
+        except StopPositionReachedError:
             pass
         except ClientClosedError as e:
             if watchdog.fired:
@@ -453,7 +453,7 @@ def _receive(
     while following <= last:
         try:
             call = feed.open(feed.request(following, last))
-        except StopPositionReached:
+        except StopPositionReachedError:
             return  # the rest of the range was compacted away
         error: LiftbridgeError = ConnectionLostError("the server ended the subscription stream")
         try:
@@ -477,7 +477,7 @@ def _receive(
             error = feed.failure(e)
         finally:
             call.cancel()
-        if isinstance(error, StopPositionReached):
+        if isinstance(error, StopPositionReachedError):
             return
         if not resubscribable(error):
             raise error

@@ -82,7 +82,7 @@ def test_acks_with_any_field_values(
     )
     data = encode_envelope(EnvelopeType.ACK, pb.SerializeToString(), crc=crc)
     try:
-        ack = liftbridge.unmarshal_ack(data)
+        ack = liftbridge.decode_ack(data)
     except liftbridge.EnvelopeError:
         assert policy not in (0, 1, 2)  # only an unknown policy may be refused
         return

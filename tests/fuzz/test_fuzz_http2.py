@@ -20,7 +20,7 @@ from liftbridge._transport._http2_reader import (
     FrameReader,
     PeerWindows,
 )
-from liftbridge._transport._http2_wire import StreamError
+from liftbridge._transport._http2_wire import MAX_FRAME_IN, StreamError
 
 QUICK = settings(
     max_examples=500,
@@ -80,3 +80,39 @@ def test_data_past_the_receive_window_we_granted_is_a_flow_control_error() -> No
         reader.feed(data)
     assert caught.value.goaway == FLOW_CONTROL_ERROR
     assert "receive window" in caught.value.details()
+
+
+def _reader() -> FrameReader[bytes]:
+    return FrameReader(
+        bytes,
+        max_message=1 << 20,
+        windows=PeerWindows(),
+        flow=threading.Condition(),
+        reply=lambda frame: None,
+    )
+
+
+def test_a_frame_too_large_is_refused_at_its_ninth_byte_when_read_bytewise() -> None:
+    """A read that completes no frame is only kept; the frame's head is still
+    checked as soon as its 9 bytes are there, not when the frame is whole."""
+    reader = _reader()
+    reader.feed(fuzz_http2.head())
+    header = (MAX_FRAME_IN + 1).to_bytes(3, "big") + bytes((0, 0)) + (1).to_bytes(4, "big")
+    for byte in header[:-1]:
+        reader.feed(bytes((byte,)))
+    assert not reader.ended
+    with pytest.raises(StreamError) as caught:
+        reader.feed(header[-1:])
+    assert caught.value.goaway is not None and "past our" in caught.value.details()
+
+
+def test_a_frame_fed_bytewise_gives_its_message_at_its_last_byte() -> None:
+    reader = _reader()
+    reader.feed(fuzz_http2.head())
+    body = b"\0" + (3).to_bytes(4, "big") + b"abc"
+    frame = len(body).to_bytes(3, "big") + bytes((0, 0)) + (1).to_bytes(4, "big") + body
+    for byte in frame[:-1]:
+        reader.feed(bytes((byte,)))
+        assert not reader.ready
+    reader.feed(frame[-1:])
+    assert list(reader.ready) == [b"abc"]

@@ -70,7 +70,7 @@ def test_publish_also_sends_the_ack_to_the_inbox(
     ack = client.publish(stream, b"second", key=b"k", ack_inbox=inbox_subject)
     assert ack is not None
     assert (ack.offset, ack.ack_inbox, ack.stream) == (1, inbox_subject, stream)
-    from_nats = liftbridge.unmarshal_ack(inbox.next_payload())
+    from_nats = liftbridge.decode_ack(inbox.next_payload())
     assert from_nats == ack
 
 
@@ -92,7 +92,7 @@ def test_publish_async_also_sends_the_ack_to_the_inbox(
     assert (ack.offset, ack.correlation_id, ack.ack_inbox) == (0, "inbox-1", inbox_subject)
     assert handled.wait(DEADLINE)
     assert outcomes == [(ack, None, "liftbridge-callbacks")]
-    assert liftbridge.unmarshal_ack(inbox.next_payload()) == ack
+    assert liftbridge.decode_ack(inbox.next_payload()) == ack
 
 
 def test_many_inbox_publishes_share_a_bounded_pool(

@@ -231,7 +231,7 @@ def _new_nats_publisher(env: Env, kwargs: dict[str, Any]) -> Any:
 
 
 def _nats_publish(env: Env, kwargs: dict[str, Any]) -> Any:
-    with liftbridge.NatsPublisher(env.server.nats_url, ack_timeout=3.0) as publisher:
+    with liftbridge.NatsPublisher(env.server.nats_url, ack_wait=3.0) as publisher:
         return publisher.publish(**kwargs)
 
 
@@ -318,7 +318,7 @@ CALLS = [
             "partition": 0,
             "start": liftbridge.StartPosition.EARLIEST,
             "stop": None,
-            "read_isr_replica": False,
+            "read_replica": False,
             "resume": False,
         },
         _method("subscribe"),
@@ -490,7 +490,7 @@ CALLS = [
         {
             "url": "<server>",
             "ack_inbox": None,
-            "ack_timeout": 2.0,
+            "ack_wait": 2.0,
             "connect_timeout": 2.0,
             "crc": False,
         },

@@ -1085,3 +1085,85 @@ def test_a_pinned_puller_that_stops_pulling_loses_the_pin_and_comes_back_as_stan
     finally:
         stop.set()
         puller.join(5)
+
+
+_PINNED_MEMBER_SCRIPT = textwrap.dedent(
+    """
+    import sys, threading, liftbridge
+    address, group = sys.argv[1:3]
+    client = liftbridge.Client(address)
+    def handle(message, error):
+        if message is not None:
+            print("offset", message.offset, flush=True)
+    def on_pin(event):
+        reason = event.reason.value if event.reason else "-"
+        print("pin", event.kind.value, reason, flush=True)
+    consumer = client.create_consumer(group, pinned=True, on_pin=on_pin, auto_checkpoint=0.2)
+    consumer.subscribe(group, handle)
+    threading.Event().wait()
+    """
+)
+
+
+def test_an_expired_pinned_member_comes_back_as_a_standby(
+    client: liftbridge.Client,
+    server: LocalServer,
+    unique_name: str,
+    make_consumer: Callable[..., Consumer],
+) -> None:
+    # Record 003: a pinned client the server switched away from clears its
+    # id and pulls as a standby: frozen past the consumer timeout and thawed,
+    # it must not take the pin back from the member that took over.
+    client.create_stream(unique_name)
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    child = subprocess.Popen(
+        [sys.executable, "-c", _PINNED_MEMBER_SCRIPT, server.address, unique_name],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    lines: list[list[str]] = []
+
+    def read() -> None:
+        assert child.stdout is not None
+        for line in child.stdout:
+            lines.append(line.split())
+
+    reader = threading.Thread(target=read, name="test-child-reader", daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: ["pin", "pinned", "-"] in lines, 20, "the child is pinned")
+        tally = Tally()
+        standby, log = pinned_member(make_consumer, unique_name)
+        standby.subscribe(unique_name, tally.handler("standby"))
+        publish(client, unique_name, 1, 5)
+        wait_for(lambda: len([w for w in lines if w[0] == "offset"]) == 5, 10, "child handled 5")
+        time.sleep(0.5)  # its auto-checkpoint
+        assert standby.pin is not None and not standby.pin.pinned
+        child.send_signal(signal.SIGSTOP)
+        took = wait_for(
+            lambda: standby.pin is not None and standby.pin.pinned,
+            CONSUMER_TIMEOUT + 6 * HEARTBEAT,
+            "the standby takes the pin of the frozen member",
+        )
+        print(f"pin moved {took:.2f}s after the freeze")
+        child.send_signal(signal.SIGCONT)
+        wait_for(lambda: ["pin", "unpinned", "lost"] in lines, 5 * HEARTBEAT, "the child lost it")
+        time.sleep(3 * HEARTBEAT)  # the thawed member stands again: behind the holder
+        publish(client, unique_name, 1, 5)
+        wait_for(lambda: len(tally.by("standby")) >= 5, 10, "the holder handles the rest")
+        time.sleep(HEARTBEAT)  # nothing more comes to either
+        assert standby.pin is not None and standby.pin.pinned
+        assert log.kinds() == [("pinned", None)]
+        pins = [w for w in lines if w[0] == "pin"]
+        assert pins == [["pin", "pinned", "-"], ["pin", "unpinned", "lost"]]
+        child_offsets = [int(w[1]) for w in lines if w[0] == "offset"]
+        assert child_offsets == [0, 1, 2, 3, 4]
+        assert tally.by("standby") == [5, 6, 7, 8, 9]  # from the frozen member's commit
+    finally:
+        child.send_signal(signal.SIGCONT)
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+        reader.join(5)
+        assert child.stdout is not None
+        child.stdout.close()

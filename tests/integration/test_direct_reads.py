@@ -172,3 +172,34 @@ def test_get_last_by_key_across_partitions_as_of_a_time(
     assert len({m.partition for m in now.values()}) > 1
     then = client.get_last_by_key(unique_name, keys=[b"key1", b"key4"], up_to_time=cut)
     assert {k: m.value for k, m in then.items()} == {b"key1": b"a1", b"key4": b"a4"}
+
+
+def test_reads_of_offsets_retention_removed_end_typed(
+    client: liftbridge.Client, unique_name: str
+) -> None:
+    # Every message ages away: the server then waits for the next publish and
+    # v1.9.0 reports no oldest offset, so a read ends at its deadline with an
+    # error naming the offset, never a "not found" of a message that may exist.
+    client.create_stream(
+        unique_name, retention_max_age=1.0, segment_max_age=0.5, cleaner_interval=0.5
+    )
+    for i in range(12):
+        client.publish(unique_name, f"m{i}".encode())
+    assert client.get(unique_name, 11).value == b"m11"
+    deadline = time.monotonic() + 20
+    while True:  # until retention removed every message
+        try:
+            client.get(unique_name, 11, timeout=1.0)
+        except liftbridge.OffsetUnavailableError:
+            break
+        assert time.monotonic() < deadline, "retention did not remove the messages within 20s"
+        time.sleep(0.3)
+    with pytest.raises(liftbridge.OffsetUnavailableError) as caught:
+        client.get(unique_name, 0, timeout=1.5)
+    assert isinstance(caught.value, liftbridge.DeadlineExceededError)
+    assert caught.value.offset == 0 and "retention may have removed" in str(caught.value)
+    with pytest.raises(liftbridge.OffsetUnavailableError) as paged:
+        client.get_batch(unique_name, 0, timeout=1.5)
+    assert (paged.value.offset, paged.value.high_watermark) == (0, 11)
+    with pytest.raises(liftbridge.OffsetNotFoundError, match="beyond the newest"):
+        client.get(unique_name, 12, timeout=1.5)  # still at once

@@ -159,7 +159,7 @@ def test_the_nats_publish_path_survives_the_first_seed_leading_and_dying(
     stream, leader = _stream_led(cluster, unique_name, by_first=True)
     with (
         liftbridge.Client(cluster.addresses) as client,
-        liftbridge.NatsStreamPublisher(client, cluster.nats_url, ack_timeout=5) as publisher,
+        liftbridge.NatsStreamPublisher(client, cluster.nats_url, ack_wait=5) as publisher,
     ):
         publisher.publish(stream, b"0", ack_policy=ALL)
         _sigkill(leader)

@@ -33,7 +33,7 @@ def stub(server: LocalServer) -> Iterator[api_pb2_grpc.APIStub]:
 
 @pytest.fixture
 def publisher(server: LocalServer) -> Iterator[NatsPublisher]:
-    with NatsPublisher(server.nats_url, ack_timeout=DEADLINE) as p:
+    with NatsPublisher(server.nats_url, ack_wait=DEADLINE) as p:
         yield p
 
 

@@ -52,7 +52,7 @@ def stub(server: LocalServer) -> Iterator[api_pb2_grpc.APIStub]:
 
 @pytest.fixture
 def publisher(server: LocalServer, client: liftbridge.Client) -> Iterator[NatsStreamPublisher]:
-    with NatsStreamPublisher(client, server.nats_url, ack_timeout=DEADLINE) as p:
+    with NatsStreamPublisher(client, server.nats_url, ack_wait=DEADLINE) as p:
         yield p
 
 
@@ -265,7 +265,7 @@ def test_default_ack_timeouts_expire_in_order_on_the_clients_timer(
     # Publishes with the publisher's ack_timeout go on the client's ack
     # timer's in-order queue; one with a timeout of its own on its heap.
     name = orphan(server, client, unique_name + "-orphan")
-    with NatsStreamPublisher(client, server.nats_url, ack_timeout=0.3) as publisher:
+    with NatsStreamPublisher(client, server.nats_url, ack_wait=0.3) as publisher:
         lost = [publisher.publish_async(name, b"lost %d" % i) for i in range(3)]
         later = publisher.publish_async(name, b"lost later", timeout=0.6)
         acked = publisher.publish_async(stream, b"stored")
@@ -301,7 +301,7 @@ def test_without_a_future_outcomes_reach_the_handler_alone(
 
         return handler
 
-    with NatsStreamPublisher(client, server.nats_url, ack_timeout=0.5) as publisher:
+    with NatsStreamPublisher(client, server.nats_url, ack_wait=0.5) as publisher:
         for i in range(20):
             value = b"stored %d" % i
             assert publisher.publish_async(stream, value, handler_for(value), future=False) is None
@@ -312,7 +312,7 @@ def test_without_a_future_outcomes_reach_the_handler_alone(
         publisher.publish_async(name, lost_own, handler_for(lost_own), timeout=0.2, future=False)
         assert publisher.flush(DEADLINE)
         late = b"closed before its ack"
-        slow = NatsStreamPublisher(client, server.nats_url, ack_timeout=30.0)
+        slow = NatsStreamPublisher(client, server.nats_url, ack_wait=30.0)
         slow.publish_async(name, late, handler_for(late), future=False)
         slow.close()
     assert all_in.wait(DEADLINE)  # handlers run on liftbridge-callbacks, maybe after flush()
@@ -336,7 +336,7 @@ def test_closing_the_client_closes_its_nats_publishers(
 ) -> None:
     own = liftbridge.Client(server.addresses)
     name = orphan(server, own, unique_name + "-orphan")
-    publisher = NatsStreamPublisher(own, server.nats_url, ack_timeout=30.0)
+    publisher = NatsStreamPublisher(own, server.nats_url, ack_wait=30.0)
     pending = publisher.publish_async(name, b"never acked")
     own.close()  # its ack timer stops: the publisher must not outlive it
     with pytest.raises(ClientClosedError, match="stream publisher closed"):
@@ -408,7 +408,7 @@ def test_close_with_publishes_in_flight_resolves_every_future(
     server: LocalServer, client: liftbridge.Client, unique_name: str, stream: str
 ) -> None:
     name = orphan(server, client, unique_name + "-orphan")
-    publisher = NatsStreamPublisher(client, server.nats_url, ack_timeout=30.0)
+    publisher = NatsStreamPublisher(client, server.nats_url, ack_wait=30.0)
     futures = []
     for i in range(2000):
         futures.append(publisher.publish_async(stream, b"%d" % i))
@@ -458,7 +458,7 @@ def test_one_hundred_thousand_publishes_are_all_acked_and_stored(
             else:
                 acked += 1
 
-    with NatsStreamPublisher(client, server.nats_url, ack_timeout=60.0) as publisher:
+    with NatsStreamPublisher(client, server.nats_url, ack_wait=60.0) as publisher:
         for i in range(count):
             publisher.publish_async(stream, b"m-%d" % i, handler)
         assert publisher.flush(120.0)
@@ -606,9 +606,7 @@ def proxy(server: LocalServer) -> Iterator[Proxy]:
 def test_reconnects_after_the_connection_drops(
     client: liftbridge.Client, stub: api_pb2_grpc.APIStub, stream: str, proxy: Proxy
 ) -> None:
-    with NatsStreamPublisher(
-        client, proxy.url, ack_timeout=DEADLINE, reconnect_wait=0.1
-    ) as publisher:
+    with NatsStreamPublisher(client, proxy.url, ack_wait=DEADLINE, reconnect_wait=0.1) as publisher:
         assert publisher.publish(stream, b"before") is not None
         proxy.cut()
         during = publisher.publish_async(stream, b"during")  # held, or lost with the connection
@@ -630,7 +628,7 @@ def test_publishes_made_while_nats_is_away_are_sent_after_the_reconnect(
     # While every reconnect is refused, publishes are held; once NATS is back
     # the connection subscribes to the ack inbox again, then writes them.
     with NatsStreamPublisher(
-        client, proxy.url, ack_timeout=DEADLINE * 3, reconnect_wait=0.1
+        client, proxy.url, ack_wait=DEADLINE * 3, reconnect_wait=0.1
     ) as publisher:
         assert publisher.publish(stream, b"before") is not None
         proxy.refusing.set()
@@ -654,7 +652,7 @@ def test_when_nats_gives_up_publishes_fail_with_connection_lost(
 ) -> None:
     name = orphan(server, client, unique_name)
     with NatsStreamPublisher(
-        client, proxy.url, ack_timeout=30.0, reconnect_wait=0.1, max_reconnect_attempts=1
+        client, proxy.url, ack_wait=30.0, reconnect_wait=0.1, max_reconnect_attempts=1
     ) as publisher:
         pending = publisher.publish_async(name, b"never acked")
         proxy.close()
@@ -672,7 +670,7 @@ def test_a_publish_held_when_nats_gives_up_fails_as_never_sent(
     # stored, and safe to publish again (UnavailableError, not maybe_applied).
     name = orphan(server, client, f"{unique_name}-orphan")
     with NatsStreamPublisher(
-        client, proxy.url, ack_timeout=30.0, reconnect_wait=1.0, max_reconnect_attempts=2
+        client, proxy.url, ack_wait=30.0, reconnect_wait=1.0, max_reconnect_attempts=2
     ) as publisher:
         written = publisher.publish_async(name, b"written")
         # Frames go out in order: once a later one is acked, "written" was written.

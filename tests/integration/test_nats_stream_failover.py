@@ -49,7 +49,7 @@ def test_nothing_acked_is_lost_when_the_leader_dies(
         client.create_stream(unique_name, replication_factor=3)
         leader = client.fetch_partition_metadata(unique_name).leader
         with liftbridge.NatsStreamPublisher(
-            client, fresh_cluster.nats_url, ack_timeout=timeout
+            client, fresh_cluster.nats_url, ack_wait=timeout
         ) as publisher:
 
             def publish(value: int) -> bool:
@@ -104,7 +104,7 @@ def test_publishes_awaiting_a_killed_leader_fail_fast(
         node = fresh_cluster.node(leader)
         assert node.pid is not None
         with liftbridge.NatsStreamPublisher(
-            client, fresh_cluster.nats_url, ack_timeout=ack_timeout
+            client, fresh_cluster.nats_url, ack_wait=ack_timeout
         ) as publisher:
             assert publisher.publish_async(unique_name, b"warm-up").result(timeout=ack_timeout)
             os.kill(node.pid, signal.SIGSTOP)

@@ -33,7 +33,7 @@ def publish_async(
     if request.param == "grpc":
         yield client.publish_async
         return
-    with liftbridge.NatsStreamPublisher(client, server.nats_url, ack_timeout=DEADLINE) as nats:
+    with liftbridge.NatsStreamPublisher(client, server.nats_url, ack_wait=DEADLINE) as nats:
         yield nats.publish_async
 
 

@@ -123,7 +123,7 @@ def test_iteration_merges_partitions_and_ends_at_the_stop(
     _publish(client, unique_name, 30)
     with client.pull(unique_name, start=EARLIEST, stop=liftbridge.StopPosition.LATEST) as consumer:
         messages = list(consumer)
-        with pytest.raises(liftbridge.StopPositionReached):
+        with pytest.raises(liftbridge.StopPositionReachedError):
             consumer.next(timeout=1)
     assert sorted(m.value for m in messages) == [f"{i:04d}".encode() for i in range(30)]
     for partition in range(3):

@@ -208,7 +208,7 @@ def test_close_from_inside_the_handler(client: liftbridge.Client, stream: str) -
 def test_read_isr_replica(client: liftbridge.Client, stream: str) -> None:
     _fill(client, stream, 2)
     with client.subscribe(
-        stream, start=StartPosition.EARLIEST, stop=StopPosition.LATEST, read_isr_replica=True
+        stream, start=StartPosition.EARLIEST, stop=StopPosition.LATEST, read_replica=True
     ) as sub:
         assert [m.value for m in sub] == [b"m0", b"m1"]
 

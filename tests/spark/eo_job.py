@@ -17,7 +17,10 @@ QUERY_TIMEOUT = 300
 
 
 def main(master: str, servers: str, mode: str, source: str, sink: str, where: str) -> None:
-    spark = spark_session(master, **{"spark.cores.max": "2"})
+    conf = {"spark.cores.max": "2"}
+    if master.startswith("spark://"):
+        conf["spark.executor.memory"] = "512m"  # what a test cluster's worker offers
+    spark = spark_session(master, **conf)
     try:
         if mode == "batch":
             df = (

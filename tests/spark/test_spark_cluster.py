@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,7 @@ from liftbridge.testing import LocalServer
 from tests.spark.conftest import spark_session
 from tests.spark.helpers import fill, sdk_rows, spark_rows
 from tests.spark.standalone import StandaloneCluster
+from tests.spark.test_spark_exactly_once import ROWS, check_exactly_once, run_with_kills
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -82,3 +84,18 @@ def test_read_and_write_run_on_the_cluster_executors(
     assert sorted((r[0], r[1], r[7]["n"]) for r in written) == sorted(
         (b"k%d" % (i % 7), b"value-%d" % i, b"%d" % i) for i in range(90)
     )
+
+
+def test_exactly_once_batch_write_survives_killed_executors_and_driver(
+    standalone: StandaloneCluster, server: LocalServer, unique_name: str, tmp_path: Path
+) -> None:
+    source, sink = f"{unique_name}-in", f"{unique_name}-out"
+    with liftbridge.Client(server.address) as client:
+        client.create_stream(source, partitions=2)
+        client.create_stream(sink, partitions=3, optimistic_concurrency_control=True)
+        fill(client, source, ROWS, headers=False)
+        job = [server.address, "batch", source, sink, "eo-standalone"]
+        events = run_with_kills(
+            client, standalone.master, job, sink, tmp_path / "batch", standalone.pids
+        )
+        check_exactly_once(client, source, sink, events)

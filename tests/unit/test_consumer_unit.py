@@ -506,24 +506,32 @@ def test_chosen_ids_are_kept_and_cannot_release() -> None:
         consumer.release()
 
 
-def test_a_gained_partition_waits_for_the_previous_owners_commit() -> None:
-    entry = Assigned(StreamPartition("s", 0), handover_until=10.0)
-    assert not entry.handed_over(4, lambda: 9, now=1.0)  # behind the high watermark
-    assert not entry.handed_over(4, lambda: 9, now=2.0)  # no commit yet
-    assert entry.handed_over(7, lambda: 9, now=3.0)  # the previous owner committed
-    assert entry.handed_over(7, lambda: 9, now=3.1)  # and stays handed over
+def test_a_gained_partition_waits_for_the_previous_owners_release_mark() -> None:
+    entry = Assigned(StreamPartition("s", 0), handover_until=10.0, handover_epoch=5)
+    assert not entry.handed_over(4, lambda: 9, lambda: -1, now=1.0)  # behind, never marked
+    assert not entry.handed_over(7, lambda: 9, lambda: 4, now=2.0)  # a periodic commit only
+    assert not entry.handed_over(9, lambda: 9, lambda: 4, now=2.5)  # covers all, but not first
+    assert entry.handed_over(7, lambda: 9, lambda: 5, now=3.0)  # released at this epoch
+    assert entry.handed_over(7, lambda: 9, lambda: -1, now=3.1)  # and stays handed over
+    late = Assigned(StreamPartition("s", 0), handover_until=10.0, handover_epoch=5)
+    assert late.handed_over(4, lambda: 9, lambda: 6, now=1.0)  # released at a later epoch
 
 
 def test_a_gained_partition_starts_at_once_when_nothing_is_left() -> None:
-    assert Assigned(StreamPartition("s", 0), handover_until=10.0).handed_over(9, lambda: 9, 1.0)
-    assert Assigned(StreamPartition("s", 0), handover_until=10.0).handed_over(-1, lambda: -1, 1.0)
-    assert Assigned(StreamPartition("s", 0)).handed_over(3, lambda: 9, 1.0)  # no wait asked
+    def never() -> int:
+        return -1
+
+    fresh = Assigned(StreamPartition("s", 0), handover_until=10.0, handover_epoch=3)
+    assert fresh.handed_over(9, lambda: 9, never, 1.0)
+    empty = Assigned(StreamPartition("s", 0), handover_until=10.0, handover_epoch=3)
+    assert empty.handed_over(-1, lambda: -1, never, 1.0)
+    assert Assigned(StreamPartition("s", 0)).handed_over(3, lambda: 9, never, 1.0)  # no wait
 
 
 def test_a_gained_partition_stops_waiting_at_the_deadline() -> None:
-    entry = Assigned(StreamPartition("s", 0), handover_until=10.0)
-    assert not entry.handed_over(4, lambda: 9, now=1.0)
-    assert entry.handed_over(4, lambda: 9, now=10.0)
+    entry = Assigned(StreamPartition("s", 0), handover_until=10.0, handover_epoch=3)
+    assert not entry.handed_over(4, lambda: 9, lambda: 2, now=1.0)
+    assert entry.handed_over(4, lambda: 9, lambda: 2, now=10.0)
 
 
 # ---------------------------------------------------------- describe_group --

@@ -42,7 +42,7 @@ C = grpc.StatusCode
             liftbridge.ConsumerGroupError,
         ),
         (C.RESOURCE_EXHAUSTED, "End of readonly partition", liftbridge.ReadonlyPartitionError),
-        (C.RESOURCE_EXHAUSTED, "Stop offset reached", liftbridge.StopPositionReached),
+        (C.RESOURCE_EXHAUSTED, "Stop offset reached", liftbridge.StopPositionReachedError),
         (C.INVALID_ARGUMENT, "Subject is invalid", liftbridge.InvalidArgumentError),
         (C.UNAVAILABLE, "connection refused", liftbridge.UnavailableError),
         (C.DEADLINE_EXCEEDED, "", liftbridge.DeadlineExceededError),

@@ -105,7 +105,7 @@ class Scene:
     def publisher(self, **options: float) -> liftbridge.NatsStreamPublisher:
         """A publisher on a connection of its own to the hostile server."""
         settings: dict[str, float] = {
-            "ack_timeout": TIMEOUT,
+            "ack_wait": TIMEOUT,
             "connect_timeout": 2.0,
             "reconnect_wait": 0.05,
             **options,
@@ -140,7 +140,7 @@ def scene(deaths: list[threading.ExceptHookArgs]) -> Iterator[Scene]:
     nats = FakeNats(SCRIPTS)
     try:
         with serving(broker) as served, liftbridge.Client(f"127.0.0.1:{served.port}") as client:
-            good = liftbridge.NatsStreamPublisher(client, nats.url, ack_timeout=TIMEOUT)
+            good = liftbridge.NatsStreamPublisher(client, nats.url, ack_wait=TIMEOUT)
             built = Scene(nats, client, good)
             try:
                 built.bystander_works()  # warm: the baseline RSS has the good path's objects
@@ -538,7 +538,7 @@ def test_a_defect_in_handling_what_was_read_costs_the_connection_not_the_thread(
     connection = NatsSocket("hostile", "_INBOX.defect", deliver, lambda: None)
     connection.connect(scene.nats.url, connect_timeout=2.0, reconnect_wait=0.05)
     try:
-        envelope = liftbridge.new_message(
+        envelope = liftbridge.encode_message(
             b"lower-max-payload", ack_inbox="_INBOX.defect", correlation_id="c"
         )
         connection.send(STREAM, envelope, "entry")  # the server answers with a new INFO

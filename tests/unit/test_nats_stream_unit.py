@@ -53,7 +53,7 @@ def test_tls_is_refused_when_the_server_only_allows_it(scheme: str) -> None:
         ({"url": "http://127.0.0.1:1"}, InvalidArgumentError, "url must look like nats://"),
         ({"url": 4222}, InvalidArgumentError, "url must be a str"),
         ({"max_inflight": 0}, InvalidArgumentError, "max_inflight"),
-        ({"ack_timeout": -1}, InvalidArgumentError, "ack_timeout"),
+        ({"ack_wait": -1}, InvalidArgumentError, "ack_wait"),
         ({"crc": "yes"}, ArgumentTypeError, "crc must be a bool"),
         ({"tls": True}, ArgumentTypeError, "tls must be an ssl.SSLContext"),
         ({"token": 5}, ArgumentTypeError, "token must be a str or None"),

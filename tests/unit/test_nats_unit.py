@@ -141,7 +141,7 @@ def clients(monkeypatch: pytest.MonkeyPatch) -> list[FakeClient]:
 
 @pytest.fixture
 def publisher(clients: list[FakeClient]) -> Iterator[NatsPublisher]:
-    with NatsPublisher("nats://127.0.0.1:4333", ack_timeout=2.0) as p:
+    with NatsPublisher("nats://127.0.0.1:4333", ack_wait=2.0) as p:
         yield p
 
 

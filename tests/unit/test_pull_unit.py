@@ -80,14 +80,14 @@ class FakeSource:
         partition: int = 0,
         start: StartPosition | int | datetime | timedelta = StartPosition.NEW_ONLY,
         stop: StopPosition | int | datetime | None = None,
-        read_isr_replica: bool = False,
+        read_replica: bool = False,
         resume: bool = False,
     ) -> Subscription:
         if self.fail_subscribes:
             self.fail_subscribes -= 1
             raise liftbridge.UnavailableError("the broker is down")
         assert handler is not None
-        subscription = FakeSubscription(handler, start, read_isr_replica)
+        subscription = FakeSubscription(handler, start, read_replica)
         self.subscriptions.append(subscription)
         return cast(Subscription, subscription)
 
