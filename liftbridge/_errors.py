@@ -343,6 +343,9 @@ def from_status(code: str, details: str, *, unprocessed: bool = False) -> Liftbr
         The matching :class:`LiftbridgeError` subclass instance.
     """
     text = details.lower()
+    if code == "DEADLINE_EXCEEDED" and text in ("", "deadline exceeded"):
+        # gRPC's own words for its timer: say it as every other deadline error does.
+        details = "the call's deadline passed"
     message = f"{details} (gRPC {code})" if details else f"gRPC {code}"
     error = _from_status(code, text, message)
     if code == "UNAVAILABLE" and unprocessed:

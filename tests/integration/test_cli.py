@@ -312,7 +312,7 @@ def test_publish_stops_at_the_first_failure_unless_keep_going(cli: Cli, unique_n
     lines = "".join(f"{n}\n" for n in range(100_000))
     stopped = cli("publish", unique_name, stdin=lines, expect=1)
     assert "0 of 1 message(s) stored" in stopped.err and "1 failed" in stopped.err
-    assert f"NoSuchStreamError: no such stream: {unique_name}" in stopped.err
+    assert f"NoSuchStreamError: no such stream: {unique_name!r}" in stopped.err
     going = cli("publish", unique_name, "a", "b", "c", "--keep-going", expect=1)
     assert "0 of 3 message(s) stored" in going.err and "3 failed" in going.err
 

@@ -143,6 +143,9 @@ def _publish_until_acked(publish: Callable[[], object], bound: float, deadline: 
             return failed
         except (
             liftbridge.AckTimeoutError,
+            # No new leader within this try's own deadline (a slow election under
+            # load): the publish was not sent, and the next try may find one.
+            liftbridge.DeadlineExceededError,
             liftbridge.LeaderLostError,
             liftbridge.UnavailableError,
         ):
