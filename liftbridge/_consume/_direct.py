@@ -174,7 +174,9 @@ def _scan(
                 # The same class (a deadline stays a deadline), saying where and why.
                 raise type(error)(f"{about}: could not reach {where}: {unreachable}") from error
             if isinstance(error, (DeadlineExceededError, UnavailableError, ServerError)):
-                why = "" if error.args == _NO_TIME_LEFT.args else f" ({error})"
+                # An inner text that already says "deadline" would say it twice.
+                said = error.args == _NO_TIME_LEFT.args or "deadline" in str(error)
+                why = "" if said else f" ({error})"
                 raise DeadlineExceededError(
                     f"{about} did not finish within its deadline{why}"
                 ) from error

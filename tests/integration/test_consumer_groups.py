@@ -194,7 +194,9 @@ def test_a_clean_join_hands_over_at_the_old_owners_final_commit(
     wait_for(lambda: tally.complete({0: 400, 1: 400}), 20, "everything handled")
     by_old, by_new = tally.by("old", moved), tally.by("new", moved)
     assert by_new, "the newcomer read the partition it took"
-    assert by_new[0] == max(by_old) + 1  # the old owner's final commit + 1
+    # The old owner's final commit + 1; under load its thread for the moved
+    # partition may not have handled any of it yet, and then nothing was committed.
+    assert by_new[0] == (max(by_old) + 1 if by_old else 0)
     assert sorted(by_old + by_new) == list(range(400))  # nothing handled twice
 
 

@@ -121,6 +121,8 @@ def test_acked_publishes_leave_nothing_behind(
     # deadline, but without their future or ack: one object each. The last
     # futures may still be on their way through the SDK's threads when
     # publish_many returns: they get 3 s to leave.
+    # A leak was three objects per publish (3,000 here); what else the process
+    # makes meanwhile (captured log records under a loaded suite) stays far below.
     create_stream(stub, unique_name)
     publisher.publish_many(unique_name, [b"warm-up"] * 10)
     gc.collect()
@@ -132,10 +134,10 @@ def test_acked_publishes_leave_nothing_behind(
     while True:
         gc.collect()
         grown = len(gc.get_objects()) - before
-        if grown < 500 or time.monotonic() > settle:
+        if grown < 1000 or time.monotonic() > settle:
             break
         time.sleep(0.1)
-    assert grown < 500
+    assert grown < 1000
 
 
 def test_expected_offset_travels_in_the_envelope(
