@@ -14,11 +14,7 @@ Both run on one server (groups need no cluster to show these faults).
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 import uuid
@@ -27,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import liftbridge
+from chaos.pinned_child import PinnedMemberProcess
 from chaos.rows import RowResult
 from liftbridge.testing import LocalServer
 
@@ -37,22 +34,6 @@ SETTLE = 20.0
 """Seconds every published message has to be handled after the load stops."""
 OVERFLOW_DUPLICATES_PER_HANDOVER = 2
 """Messages a clean hand-over may handle twice per moved partition (README)."""
-
-_PINNED_MEMBER = textwrap.dedent(
-    """
-    import sys, threading, liftbridge
-    address, group = sys.argv[1:3]
-    client = liftbridge.Client(address)
-    def handle(message, error):
-        if message is not None:
-            print("offset", message.offset, flush=True)
-    def on_pin(event):
-        print("pin", event.kind.value, event.reason.value if event.reason else "-", flush=True)
-    consumer = client.create_consumer(group, pinned=True, on_pin=on_pin, auto_checkpoint=0.2)
-    consumer.subscribe(group, handle)
-    threading.Event().wait()
-    """
-)
 
 
 class _Handled:
@@ -129,22 +110,8 @@ def pinned_freeze() -> RowResult:
     with LocalServer() as server, liftbridge.Client(server.addresses) as client:
         group = f"chaos-pin-{uuid.uuid4().hex[:8]}"
         client.create_stream(group)
-        env = dict(os.environ, PYTHONPATH=str(_ROOT))
-        child = subprocess.Popen(
-            [sys.executable, "-c", _PINNED_MEMBER, server.address, group],
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        lines: list[list[str]] = []
-
-        def read() -> None:
-            assert child.stdout is not None
-            for line in child.stdout:
-                lines.append(line.split())
-
-        reader = threading.Thread(target=read, name="chaos-child-reader", daemon=True)
-        reader.start()
+        member = PinnedMemberProcess(server.address, group)
+        child, lines = member.process, member.lines
         handled = _Handled()
         stop = threading.Event()
         try:
@@ -194,12 +161,7 @@ def pinned_freeze() -> RowResult:
             standby.close()
         finally:
             stop.set()
-            child.send_signal(signal.SIGCONT)
-            child.send_signal(signal.SIGKILL)
-            child.wait(10)
-            reader.join(5)
-            if child.stdout is not None:
-                child.stdout.close()
+            member.stop()
     return result
 
 

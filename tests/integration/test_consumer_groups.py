@@ -22,6 +22,7 @@ import grpc
 import pytest
 
 import liftbridge
+from chaos.pinned_child import PinnedMemberProcess
 from liftbridge._groups._consumer import AutoOffset, Consumer
 from liftbridge._groups._values import StreamPartition
 from liftbridge.testing import LocalCluster, LocalServer
@@ -1099,24 +1100,6 @@ def test_a_pinned_puller_that_stops_pulling_loses_the_pin_and_comes_back_as_stan
         puller.join(5)
 
 
-_PINNED_MEMBER_SCRIPT = textwrap.dedent(
-    """
-    import sys, threading, liftbridge
-    address, group = sys.argv[1:3]
-    client = liftbridge.Client(address)
-    def handle(message, error):
-        if message is not None:
-            print("offset", message.offset, flush=True)
-    def on_pin(event):
-        reason = event.reason.value if event.reason else "-"
-        print("pin", event.kind.value, reason, flush=True)
-    consumer = client.create_consumer(group, pinned=True, on_pin=on_pin, auto_checkpoint=0.2)
-    consumer.subscribe(group, handle)
-    threading.Event().wait()
-    """
-)
-
-
 def test_an_expired_pinned_member_comes_back_as_a_standby(
     client: liftbridge.Client,
     server: LocalServer,
@@ -1127,22 +1110,8 @@ def test_an_expired_pinned_member_comes_back_as_a_standby(
     # id and pulls as a standby: frozen past the consumer timeout and thawed,
     # it must not take the pin back from the member that took over.
     client.create_stream(unique_name)
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    child = subprocess.Popen(
-        [sys.executable, "-c", _PINNED_MEMBER_SCRIPT, server.address, unique_name],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    lines: list[list[str]] = []
-
-    def read() -> None:
-        assert child.stdout is not None
-        for line in child.stdout:
-            lines.append(line.split())
-
-    reader = threading.Thread(target=read, name="test-child-reader", daemon=True)
-    reader.start()
+    member = PinnedMemberProcess(server.address, unique_name)
+    child, lines = member.process, member.lines
     try:
         wait_for(lambda: ["pin", "pinned", "-"] in lines, 20, "the child is pinned")
         tally = Tally()
@@ -1173,9 +1142,4 @@ def test_an_expired_pinned_member_comes_back_as_a_standby(
         assert child_offsets == [0, 1, 2, 3, 4]
         assert tally.by("standby") == [5, 6, 7, 8, 9]  # from the frozen member's commit
     finally:
-        child.send_signal(signal.SIGCONT)
-        child.send_signal(signal.SIGKILL)
-        child.wait(10)
-        reader.join(5)
-        assert child.stdout is not None
-        child.stdout.close()
+        member.stop()
