@@ -87,14 +87,18 @@ class Commits:
             return
         budget = self._heart.budget()
         try:
-            if final:
-                self.durable(entry, None)
-            else:
-                entry.commit(
-                    lambda tp, offset: self._session.set_cursor(tp, offset, budget), wait=budget
-                )
+            self._commit(entry, final=final, budget=budget)
         except LiftbridgeError as e:
             _log.warning("commit of %s in group %s failed: %s", entry.tp, self._group_id, e)
+
+    def _commit(self, entry: Assigned, *, final: bool, budget: float) -> None:
+        """Commits ``entry``: patiently when ``final``, else within ``budget``."""
+        if final:
+            self.durable(entry, None)
+        else:
+            entry.commit(
+                lambda tp, offset: self._session.set_cursor(tp, offset, budget), wait=budget
+            )
 
     def release(self, entry: Assigned, *, final: bool) -> None:
         """A partition let go: commits (as :meth:`quietly`), then marks it
@@ -105,12 +109,7 @@ class Commits:
             return
         budget = self._heart.budget()
         try:
-            if final:
-                self.durable(entry, None)
-            else:
-                entry.commit(
-                    lambda tp, offset: self._session.set_cursor(tp, offset, budget), wait=budget
-                )
+            self._commit(entry, final=final, budget=budget)
             # Leaving makes the next epoch, the one that gives the partition on.
             epoch = self._heart.target_epoch + (1 if final else 0)
             self._session.mark_released(entry.tp, epoch, budget)
