@@ -344,8 +344,7 @@ class Publisher:
     # ---------------------------------------------------------- completion --
 
     def _claim(self, pending: _Pending) -> bool:
-        """Marks a publish as being resolved and frees its window slot; False
-        if another thread got there first."""
+        """Marks a publish resolved, freeing its window slot; False if another thread did."""
         with self._lock:
             if pending.done:
                 return False
@@ -363,8 +362,9 @@ class Publisher:
             self._complete(pending, ack, error)
 
     def _complete(self, pending: _Pending, ack: Ack | None, error: LiftbridgeError | None) -> None:
-        handler = pending.handler if pending.expects_ack else None
-        self._callbacks.settle(pending.future, handler, ack, error)
+        # Let go of the Future: the timer's deque keeps a resolved entry until it sweeps it.
+        future, pending.future = pending.future, None
+        self._callbacks.settle(future, pending.handler if pending.expects_ack else None, ack, error)
 
     def _resolve(self, response: api_pb2.PublishResponse) -> None:
         correlation_id, ack, error = response_outcome(response)
@@ -456,8 +456,7 @@ class Publisher:
     # --------------------------------------------------------- ack timer ----
 
     def _expire(self, pending: _Pending) -> None:
-        """On liftbridge-ack-timer: fails a publish whose deadline passed (if
-        it is still unresolved)."""
+        """On liftbridge-ack-timer: fails a publish past its deadline, if unresolved."""
         if pending.done:
             return
         with self._handover_lock:  # the sender cannot hand it over meanwhile
@@ -578,12 +577,13 @@ class Publisher:
             left = list(self._pending.values())
         for pending in left:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if pending.future is None:
+            future = pending.future  # None: no Future, or resolved and let go
+            if future is None:
                 if not self._wait_claimed(pending, remaining):
                     return False
                 continue
             try:
-                pending.future.exception(timeout=remaining)
+                future.exception(timeout=remaining)
             except FutureTimeoutError:
                 return False
             except CancelledError:
