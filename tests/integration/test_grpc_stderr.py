@@ -84,35 +84,32 @@ print("GRPC_VERBOSITY after import:", os.environ.get("GRPC_VERBOSITY"), flush=Tr
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalServer, dict[str, Path]]]:
+    """A TLS server and its files: ``ca`` signed it, ``other_ca`` did not."""
     folder = tmp_path_factory.mktemp("pki-stderr")
     ca, other = trustme.CA(), trustme.CA()
-    server = ca.issue_cert("127.0.0.1", "localhost")
+    issued = ca.issue_cert("127.0.0.1", "localhost")
     files = {
         "ca": ca.cert_pem,
         "other_ca": other.cert_pem,
-        "server_cert": server.cert_chain_pems[0],
-        "server_key": server.private_key_pem,
+        "server_cert": issued.cert_chain_pems[0],
+        "server_key": issued.private_key_pem,
     }
     for name, blob in files.items():
         blob.write_to_path(str(folder / name))
-    return {name: folder / name for name in files}
-
-
-@pytest.fixture(scope="module")
-def tls_server(pki: dict[str, Path]) -> Iterator[LocalServer]:
+    pki = {name: folder / name for name in files}
     with tls_servers.tls_server(pki) as server:
-        yield server
+        yield server, pki
 
 
 def _child(
     server: LocalServer,
-    tls_server: LocalServer,
-    pki: dict[str, Path],
+    tls: tuple[LocalServer, dict[str, Path]],
     *,
     only_tls: bool = False,
     **env: str,
 ) -> subprocess.CompletedProcess[str]:
+    tls_server, pki = tls
     environ = {k: v for k, v in os.environ.items() if k not in ("GRPC_VERBOSITY", "GRPC_TRACE")}
     args = [server.address, tls_server.address, str(pki["ca"]), str(pki["other_ca"])]
     return subprocess.run(
@@ -126,9 +123,9 @@ def _child(
 
 
 def test_nothing_from_grpc_reaches_stderr(
-    server: LocalServer, tls_server: LocalServer, pki: dict[str, Path]
+    server: LocalServer, tls: tuple[LocalServer, dict[str, Path]]
 ) -> None:
-    done = _child(server, tls_server, pki)
+    done = _child(server, tls)
     assert done.returncode == 0, done.stdout + done.stderr
     for what in (
         "other CA",
@@ -147,9 +144,9 @@ def test_nothing_from_grpc_reaches_stderr(
 
 
 def test_a_users_grpc_verbosity_stands(
-    server: LocalServer, tls_server: LocalServer, pki: dict[str, Path]
+    server: LocalServer, tls: tuple[LocalServer, dict[str, Path]]
 ) -> None:
-    done = _child(server, tls_server, pki, only_tls=True, GRPC_VERBOSITY="INFO")
+    done = _child(server, tls, only_tls=True, GRPC_VERBOSITY="INFO")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "refused other CA" in done.stdout
     assert "Handshake failed" in done.stderr  # what the SDK's default keeps off stderr
