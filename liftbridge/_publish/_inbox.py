@@ -9,9 +9,11 @@ subject, listens there itself, and returns the ack in the response.
 ``publish_async`` with an ack inbox makes the call on a bounded pool of
 threads (:class:`InboxPool`, ``liftbridge-inbox-publish_N``, started on first
 use), which resolves the Future and hands the ack handler to the client's
-``liftbridge-callbacks`` thread, like every other publish. At most
-``max_inflight`` such publishes are under way at once: past that the caller
-waits for a slot (within the publish's timeout), as on the shared stream.
+``liftbridge-callbacks`` thread, like every other publish. Each holds a slot
+of the client's one ``max_inflight`` window (:meth:`Publisher.borrow`) from
+the call until its outcome, shared with the publishes on the PublishAsync
+stream: when the window is full the caller waits for a slot, and raises
+:class:`PublishWindowFullError` without one, whichever path it takes.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from liftbridge._errors import (
     LiftbridgeError,
     UnavailableError,
 )
-from liftbridge._publish._publisher import AckHandler
+from liftbridge._publish._publisher import AckHandler, Publisher
 from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)
@@ -71,18 +73,19 @@ WORKERS = 8
 
 class InboxPool:
     """The ``publish_async`` calls that name an ack inbox, on a bounded pool
-    inside a window of ``max_inflight`` calls. Thread-safe.
+    inside the client's publish window. Thread-safe.
 
     Args:
         invoke: makes one unary Publish call.
         callbacks: the client's callbacks runner (Futures, ack handlers).
-        max_inflight: calls under way (queued or running) at most.
+        window: the client's publisher, whose ``max_inflight`` window each
+            call takes a slot of while it is under way (queued or running).
     """
 
-    def __init__(self, invoke: Invoke, callbacks: CallbackRunner, *, max_inflight: int) -> None:
+    def __init__(self, invoke: Invoke, callbacks: CallbackRunner, window: Publisher) -> None:
         self._invoke = invoke
         self._callbacks = callbacks
-        self._window = threading.BoundedSemaphore(max_inflight)
+        self._window = window
         self._lock = threading.Lock()  # guards _executor and _closed
         self._executor: ThreadPoolExecutor | None = None
         self._closed = False
@@ -95,23 +98,18 @@ class InboxPool:
 
         Raises:
             ClientClosedError: the pool is closed (the publish was not sent).
+            PublishWindowFullError: the client's window stayed full for
+                ``wait`` seconds (the publish was not sent).
         """
-        future: Future[Ack | None] = self._callbacks.future()
         started = time.monotonic()
-        if not self._window.acquire(timeout=wait):
-            self._callbacks.settle(
-                future,
-                handler,
-                None,
-                DeadlineExceededError(
-                    f"the publish to {request.stream!r} was not sent: max_inflight inbox "
-                    f"publishes awaited acks for its whole timeout ({wait:g}s)"
-                ),
-            )
-            return future
         with self._lock:
             if self._closed:
-                self._window.release()
+                raise ClientClosedError("the client is closed; the publish was not sent")
+        self._window.borrow(wait)
+        future: Future[Ack | None] = self._callbacks.future()
+        with self._lock:
+            if self._closed:
+                self._window.give_back()
                 raise ClientClosedError("the client is closed; the publish was not sent")
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(
@@ -139,7 +137,7 @@ class InboxPool:
             error = UnavailableError(f"the publish failed: {e!r}")
             error.__cause__ = e
         finally:
-            self._window.release()
+            self._window.give_back()
         notify = handler if request.ackPolicy != api_pb2.NONE else None
         self._callbacks.settle(future, notify, ack, error)
 

@@ -88,7 +88,6 @@ class Publishing:
         callbacks: the client's ``liftbridge-callbacks`` runner.
         ack_wait: default seconds a publish waits for its ack.
         max_message_size: the server's limit on one message, in bytes.
-        max_inflight: ack-inbox publishes under way at most.
     """
 
     def __init__(
@@ -100,10 +99,9 @@ class Publishing:
         *,
         ack_wait: float,
         max_message_size: int,
-        max_inflight: int = 1024,
     ) -> None:
         self._router = router
-        self._inbox = _inbox.InboxPool(self._invoke_publish, callbacks, max_inflight=max_inflight)
+        self._inbox = _inbox.InboxPool(self._invoke_publish, callbacks, publisher)
         self._publisher = publisher
         self._lanes = lanes
         self._callbacks = callbacks
