@@ -245,12 +245,8 @@ class Publisher:
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the client is closed; the publish was not sent")
-            if correlation_id in self._pending:
-                raise InvalidArgumentError(
-                    f"correlation_id {correlation_id!r} is already in flight"
-                )
             self._window.take(wait)
-            if correlation_id in self._pending:  # registered by another thread meanwhile
+            if correlation_id in self._pending:
                 self._window.give()
                 raise InvalidArgumentError(
                     f"correlation_id {correlation_id!r} is already in flight"
