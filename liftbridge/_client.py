@@ -299,6 +299,8 @@ class Client(ReadMethods, PublishMethods, GroupMethods):
             with self._state_lock:
                 self._state = ClientState.CLOSED
             self._router.close()
+            # Inbox publishes under way end as the connections close.
+            self._publishing.join(deadline)
             self._closed.set()
 
     def flush(self, timeout: float | None = None) -> bool:

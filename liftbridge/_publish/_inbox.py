@@ -18,11 +18,13 @@ stream: when the window is full the caller waits for a slot, and raises
 
 from __future__ import annotations
 
+import functools
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._messages import Ack, ack_from_proto
@@ -86,8 +88,12 @@ class InboxPool:
         self._invoke = invoke
         self._callbacks = callbacks
         self._window = window
-        self._lock = threading.Lock()  # guards _executor and _closed
-        self._executor: ThreadPoolExecutor | None = None
+        # _lock guards _threads, _idle and _closed. Jobs wait in _jobs; a
+        # worker takes one at a time and ends at a None (one per worker on close).
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0  # workers waiting for a job
         self._closed = False
 
     def publish_async(
@@ -111,13 +117,28 @@ class InboxPool:
             if self._closed:
                 self._window.give_back()
                 raise ClientClosedError("the client is closed; the publish was not sent")
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    WORKERS, thread_name_prefix="liftbridge-inbox-publish"
-                )
             left = max(0.0, wait - (time.monotonic() - started))
-            self._executor.submit(self._run, request, left, handler, future)
+            self._jobs.put(functools.partial(self._run, request, left, handler, future))
+            if self._idle:
+                self._idle -= 1  # that worker takes this job
+            elif len(self._threads) < WORKERS:
+                worker = threading.Thread(
+                    target=self._work,
+                    name=f"liftbridge-inbox-publish_{len(self._threads)}",
+                    daemon=True,
+                )
+                self._threads.append(worker)
+                worker.start()
         return future
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                job()
+            except Exception:  # _run settles every outcome; this is a bug, not an outcome
+                _log.exception("an inbox publish failed unexpectedly")
+            with self._lock:
+                self._idle += 1
 
     def _run(
         self,
@@ -144,9 +165,22 @@ class InboxPool:
     def close(self) -> None:
         """Takes no more publishes; those queued still run (the client's
         connections are closed by then, so they fail at once) and the pool's
-        threads end after them. Idempotent; does not wait."""
+        threads end after them (see :meth:`join`). Idempotent; does not wait."""
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
-            executor = self._executor
-        if executor is not None:
-            executor.shutdown(wait=False)
+            workers = len(self._threads)
+        for _ in range(workers):
+            self._jobs.put(None)
+
+    def join(self, deadline: float) -> None:
+        """Waits for the pool's threads (after :meth:`close`) until ``deadline``
+        (``time.monotonic()``) at most; never joins the calling thread."""
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+                if thread.is_alive():
+                    _log.warning("thread %s did not stop in time", thread.name)

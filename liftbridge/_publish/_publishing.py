@@ -229,6 +229,10 @@ class Publishing:
         """Takes no more ack-inbox publishes (see :class:`_inbox.InboxPool`)."""
         self._inbox.close()
 
+    def join(self, deadline: float) -> None:
+        """Waits for the ack-inbox pool's threads until ``deadline`` at most."""
+        self._inbox.join(deadline)
+
     def publish(self, request: api_pb2.PublishRequest, timeout: float | None) -> Ack | None:
         """Sends a checked request and waits for its outcome.
 

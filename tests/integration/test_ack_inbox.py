@@ -154,6 +154,37 @@ def test_inbox_publishes_share_the_clients_publish_window(
         assert c.fetch_partition_metadata(unique_name).newest_offset == 4
 
 
+def test_close_ends_inbox_publishes_and_their_threads(unique_name: str, inbox_subject: str) -> None:
+    """An inbox publish awaiting its ack (the server is stopped) when the
+    client closes: its Future fails with ClientClosedError, its handler runs
+    off the pool, and no pool thread outlives close() (one did)."""
+    heard: list[tuple[str, type[BaseException] | None]] = []
+    handled = threading.Event()
+
+    def handler(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
+        heard.append((threading.current_thread().name, type(error) if error else None))
+        handled.set()
+
+    with LocalServer() as own:
+        c = liftbridge.Client(own.address)
+        c.create_stream(unique_name)
+        c.publish_async(unique_name, b"warm", ack_inbox=inbox_subject).result(timeout=DEADLINE)
+        assert own.pid is not None
+        os.kill(own.pid, signal.SIGSTOP)
+        try:
+            future = c.publish_async(
+                unique_name, b"v", handler, ack_inbox=inbox_subject, timeout=DEADLINE
+            )
+            c.close()
+            alive = [t.name for t in threading.enumerate() if t.name.startswith("liftbridge-inbox")]
+        finally:
+            os.kill(own.pid, signal.SIGCONT)
+    assert alive == []
+    assert isinstance(future.exception(timeout=DEADLINE), liftbridge.ClientClosedError)
+    assert handled.wait(DEADLINE)
+    assert heard == [("liftbridge-callbacks-late", liftbridge.ClientClosedError)]
+
+
 def test_publish_with_an_inbox_raises_the_servers_refusal(
     client: liftbridge.Client, unique_name: str, inbox_subject: str
 ) -> None:
