@@ -11,11 +11,16 @@ case arms: that one meets a scripted server. Every case holds that:
 - the client's other streams keep working (its shared publish stream, opened
   before, and a fresh lane after);
 - no SDK thread is left after ``close()``.
+
+Set ``HOSTILE_H2_FIGURES=path.json`` to have each case's seconds and RSS
+growth written out (the README's table).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -59,6 +64,19 @@ RSS_BOUND = 16 << 20
 (the PING flood's queued acks), the rest is room for a noisy process. The
 issue's 2^31-byte prefix grew it by 257 MiB before."""
 ENABLE_PUSH = 0x2
+FIGURES: dict[str, dict[str, float]] = {}
+
+
+def _record(case: str, took: float, grown: int) -> None:
+    FIGURES[case] = {"seconds": round(took, 2), "rss_mib": round(grown / 2**20, 2)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def figures() -> Iterator[None]:
+    yield
+    if path := os.environ.get("HOSTILE_H2_FIGURES"):
+        with open(path, "w") as out:
+            json.dump(FIGURES, out, indent=1, sort_keys=True)
 
 
 def rss() -> int:
@@ -273,6 +291,7 @@ def test_a_hostile_stream_ends_in_a_typed_error_and_nothing_else_breaks(
             client.publish(TOPIC, b"hostile", timeout=timeout)  # a lane: the armed stream
         took = time.monotonic() - start
         grown = rss() - grown_from
+        _record(case, took, grown)
         error = caught.value
         assert front.played == 1
         assert isinstance(error, expected), repr(error)
@@ -313,6 +332,7 @@ def test_a_lane_connects_within_the_publish_timeout_not_the_rpc_timeout() -> Non
     finally:
         filler.close()
         full.close()
+    _record("lane connect, accept queue full", took, 0)
     assert took <= 1.0 + SLACK, f"the publish took {took:.2f} s"
 
 
@@ -344,6 +364,7 @@ def test_a_subscription_fed_a_2_31_byte_message_fails_typed_at_once(front: H2Fro
         assert failed.wait(TIMEOUT + SLACK), "the subscription never reported the hostile read"
         took = time.monotonic() - start
         grown = rss() - grown_from
+        _record("Subscribe: 2^31-byte message", took, grown)
         assert front.played == 1
         message, error = heard[-1]
         assert message is None
@@ -416,6 +437,7 @@ def test_a_plain_handler_subscription_finds_a_hung_broker_by_keepalive(
         assert failed.wait(window + 2 * SLACK), "the handler never heard of the hung broker"
         took = time.monotonic() - start
         grown = rss() - grown_from
+        _record("Subscribe: broker hung after the handshake", took, grown)
         assert isinstance(heard[0], liftbridge.LiftbridgeError), repr(heard[0])
         assert took <= window + SLACK, f"the handler heard after {took:.2f} s"
         assert took >= 2 * KEEPALIVE  # found by the PING's timeout, not by anything sooner
