@@ -266,6 +266,14 @@ def _sdk_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("liftbridge-")]
 
 
+def _no_sdk_thread_left(before: set[str]) -> None:
+    """No SDK thread but those in ``before`` is left (within 2 s of close())."""
+    deadline = time.monotonic() + 2.0
+    while set(_sdk_threads()) - before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not set(_sdk_threads()) - before
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_hostile_stream_ends_in_a_typed_error_and_nothing_else_breaks(
     front: H2Front, case: str
@@ -305,10 +313,7 @@ def test_a_hostile_stream_ends_in_a_typed_error_and_nothing_else_breaks(
         assert client.publish(TOPIC, b"after", timeout=10) is not None
     finally:
         client.close()
-    deadline = time.monotonic() + 2.0
-    while set(_sdk_threads()) - before_threads and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not set(_sdk_threads()) - before_threads
+    _no_sdk_thread_left(before_threads)
 
 
 def test_a_lane_connects_within_the_publish_timeout_not_the_rpc_timeout() -> None:
@@ -375,10 +380,7 @@ def test_a_subscription_fed_a_2_31_byte_message_fails_typed_at_once(front: H2Fro
         assert client.publish(TOPIC, b"after", timeout=10) is not None
     finally:
         client.close()
-    deadline = time.monotonic() + 2.0
-    while set(_sdk_threads()) - before_threads and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not set(_sdk_threads()) - before_threads
+    _no_sdk_thread_left(before_threads)
 
 
 KEEPALIVE = 0.5
@@ -448,10 +450,7 @@ def test_a_plain_handler_subscription_finds_a_hung_broker_by_keepalive(
         assert client.publish(TOPIC, b"after", timeout=10) is not None
     finally:
         client.close()
-    deadline = time.monotonic() + 2.0
-    while set(_sdk_threads()) - before_threads and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not set(_sdk_threads()) - before_threads
+    _no_sdk_thread_left(before_threads)
 
 
 def test_keepalive_is_on_by_default_for_a_subscriptions_stream(front: H2Front) -> None:
