@@ -72,7 +72,7 @@ demo: setup
 	$(PY) examples/demo.py
 
 bench: venv server bench-go
-	$(PY) -m bench --cluster
+	$(PY) -m bench --cluster $(if $(wildcard bench/baseline.json),--baseline bench/baseline.json)
 	$(PY) -m bench.spark
 
 # Every row of the fault matrix, then 1,000,000 fuzzed inputs; the table goes to

@@ -81,7 +81,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         type=Path,
         default=os.environ.get("BENCH_BASELINE") or None,
         metavar="JSON",
-        help="an earlier run's JSON file: also print how each SDK/bare ratio moved since",
+        help="an earlier run's JSON file (make bench passes bench/baseline.json): also print "
+        "how each SDK/bare and SDK/Go ratio moved since, marking drops over 10%%",
     )
     args = parser.parse_args(argv)
     if args.reps is not None and args.reps < 1:
@@ -176,8 +177,15 @@ def run(argv: list[str] | None = None) -> tuple[int, Path]:
         },
     )
     if args.baseline is not None:
-        print(f"\nSDK/bare msgs/s against {args.baseline}:")
-        print(report.ratio_changes(args.baseline_document, {"comparisons": comparisons}))
+        now = {"comparisons": comparisons}
+        for against, label in (("ratio", "SDK/bare"), ("ratio_go", "SDK/Go")):
+            print(f"\n{label} msgs/s against {args.baseline}:")
+            print(report.ratio_changes(args.baseline_document, now, against))
+            fell = report.drops(args.baseline_document, now, against)
+            print(
+                f"{len(fell)} {label} row(s) fell by more than {report.DROP:.0%}"
+                + (": " + ", ".join(f"{w} {s} {n} B" for w, s, n in fell) if fell else "")
+            )
     print(f"\n{len(suite.results)} results in {duration:.0f}s, written to {path}")
     return (1 if suite.errors else 0), path
 

@@ -349,31 +349,43 @@ def _ratio(metric: str, mine: Spread | None, theirs: Spread | None) -> str:
     return "-"
 
 
-def _ratios(document: Mapping[str, object]) -> dict[tuple[str, str, int], float]:
-    """The SDK/bare msgs/s ratios of a run's JSON document, by workload, setting and size."""
+DROP = 0.10
+"""A ratio that falls by more than this fraction since the baseline is marked."""
+
+
+def _ratios(
+    document: Mapping[str, object], against: str = "ratio"
+) -> dict[tuple[str, str, int], float]:
+    """The SDK/bare (``against="ratio"``) or SDK/Go (``"ratio_go"``) msgs/s ratios
+    of a run's JSON document, by workload, setting and size."""
     rows = document.get("comparisons")
     ratios: dict[tuple[str, str, int], float] = {}
     for row in rows if isinstance(rows, list) else []:
-        if row.get("metric") == "msgs_per_s" and isinstance(row.get("ratio"), int | float):
+        if row.get("metric") == "msgs_per_s" and isinstance(row.get(against), int | float):
             ratios[(str(row["workload"]), str(row["setting"]), int(row["value_size"]))] = float(
-                row["ratio"]
+                row[against]
             )
     return ratios
 
 
-def ratio_changes(before: Mapping[str, object], after: Mapping[str, object]) -> str:
-    """How the SDK/bare msgs/s ratios moved from one run's JSON document to another's.
+def ratio_changes(
+    before: Mapping[str, object], after: Mapping[str, object], against: str = "ratio"
+) -> str:
+    """How the SDK/bare (or, with ``against="ratio_go"``, SDK/Go) msgs/s ratios
+    moved from one run's JSON document to another's.
 
     One line per workload, setting and size found in either run; ``-`` where
-    a run did not measure it.
+    a run did not measure it. A ratio that fell by more than :data:`DROP` of
+    its baseline value is marked ``DROP``.
     """
-    old, new = _ratios(before), _ratios(after)
-    header = ("workload", "setting", "size", "before", "after", "change")
+    old, new = _ratios(before, against), _ratios(after, against)
+    header = ("workload", "setting", "size", "before", "after", "change", "")
     rows: list[tuple[str, ...]] = [header]
     for key in [*old, *(k for k in new if k not in old)]:
         workload, setting, size = key
         was, now = old.get(key), new.get(key)
         change = "-" if was is None or now is None else f"{now - was:+.2f}"
+        dropped = was is not None and now is not None and now < was * (1 - DROP)
         rows.append(
             (
                 workload,
@@ -382,9 +394,18 @@ def ratio_changes(before: Mapping[str, object], after: Mapping[str, object]) -> 
                 "-" if was is None else f"{was:.2f}",
                 "-" if now is None else f"{now:.2f}",
                 change,
+                "DROP" if dropped else "",
             )
         )
     return _layout(rows, left=3)
+
+
+def drops(
+    before: Mapping[str, object], after: Mapping[str, object], against: str = "ratio"
+) -> list[tuple[str, str, int]]:
+    """The rows whose ratio fell by more than :data:`DROP` since ``before``."""
+    old, new = _ratios(before, against), _ratios(after, against)
+    return [key for key, was in old.items() if key in new and new[key] < was * (1 - DROP)]
 
 
 def write_json(path: Path, document: dict[str, object]) -> Path:

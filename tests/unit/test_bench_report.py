@@ -16,6 +16,7 @@ from bench.report import (
     Result,
     ceiling_rows,
     ceiling_table,
+    drops,
     latency_row,
     latency_table,
     ratio_changes,
@@ -49,6 +50,7 @@ def test_ratio_changes_lines_up_both_runs_and_marks_what_one_lacks() -> None:
     )
     lines = ratio_changes(before, after).splitlines()
     assert lines[0].split() == ["workload", "setting", "size", "before", "after", "change"]
+    assert "DROP" not in lines[2]
     assert lines[2].split() == ["publish", "LEADER", "100", "B", "0.72", "0.95", "+0.23"]
     assert lines[3].split() == ["subscribe", "earliest", "1", "KiB", "0.90", "-", "-"]
     assert lines[4].split() == [
@@ -56,6 +58,39 @@ def test_ratio_changes_lines_up_both_runs_and_marks_what_one_lacks() -> None:
         *("100", "B", "-", "0.97", "-"),
     ]
     assert len(lines) == 5
+
+
+def test_a_ratio_that_falls_over_ten_percent_is_marked_and_listed() -> None:
+    before = _document(
+        ("publish", "LEADER", 100, "msgs_per_s", 1.00),
+        ("subscribe", "earliest", 100, "msgs_per_s", 1.00),
+    )
+    after = _document(
+        ("publish", "LEADER", 100, "msgs_per_s", 0.91),  # -9 %: within
+        ("subscribe", "earliest", 100, "msgs_per_s", 0.85),  # -15 %: a drop
+    )
+    lines = ratio_changes(before, after).splitlines()
+    assert lines[2].split()[-1] == "-0.09"
+    assert lines[3].split()[-1] == "DROP"
+    assert drops(before, after) == [("subscribe", "earliest", 100)]
+
+
+def test_drops_read_the_go_ratio_when_asked() -> None:
+    before = {"comparisons": [_go_row(1.2, 1.0)]}
+    after = {"comparisons": [_go_row(1.2, 0.5)]}
+    assert drops(before, after) == []
+    assert drops(before, after, "ratio_go") == [("publish", "LEADER", 100)]
+
+
+def _go_row(bare: float, go: float) -> dict[str, object]:
+    return {
+        "workload": "publish",
+        "setting": "LEADER",
+        "value_size": 100,
+        "metric": "msgs_per_s",
+        "ratio": bare,
+        "ratio_go": go,
+    }
 
 
 def test_an_unreadable_baseline_is_refused_before_anything_runs(tmp_path: Path) -> None:
