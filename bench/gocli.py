@@ -1,6 +1,8 @@
 """The official Go client (go-liftbridge v2.3.0) as benchmark drivers.
 
-``scripts/build-bench-go.sh`` builds ``bench/go`` into ``.cache/bench-go``;
+``scripts/build-bench-go.sh`` builds ``bench/go`` into ``.cache/bench-go/<key>``
+(``key``: a hash of its sources, so checkouts with different drivers sharing
+one ``.cache`` never swap each other's binary mid-run);
 each :class:`GoDriver` keeps one such process running for one workload and
 stream, and asks it for a run of ``count`` messages per line on its stdin.
 The process times itself (wall clock and its own CPU), so starting it and
@@ -9,6 +11,7 @@ connecting are not counted, as they are not for the SDK and floor drivers.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import threading
@@ -17,7 +20,17 @@ from pathlib import Path
 from bench.stats import Run
 
 ROOT = Path(__file__).resolve().parent.parent
-BINARY = ROOT / ".cache" / "bench-go" / "liftbridge-bench-go"
+
+
+def _source_key() -> str:
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "bench" / "go").iterdir()):
+        if path.suffix == ".go" or path.name in ("go.mod", "go.sum"):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+BINARY = ROOT / ".cache" / "bench-go" / _source_key() / "liftbridge-bench-go"
 BUILD_SCRIPT = ROOT / "scripts" / "build-bench-go.sh"
 _WAIT = 600.0
 """Seconds one run may take before the process is declared stuck."""
@@ -30,7 +43,11 @@ class GoDriverError(RuntimeError):
 def build() -> Path:
     """Builds the Go driver if its sources changed since the last build; returns its path."""
     done = subprocess.run(
-        ["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, timeout=900, check=False
+        ["bash", str(BUILD_SCRIPT), str(BINARY.parent)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
     )
     if done.returncode != 0 or not BINARY.is_file():
         raise GoDriverError(f"building the Go driver failed:\n{done.stderr[-2000:]}")

@@ -131,6 +131,51 @@ class SdkHandled(SdkPipelined):
         return Run(count, seconds, count * len(value), cpu)
 
 
+BATCH = 100
+"""Messages per ``publish_many_async`` call in the batch rows."""
+
+
+class SdkBatched(SdkPipelined):
+    """Workload 2 in batches: ``publish_many_async`` of :data:`BATCH` values
+    at a time, one Future per batch, on ``Client`` or (``publisher``) on a
+    ``NatsStreamPublisher``; done when every batch's Future is resolved."""
+
+    def __init__(
+        self,
+        client: liftbridge.Client,
+        stream: str,
+        value: bytes,
+        ack_policy: liftbridge.AckPolicy,
+        publisher: liftbridge.NatsStreamPublisher | None = None,
+    ) -> None:
+        super().__init__(client, stream, value, ack_policy)
+        self._publisher = publisher
+
+    def run(self, count: int) -> Run:
+        """Publishes ``count`` messages (whole batches, the last one shorter);
+        checks none failed and the partition grew by as many."""
+        target = self._client if self._publisher is None else self._publisher
+        publish_many_async, stream, policy = (
+            target.publish_many_async,
+            self._stream,
+            self._ack_policy,
+        )
+        values = [self._value] * BATCH
+        before = self._stored()
+        watch = Stopwatch()
+        futures = [
+            publish_many_async(stream, values[: min(BATCH, count - start)], ack_policy=policy)
+            for start in range(0, count, BATCH)
+        ]
+        for future in futures:
+            future.result(timeout=_WAIT)
+        seconds, cpu = watch.stop()
+        stored = self._stored() - before
+        if stored != count:
+            raise SdkError(f"{count} publishes stored {stored} messages")
+        return Run(count, seconds, count * len(self._value), cpu)
+
+
 class SdkSubscribe:
     """Workload 3: ``Client.subscribe`` from the earliest offset to
     ``last_offset``, with a handler that reads each message's offset."""

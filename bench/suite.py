@@ -496,6 +496,13 @@ class Suite:
                             _PIPELINED_SHOWN,
                         )
                     )
+                    # publish_many_async: one Future per batch, next to the same Go figures.
+                    batch_setting = f"{setting} publish_many_async, batch={sdk.BATCH}"
+                    batch_stream = self._stream(client, workload, "m", size, replication_factor)
+                    batched = sdk.SdkBatched(client, batch_stream, value, policy)
+                    entries.append(
+                        _Entry(workload, batch_setting, size, SDK, batched, _PIPELINED_SHOWN)
+                    )
                     if go is not None:
                         driver = gocli.GoDriver(go, "publish_async", names[2], size, window=window)
                         entries.append(
@@ -503,7 +510,9 @@ class Suite:
                         )
                     self._measure(entries, count, self.plan.pipelined_reps, self.plan.warmup(count))
                     if go is not None:
-                        self.results.append(replace(self.results[-1], setting=handled_setting))
+                        go_result = self.results[-1]
+                        for extra in (handled_setting, batch_setting):
+                            self.results.append(replace(go_result, setting=extra))
 
     def _subscribe(
         self, client: liftbridge.Client, stub: api_pb2_grpc.APIStub, go: str | None = None
@@ -751,6 +760,9 @@ class Suite:
                     go and names[1],
                     go,
                     handled=over_nats.StreamHandled(fast, client, names[0], value),
+                    batched=sdk.SdkBatched(
+                        client, names[0], value, liftbridge.AckPolicy.LEADER, publisher=fast
+                    ),
                     pipelined_count=self.plan.nats_steady_count,
                 )
             with liftbridge.NatsPublisher(nats_url, ack_wait=60.0) as pynats2:
@@ -775,14 +787,16 @@ class Suite:
         *,
         go_publish: bool = True,
         handled: Driver | None = None,
+        batched: Driver | None = None,
         pipelined_count: int | None = None,
     ) -> None:
         """One publisher's rows: one at a time, then pipelined, each taking
         turns with the Go driver on ``go_stream`` (``go_publish``: for the
         one-at-a-time rows too). ``handled``: pipelined with an ack handler
         and no Future, a row of its own in the same turns, next to the same
-        Go figures. ``pipelined_count``: messages per pipelined repetition
-        (default ``nats_pipelined_count``)."""
+        Go figures; ``batched``: ``publish_many_async``, likewise.
+        ``pipelined_count``: messages per pipelined repetition (default
+        ``nats_pipelined_count``)."""
         window = self.plan.nats_window
         entries = [_Entry(workload, "LEADER", size, SDK, publish, _PUBLISH_SHOWN)]
         if go is not None and go_stream and go_publish:
@@ -798,18 +812,24 @@ class Suite:
         )
         setting = f"LEADER window={window}"
         handled_setting = f"{setting} handler, future=False"
+        batch_setting = f"{setting} publish_many_async, batch={sdk.BATCH}"
         workload = workload.replace("nats publish", "nats publish_async")
         entries = [_Entry(workload, setting, size, SDK, pipelined, _PIPELINED_SHOWN)]
         if handled is not None:
             entries.append(_Entry(workload, handled_setting, size, SDK, handled, _PIPELINED_SHOWN))
+        if batched is not None:
+            entries.append(_Entry(workload, batch_setting, size, SDK, batched, _PIPELINED_SHOWN))
         with_go = go is not None and bool(go_stream)
         if go is not None and go_stream:
             driver = gocli.GoDriver(go, "publish_async", go_stream, size, window=window)
             entries.append(_Entry(workload, setting, size, GO, driver, _PIPELINED_SHOWN))
         count = pipelined_count or self.plan.nats_pipelined_count
         self._measure(entries, count, self.plan.pipelined_reps, self.plan.warmup(count))
-        if handled is not None and with_go:  # the same Go figures, next to the handler row
-            self.results.append(replace(self.results[-1], setting=handled_setting))
+        if with_go:  # the same Go figures, next to the handler and batch rows
+            go_result = self.results[-1]
+            for extra, driven in ((handled_setting, handled), (batch_setting, batched)):
+                if driven is not None:
+                    self.results.append(replace(go_result, setting=extra))
 
     def _rss(self, address: str, nats_url: str) -> None:
         plan = self.plan

@@ -221,22 +221,37 @@ class ReadMethods(AdminMethods):
             offset: the last offset processed (-1: nothing yet).
             timeout: seconds for the whole call, retries included; ``None`` for
                 the retry policy's ``total_timeout``.
+
+        Raises:
+            NoSuchStreamError: the stream does not exist, naming it (the server
+                itself stores a cursor of any stream name). Checked against the
+                cached metadata, refreshed once when it does not know the
+                partition: no extra RPC for a stream the client has seen.
+            NoSuchPartitionError: the stream has no such partition.
         """
         check.identifier(cursor_id, arg="cursor_id")
         check.stream_name(stream)
         check.partition(partition)
         check.int64(offset, arg="offset", minimum=-1)
-        self._cursors.set(cursor_id, stream, partition, offset, self._deadline_of(timeout))
+        deadline = self._deadline_of(timeout)
+        self._cursors.require(stream, partition, deadline)
+        self._cursors.set(cursor_id, stream, partition, offset, deadline)
 
     def fetch_cursor(
         self, cursor_id: str, stream: str, partition: int, *, timeout: float | None = None
     ) -> int | None:
         """Fetches a cursor's offset: the last offset processed, so resume at
-        the returned value + 1. None when no cursor is stored."""
+        the returned value + 1. None when no cursor is stored.
+
+        Raises:
+            NoSuchStreamError, NoSuchPartitionError: as :meth:`set_cursor`.
+        """
         check.identifier(cursor_id, arg="cursor_id")
         check.stream_name(stream)
         check.partition(partition)
-        return self._cursors.fetch(cursor_id, stream, partition, self._deadline_of(timeout))
+        deadline = self._deadline_of(timeout)
+        self._cursors.require(stream, partition, deadline)
+        return self._cursors.fetch(cursor_id, stream, partition, deadline)
 
     def pull(
         self,

@@ -13,7 +13,12 @@ from __future__ import annotations
 import zlib
 
 from liftbridge._core._router import Deadline, Leader, Router
-from liftbridge._errors import InvalidArgumentError, ServerError
+from liftbridge._errors import (
+    InvalidArgumentError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    ServerError,
+)
 from liftbridge_api import api_pb2
 
 CURSORS_STREAM = "__cursors"
@@ -41,6 +46,28 @@ class Cursors:
 
     def __init__(self, router: Router) -> None:
         self._router = router
+
+    def require(self, stream: str, partition: int, deadline: Deadline) -> None:
+        """Raises unless ``stream`` has ``partition``: the server stores and returns a
+        cursor of any stream name, so a misspelt stream would pass unnoticed. The
+        client's cached metadata answers when it knows the partition (no RPC); else
+        one metadata refresh, within ``deadline``, decides. A stream deleted since
+        the cache was filled still passes.
+
+        Raises:
+            NoSuchStreamError: the stream does not exist (naming it).
+            NoSuchPartitionError: it has no such partition (naming both).
+        """
+        info = self._router.metadata.streams.get(stream)
+        if info is not None and partition in info.partitions:
+            return
+        info = self._router.refresh(deadline).streams.get(stream)
+        if info is None:
+            raise NoSuchStreamError(
+                f"no such stream: {stream!r} (a cursor needs an existing stream)"
+            )
+        if partition not in info.partitions:
+            raise NoSuchPartitionError(f"stream {stream!r} has no partition {partition}")
 
     def _target(self, cursor_id: str, stream: str, partition: int, deadline: Deadline) -> Leader:
         count = self._router.metadata.partition_count(CURSORS_STREAM)

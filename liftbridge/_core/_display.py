@@ -11,8 +11,10 @@ import codecs
 import html
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING
+
+from liftbridge._core._validate import datetime_of_ns
 
 if TYPE_CHECKING:
     from liftbridge._core._messages import Message
@@ -22,10 +24,10 @@ _BYTES_SHOWN = 32
 
 
 def timestamp_ns_to_datetime(ns: int) -> datetime | None:
-    """Unix nanoseconds as an aware UTC datetime (microseconds), None for 0 (never)."""
+    """Unix nanoseconds as an aware UTC datetime (whole microseconds), None for 0 (never)."""
     if ns <= 0:
         return None
-    return datetime.fromtimestamp(ns / 1e9, tz=UTC)
+    return datetime_of_ns(ns)
 
 
 def show_datetime(when: datetime | None) -> str:

@@ -9,7 +9,7 @@ import enum
 import html
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import FrozenInstanceError
-from datetime import UTC, datetime
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Self
 
@@ -29,10 +29,6 @@ class AckPolicy(enum.IntEnum):
     """Once every in-sync replica has stored it."""
     NONE = api_pb2.NONE
     """Never: fire and forget."""
-
-
-def _datetime(ns: int) -> datetime:
-    return datetime.fromtimestamp(ns / 1e9, tz=UTC)
 
 
 REPR_BYTES = 64
@@ -100,7 +96,8 @@ class Message(_WireValue):
         offset: position in the partition, monotonic.
         value: the payload.
         key: the key, or ``None`` when the message had none.
-        timestamp_ns: when the server received it, unix nanoseconds.
+        timestamp_ns: when the server received it, unix nanoseconds (exact);
+            ``timestamp`` is the same as a UTC datetime.
         stream: stream name.
         partition: partition number.
         subject: NATS subject it was received on.
@@ -196,8 +193,8 @@ class Message(_WireValue):
 
     @property
     def timestamp(self) -> datetime:
-        """``timestamp_ns`` as an aware UTC datetime (microsecond precision)."""
-        return _datetime(self._pb.timestamp)
+        """``timestamp_ns`` as an aware UTC datetime, cut to whole microseconds."""
+        return check.datetime_of_ns(self._pb.timestamp)
 
     def to_dict(self) -> dict[str, object]:
         """The message as a plain dict of its fields, plus ``timestamp`` as a datetime.
@@ -276,8 +273,10 @@ class Ack(_WireValue):
         ack_inbox: NATS subject the ack was published to.
         correlation_id: the id that matched the ack to its publish.
         ack_policy: the policy the message was sent with.
-        reception_timestamp_ns: when the server received it, unix nanoseconds.
-        commit_timestamp_ns: when it was committed, unix nanoseconds.
+        reception_timestamp_ns: when the server received it, unix nanoseconds
+            (exact); ``reception_timestamp`` is the same as a UTC datetime.
+        commit_timestamp_ns: when it was committed, unix nanoseconds (exact);
+            ``commit_timestamp`` is the same as a UTC datetime.
         error: for acks read from an ack inbox, the server's refusal (for
             example :class:`IncorrectOffsetError`), else ``None``. The SDK's
             publish methods raise it instead of returning such an ack.
@@ -388,6 +387,16 @@ class Ack(_WireValue):
     @property
     def commit_timestamp_ns(self) -> int:
         return self._pb.commitTimestamp
+
+    @property
+    def reception_timestamp(self) -> datetime:
+        """``reception_timestamp_ns`` as an aware UTC datetime, cut to whole microseconds."""
+        return check.datetime_of_ns(self._pb.receptionTimestamp)
+
+    @property
+    def commit_timestamp(self) -> datetime:
+        """``commit_timestamp_ns`` as an aware UTC datetime, cut to whole microseconds."""
+        return check.datetime_of_ns(self._pb.commitTimestamp)
 
     @property
     def error(self) -> LiftbridgeError | None:

@@ -9,12 +9,12 @@ whose names start with ``__`` are the server's own (``__cursors``,
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar, overload
 
+from liftbridge._core import _validate as check
 from liftbridge._core._display import (
     Table,
     fields_table,
@@ -165,7 +165,9 @@ class StreamInfo:
         name: the stream name.
         subject: the NATS subject of partition 0 (partition N is ``subject.N``).
         partitions: partition number to :class:`PartitionInfo`.
-        creation_timestamp_ns: when the stream was created, unix nanoseconds.
+        creation_timestamp_ns: when the stream was created, unix nanoseconds
+            (exact; 0 when unknown); ``creation_timestamp`` is the same as a UTC
+            datetime.
     """
 
     name: str
@@ -177,9 +179,15 @@ class StreamInfo:
         object.__setattr__(self, "partitions", _frozen(self.partitions))
 
     @property
-    def created(self) -> datetime | None:
+    def creation_timestamp(self) -> datetime | None:
         """``creation_timestamp_ns`` as an aware UTC datetime; None when unknown."""
         return timestamp_ns_to_datetime(self.creation_timestamp_ns)
+
+    @property
+    def created(self) -> datetime | None:
+        """Deprecated name of :attr:`creation_timestamp` (kept for one release)."""
+        check.deprecated("StreamInfo.created", "StreamInfo.creation_timestamp")
+        return self.creation_timestamp
 
     @property
     def internal(self) -> bool:
@@ -189,14 +197,14 @@ class StreamInfo:
     def __repr__(self) -> str:
         return (
             f"<StreamInfo {self.name!r} subject={self.subject!r}"
-            f" partitions={len(self.partitions)} created={show_datetime(self.created)}>"
+            f" partitions={len(self.partitions)} created={show_datetime(self.creation_timestamp)}>"
         )
 
     def table(self) -> Table:
         """Its partitions as a :class:`Table`: leader, replicas, ISR, flags."""
         return Table(
             f"stream {self.name!r} (subject {self.subject!r}, created "
-            f"{show_datetime(self.created)})",
+            f"{show_datetime(self.creation_timestamp)})",
             _PARTITION_COLUMNS,
             tuple(p._row() for _, p in sorted(self.partitions.items())),
         )
@@ -232,22 +240,34 @@ class Metadata:
         brokers: every broker, sorted by id.
         streams: stream name to :class:`StreamInfo`.
         groups: consumer groups that were asked for, by id.
-        last_updated: ``time.time()`` when this snapshot was fetched.
+        updated: when this snapshot was fetched (this machine's clock), an
+            aware UTC datetime; None for a snapshot not fetched from a server.
     """
 
     brokers: tuple[BrokerInfo, ...]
     streams: Mapping[str, StreamInfo]
     groups: Mapping[str, ConsumerGroupInfo]
-    last_updated: float
+    updated: datetime | None
 
     def __post_init__(self) -> None:
+        if isinstance(self.updated, int | float) and not isinstance(self.updated, bool):
+            # The old float field (time.time(), 0.0 for never), for one release.
+            check.deprecated(
+                "Metadata(updated=<time.time() float>)",
+                "Metadata(updated=<aware datetime or None>)",
+                stacklevel=4,
+            )
+            when = datetime.fromtimestamp(self.updated, tz=UTC) if self.updated else None
+            object.__setattr__(self, "updated", when)
         object.__setattr__(self, "streams", _frozen(self.streams))
         object.__setattr__(self, "groups", _frozen(self.groups))
 
     @property
-    def updated(self) -> datetime | None:
-        """``last_updated`` as an aware UTC datetime; None before the first fetch."""
-        return datetime.fromtimestamp(self.last_updated, tz=UTC) if self.last_updated else None
+    def last_updated(self) -> float:
+        """Deprecated: :attr:`updated` as ``time.time()`` seconds (0.0 for None);
+        kept for one release."""
+        check.deprecated("Metadata.last_updated", "Metadata.updated")
+        return self.updated.timestamp() if self.updated is not None else 0.0
 
     def stream_names(self, *, internal: bool = False) -> tuple[str, ...]:
         """The streams' names, sorted; the server's own ``__`` streams only when asked."""
@@ -273,7 +293,7 @@ class Metadata:
                 ``__activity``).
         """
         rows = tuple(
-            (name, info.subject, *partition._row(), show_datetime(info.created))
+            (name, info.subject, *partition._row(), show_datetime(info.creation_timestamp))
             for name in self.stream_names(internal=internal)
             for info in (self.streams[name],)
             for _, partition in sorted(info.partitions.items())
@@ -343,7 +363,7 @@ def metadata_from_proto(pb: api_pb2.FetchMetadataResponse) -> Metadata:
         for g in pb.groupMetadata
         if g.error == api_pb2.ConsumerGroupMetadata.OK
     }
-    return Metadata(brokers, FrozenMap(streams), FrozenMap(groups), time.time())
+    return Metadata(brokers, FrozenMap(streams), FrozenMap(groups), datetime.now(UTC))
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,7 +459,7 @@ class MetadataCache:
     def __init__(self, seeds: tuple[str, ...]) -> None:
         self._lock = threading.Lock()  # guards _current
         self._seeds = seeds
-        self._current = Metadata((), FrozenMap({}), FrozenMap({}), 0.0)
+        self._current = Metadata((), FrozenMap({}), FrozenMap({}), None)
 
     @property
     def current(self) -> Metadata:

@@ -228,6 +228,13 @@ def timestamp_ns(value: Any, *, arg: str) -> int:
     return ns
 
 
+def datetime_of_ns(ns: int) -> datetime:
+    """Unix nanoseconds as an aware UTC datetime, cut to whole microseconds (the
+    inverse of :func:`timestamp_ns`: a datetime read from a message and given back
+    as a start position is at or before the message, never after it)."""
+    return _EPOCH + timedelta(microseconds=ns // 1000)
+
+
 def time_before_now_ns(value: Any, *, arg: str) -> int:
     """A timedelta >= 0, as the unix nanoseconds that long before now."""
     if not isinstance(value, timedelta):
@@ -444,6 +451,12 @@ def callback(value: Any, *, arg: str, shape: str, optional: bool = True) -> Any:
             f"{getattr(value, '__qualname__', _type_name(value))}{signature} does not ({e})"
         ) from None
     return value
+
+
+def deprecated(old: str, new: str, *, stacklevel: int = 3) -> None:
+    """Warns (DeprecationWarning, at the caller's caller) that ``old`` is an old
+    name of ``new``, kept for one release."""
+    warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=stacklevel)
 
 
 def renamed(value: Any, old_value: Any, *, arg: str, old: str) -> Any:

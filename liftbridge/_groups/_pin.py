@@ -34,8 +34,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from liftbridge._consume._cursors import CURSORS_STREAM, Cursors
+from liftbridge._core import _validate as check
 from liftbridge._core._router import Deadline, Router
 from liftbridge._errors import LiftbridgeError, Refusal
 from liftbridge._groups._heartbeat import Heartbeat
@@ -97,13 +99,20 @@ class PinState:
         consumer_id: the member's id in the pin election.
         pin_id: an id given to each taking of the pin (16 hex digits); None
             while not pinned.
-        since: when the pin was taken (``time.time()``); None while not pinned.
+        pinned_at: when the pin was taken (an aware UTC datetime, this
+            machine's clock); None while not pinned.
     """
 
     pinned: bool
     consumer_id: str
     pin_id: str | None = None
-    since: float | None = None
+    pinned_at: datetime | None = None
+
+    @property
+    def since(self) -> float | None:
+        """Deprecated: :attr:`pinned_at` as ``time.time()`` seconds; kept for one release."""
+        check.deprecated("PinState.since", "PinState.pinned_at")
+        return None if self.pinned_at is None else self.pinned_at.timestamp()
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +125,7 @@ class PinEvent:
         consumer_id: the member.
         pin_id: the pin taken or given up.
         reason: why it was given up (None for PINNED).
-        at: when (``time.time()``).
+        timestamp: when (an aware UTC datetime, this machine's clock).
     """
 
     kind: PinEventKind
@@ -124,7 +133,13 @@ class PinEvent:
     consumer_id: str
     pin_id: str
     reason: UnpinReason | None
-    at: float
+    timestamp: datetime
+
+    @property
+    def at(self) -> float:
+        """Deprecated: :attr:`timestamp` as ``time.time()`` seconds; kept for one release."""
+        check.deprecated("PinEvent.at", "PinEvent.timestamp")
+        return self.timestamp.timestamp()
 
 
 PinCallback = Callable[[PinEvent], None]
@@ -307,7 +322,7 @@ class PinElection:
         return count or 0
 
     def _pinned(self, consumer_id: str) -> None:
-        self.state = PinState(True, consumer_id, secrets.token_hex(8), time.time())
+        self.state = PinState(True, consumer_id, secrets.token_hex(8), datetime.now(UTC))
         _log.info("%s holds the pin of group %s", consumer_id, self._group_id)
         self._event(PinEventKind.PINNED, None)
 
@@ -316,7 +331,7 @@ class PinElection:
         self.state = PinState(False, self.state.consumer_id)
 
     def _event(self, kind: PinEventKind, reason: UnpinReason | None) -> None:
-        state, now = self.state, time.time()
+        state, now = self.state, datetime.now(UTC)
         self._emit(
             PinEvent(kind, self._group_id, state.consumer_id, state.pin_id or "", reason, now)
         )

@@ -13,13 +13,14 @@ from typing import Literal, Unpack, overload
 from liftbridge._core._client_api import ClientBase
 from liftbridge._core._messages import Ack, AckPolicy
 from liftbridge._core._validate import BytesLike
+from liftbridge._publish._batch import BatchMethods
 from liftbridge._publish._options import ClientPublishOptions, check_ack_handler
 from liftbridge._publish._publisher import AckHandler
 from liftbridge._publish._publishing import Publishing, check_future
 
 
-class PublishMethods(ClientBase):
-    """``publish``, ``publish_async`` and ``publish_to_subject``."""
+class PublishMethods(BatchMethods, ClientBase):
+    """``publish``, ``publish_async``, ``publish_many_async`` and ``publish_to_subject``."""
 
     _publishing: Publishing
 

@@ -63,15 +63,14 @@ from liftbridge._errors import (
     InvalidArgumentError,
     UnavailableError,
 )
+from liftbridge._publish._batch import BatchMethods
 from liftbridge._publish._bytes import (
     PLAIN_MESSAGE_HEADER,
     PlainFrames,
     ack_inbox_field,
     envelope_frame,
 )
-from liftbridge._publish._bytes import (
-    WIRE_POLICIES as _WIRE_POLICIES,
-)
+from liftbridge._publish._bytes import WIRE_POLICIES as _WIRE_POLICIES
 from liftbridge._publish._nats_acks import AcksThread
 from liftbridge._publish._nats_subjects import Subjects
 from liftbridge._publish._nats_window import AckHandler, AckWindow, Pending
@@ -101,7 +100,7 @@ class _State(enum.Enum):
 _NONE = AckPolicy.NONE
 
 
-class NatsStreamPublisher:
+class NatsStreamPublisher(BatchMethods):
     """Publishes to Liftbridge streams over NATS, many envelopes per socket write.
 
     The same contract as :meth:`Client.publish_async`: a Future and a
@@ -199,7 +198,7 @@ class NatsStreamPublisher:
                 raise ArgumentTypeError(f"{name} must be a str or None, got {type(value).__name__}")
         if tls is not None or url.startswith("tls://"):
             check_tls_required(url, connect_timeout)
-        self._runner = CallbackRunner()  # the liftbridge-callbacks thread, started on first use
+        self._callbacks = CallbackRunner()  # the liftbridge-callbacks thread, started on first use
         # The client closes this publisher first when it closes (before its ack timer).
         core = attach(client, self)
         self._router = core.router
@@ -222,7 +221,7 @@ class NatsStreamPublisher:
             max_inflight=self._max_inflight,
             ack_timeout=self._ack_timeout,
             timer=self._timer,
-            runner=self._runner,
+            runner=self._callbacks,
             inbox=self._inbox,
         )
         # Publishes awaiting a partition leader found down fail at once, on
@@ -424,7 +423,7 @@ class NatsStreamPublisher:
                 max_payload=self._max_payload,
             )
         # Running, so it cannot be cancelled; its done-callbacks run on liftbridge-callbacks.
-        outcome: Future[Ack | None] | None = self._runner.future() if future else None
+        outcome: Future[Ack | None] | None = self._callbacks.future() if future else None
         entry: Pending | None = None
         if wants_ack:
             entry = Pending(correlation_id, outcome, ack_handler, timeout, subject)
@@ -524,7 +523,7 @@ class NatsStreamPublisher:
         # The acks thread fails what is pending (and what never left the outbox).
         self._acks.stop(_CLOSE_TIMEOUT)
         # Runs the handlers of those failures, unless called from one of them.
-        self._runner.close(monotonic() + _CLOSE_TIMEOUT)
+        self._callbacks.close(monotonic() + _CLOSE_TIMEOUT)
         self._close_state()
         logger.debug("NATS stream publisher for %s closed", self._where)
 

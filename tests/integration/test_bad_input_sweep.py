@@ -269,6 +269,21 @@ client_cases(
     ],
 )
 client_cases(
+    "publish_many_async",
+    {"stream": STREAM, "values": [b"v"]},
+    [
+        ("stream", "a..b"),
+        ("values", b"vv"),
+        ("values", [b"v", 5]),
+        ("values", 7),
+        ("ack_policy", liftbridge.AckPolicy.NONE),
+        ("ack_policy", "all"),
+        ("correlation_id", "c"),
+        ("ack_inbox", "inbox"),
+        ("timeout", -1),
+    ],
+)
+client_cases(
     "publish_to_subject",
     {"subject": STREAM, "value": b"v"},
     [
@@ -513,6 +528,8 @@ for arg, method, args, kwargs in _rows(
         ("value", "publish", (STREAM, "text"), {}),
         ("partition", "publish", (STREAM, b"v"), {"partition": -1}),
         ("ack_handler", "publish_async", (STREAM, b"v", "cb"), {}),
+        ("values", "publish_many_async", (STREAM, [b"v", "text"]), {}),
+        ("correlation_id", "publish_many_async", (STREAM, [b"v"]), {"correlation_id": "c"}),
         ("timeout", "flush", (), {"timeout": -1}),
     ]
 ):

@@ -582,7 +582,7 @@ def test_pinned_group_of_three_partitions_moves_whole_on_release(
     wait_for(lambda: members["first"].assignment == parts, 5, "the first holds all three")
     assert members["second"].assignment == () and members["third"].assignment == ()
     state = members["first"].pin
-    assert state is not None and state.pinned and state.pin_id and state.since
+    assert state is not None and state.pinned and state.pin_id and state.pinned_at
     assert state.consumer_id == members["first"].consumer_id
     publish(client, unique_name, 3, 10)
     wait_for(lambda: tally.complete({0: 10, 1: 10, 2: 10}), 5, "handled by the pinned member")
@@ -664,8 +664,8 @@ def test_unpin_from_outside_moves_the_pin_and_events_come_in_order(
         print(f"pin moved {took:.2f}s after unpin")
         second_pin = members["b"].pin
         assert second_pin is not None and second_pin.pin_id != first_pin.pin_id
-        assert second_pin.since is not None and first_pin.since is not None
-        assert second_pin.since > first_pin.since
+        assert second_pin.pinned_at is not None and first_pin.pinned_at is not None
+        assert second_pin.pinned_at > first_pin.pinned_at
         operator.unpin(unique_name)  # back to a: b now stands behind it
         wait_for(lambda: pinned_holder(members) == "a", 6 * HEARTBEAT, "a is pinned again")
     publish(client, unique_name, 1, 5)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future
+from typing import Any
 
 import pytest
 
@@ -31,6 +32,8 @@ def test_no_such_stream_names_the_stream_and_partition(
         lambda: _result(client.publish_async(missing, b"v")),
         lambda: client.get(missing, 0),
         lambda: client.fetch_partition_metadata(missing),
+        lambda: client.set_cursor("c", missing, 0, 1),  # the server itself would store it
+        lambda: client.fetch_cursor("c", missing, 0),
     )
     for call in calls:
         with pytest.raises(liftbridge.NoSuchStreamError) as caught:
@@ -42,12 +45,37 @@ def test_no_such_stream_names_the_stream_and_partition(
         lambda: client.publish(unique_name, b"v", partition=5),
         lambda: _result(client.publish_async(unique_name, b"v", partition=5)),
         lambda: client.get(unique_name, 0, partition=5),
+        lambda: client.set_cursor("c", unique_name, 5, 1),
+        lambda: client.fetch_cursor("c", unique_name, 5),
     )
     for call in calls:
         with pytest.raises(liftbridge.NoSuchPartitionError) as partition_error:
             call()
         assert not isinstance(partition_error.value, liftbridge.NoSuchStreamError)
         assert f"stream {unique_name!r} has no partition 5" in str(partition_error.value)
+    client.create_stream(missing)  # the refused set_cursor stored nothing
+    assert client.fetch_cursor("c", missing, 0) is None
+
+
+def test_cursor_calls_check_the_stream_without_an_extra_rpc_once_it_is_known(
+    client: liftbridge.Client, stream: str
+) -> None:
+    channels = client._router._channels  # the one place RPCs start
+    rpcs: list[str] = []
+    real = channels.invoke
+
+    def invoke(address: str, method: str, *args: Any, **kwargs: Any) -> Any:
+        rpcs.append(method)
+        return real(address, method, *args, **kwargs)
+
+    client.fetch_metadata()  # the stream is in the client's cache now
+    channels.invoke = invoke  # type: ignore[method-assign]
+    try:
+        client.set_cursor("c", stream, 0, 4)
+        assert client.fetch_cursor("c", stream, 0) == 4
+    finally:
+        channels.invoke = real  # type: ignore[method-assign]
+    assert rpcs == ["SetCursor", "FetchCursor"]
 
 
 def test_a_server_that_is_gone_could_not_be_reached() -> None:

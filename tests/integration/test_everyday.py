@@ -106,8 +106,8 @@ def test_metadata_reads_well_pickles_and_copies(
     html = metadata._repr_html_()
     assert "<table>" in html and unique_name in html and "__cursors" not in html
 
-    assert stream.created is not None and stream.created.tzinfo is UTC
-    assert abs((datetime.now(UTC) - stream.created).total_seconds()) < 3600
+    assert stream.creation_timestamp is not None and stream.creation_timestamp.tzinfo is UTC
+    assert abs((datetime.now(UTC) - stream.creation_timestamp).total_seconds()) < 3600
     assert repr(stream).startswith(f"<StreamInfo {unique_name!r}")
     assert "<table>" in stream._repr_html_()
     partition = stream.partitions[1]

@@ -5,11 +5,14 @@ notebook shows, and ``decode=`` for reading keys and values as text."""
 from __future__ import annotations
 
 import warnings
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 import liftbridge
 from liftbridge.testing import LocalServer
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def test_old_names_warn_and_still_work() -> None:
@@ -92,3 +95,56 @@ def test_notebook_html_and_text_decoding(client: liftbridge.Client, stream: str)
     assert liftbridge.messages_to_pandas([message])["key"][0] == b"\xff<k>"
     with pytest.raises(liftbridge.InvalidArgumentError, match="decode: no text codec"):
         liftbridge.messages_table([message], decode="no-such-codec")
+
+
+def test_points_in_time_are_utc_datetimes_next_to_exact_ns(
+    client: liftbridge.Client, stream: str
+) -> None:
+    before = datetime.now(UTC)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new names do not warn
+        ack = client.publish(stream, b"v", ack_policy=liftbridge.AckPolicy.ALL)
+        message = client.get(stream, ack.offset)
+        info = client.fetch_metadata().streams[stream]
+        metadata = client.fetch_metadata()
+        partition = client.fetch_partition_metadata(stream)
+    pairs = [
+        (message.timestamp, message.timestamp_ns),
+        (ack.reception_timestamp, ack.reception_timestamp_ns),
+        (ack.commit_timestamp, ack.commit_timestamp_ns),
+        (info.creation_timestamp, info.creation_timestamp_ns),
+        (partition.messages_received.latest, partition.messages_received.latest_ns),
+    ]
+    for when, ns in pairs:
+        assert isinstance(when, datetime) and when.tzinfo is UTC
+        assert ns // 1000 == (when - _EPOCH) // timedelta(microseconds=1)  # cut, never rounded
+    assert metadata.updated is not None and metadata.updated.tzinfo is UTC
+    assert before - timedelta(seconds=60) < message.timestamp < datetime.now(UTC)
+    # A message's datetime given back as a start position finds that message.
+    with client.subscribe(stream, start=message.timestamp, stop=ack.offset) as sub:
+        assert [m.offset for m in sub][-1] == ack.offset
+
+    with pytest.warns(DeprecationWarning, match="StreamInfo.created is deprecated"):
+        assert info.created == info.creation_timestamp
+    with pytest.warns(DeprecationWarning, match="Metadata.last_updated is deprecated"):
+        assert metadata.last_updated == metadata.updated.timestamp()
+    with pytest.warns(DeprecationWarning, match=r"Metadata\(updated=<time.time\(\) float>\)"):
+        old = liftbridge.Metadata((), {}, {}, 1_700_000_000.5)  # type: ignore[arg-type]
+    assert old.updated == datetime(2023, 11, 14, 22, 13, 20, 500000, tzinfo=UTC)
+
+
+def test_pin_times_are_datetimes_and_the_float_names_warn() -> None:
+    now = datetime.now(UTC)
+    state = liftbridge.PinState(True, "m1", "ab", now)
+    event = liftbridge.PinEvent(liftbridge.PinEventKind.PINNED, "g", "m1", "ab", None, now)
+    assert state.pinned_at is now and event.timestamp is now
+    with pytest.warns(
+        DeprecationWarning, match="PinState.since is deprecated: use PinState.pinned_at"
+    ):
+        assert state.since == now.timestamp()
+    with pytest.warns(
+        DeprecationWarning, match="PinEvent.at is deprecated: use PinEvent.timestamp"
+    ):
+        assert event.at == now.timestamp()
+    with pytest.warns(DeprecationWarning):
+        assert liftbridge.PinState(False, "m1").since is None

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
@@ -106,3 +108,14 @@ def test_asyncio_wrap_future(publish_async: PublishAsync, stream: str) -> None:
     acks = asyncio.run(publish_three())
     assert all(ack is not None and ack.stream == stream for ack in acks)
     assert len({ack.offset for ack in acks if ack is not None}) == 3
+
+
+def test_the_client_lets_go_of_a_resolved_future(client: liftbridge.Client, stream: str) -> None:
+    """Over gRPC a resolved publish waits in the ack timer's deadline queue
+    until it is swept: it must not keep its Future alive for the collector."""
+    future = client.publish_async(stream, b"v")
+    assert future.result(timeout=DEADLINE) is not None
+    gone = weakref.ref(future)
+    del future
+    gc.collect()
+    assert gone() is None

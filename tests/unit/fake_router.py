@@ -119,7 +119,7 @@ def metadata_with(streams: dict[str, int], brokers: Iterable[str] = ("a",)) -> M
         tuple(BrokerInfo(b, "127.0.0.1", 1000 + i) for i, b in enumerate(broker_ids)),
         MappingProxyType(infos),
         MappingProxyType({}),
-        0.0,
+        None,
     )
 
 

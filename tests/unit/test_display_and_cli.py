@@ -56,11 +56,11 @@ def test_message_formats() -> None:
     assert format_message(_MESSAGE, "base64") == b"Y2Fmw6k="
     assert format_message(_MESSAGE, "hex") == b"2/7  63 61 66 c3 a9"
     text = format_message(_MESSAGE, "text").decode()
-    assert text.startswith("2/7  2023-11-14 22:13:20.123457+00:00  key=k\\xff  café")
+    assert text.startswith("2/7  2023-11-14 22:13:20.123456+00:00  key=k\\xff  café")
     record = json.loads(format_message(_MESSAGE, "json"))
     assert record["value"] == "café" and record["key"] == {"base64": "a/8="}
     assert record["headers"] == {"h": "v"} and record["offset"] == 7
-    assert record["timestamp"] == "2023-11-14T22:13:20.123457+00:00"
+    assert record["timestamp"] == "2023-11-14T22:13:20.123456+00:00"
 
 
 def test_parser_defaults() -> None:
@@ -144,7 +144,7 @@ def test_messages_table_limits_and_checks() -> None:
 def test_frozen_values_pickle_copy_and_refuse_writes() -> None:
     partition = PartitionInfo("s", 0, "a", ("a",), ("a",))
     stream = StreamInfo("s", "s", {0: partition}, 1)
-    metadata = Metadata((), {"s": stream}, {}, 1.0)
+    metadata = Metadata((), {"s": stream}, {}, datetime(2026, 1, 1, tzinfo=UTC))
     assert isinstance(metadata.streams, FrozenMap)
     assert isinstance(stream.partitions, FrozenMap)
     for value in (metadata, stream):
@@ -153,5 +153,5 @@ def test_frozen_values_pickle_copy_and_refuse_writes() -> None:
     with pytest.raises(TypeError):
         metadata.streams["t"] = stream  # type: ignore[index]
     assert metadata.streams == {"s": stream}
-    assert Metadata((), {}, {}, 0.0).updated is None
-    assert repr(Metadata((), {}, {}, 0.0)) == "<Metadata brokers=[] 0 streams [] updated=->"
+    assert Metadata((), {}, {}, None).updated is None
+    assert repr(Metadata((), {}, {}, None)) == "<Metadata brokers=[] 0 streams [] updated=->"

@@ -15,7 +15,7 @@ from liftbridge._core._partitioner import choose_partition
 def _metadata(stream: str, partitions: int) -> Metadata:
     parts = {i: PartitionInfo(stream, i, "a", ("a",), ("a",)) for i in range(partitions)}
     info = StreamInfo(stream, stream, MappingProxyType(parts))
-    return Metadata((), MappingProxyType({stream: info}), MappingProxyType({}), 0.0)
+    return Metadata((), MappingProxyType({stream: info}), MappingProxyType({}), None)
 
 
 def test_key_partitioner_matches_go_formula() -> None:
