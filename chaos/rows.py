@@ -153,8 +153,8 @@ def stopped(pid: int | None, seconds: float) -> Iterator[None]:
         os.kill(pid, signal.SIGCONT)
 
 
-def _client(cluster: LocalCluster, **options: float) -> liftbridge.Client:
-    defaults: dict[str, float] = {
+def _client(cluster: LocalCluster, **options: float | None) -> liftbridge.Client:
+    defaults: dict[str, float | None] = {
         "ack_wait": PUBLISH_TIMEOUT,
         "rpc_timeout": 5.0,
         "resubscribe_wait": 60.0,
@@ -893,6 +893,7 @@ def disk_full() -> RowResult:
 # The issue-25 rows use this module's helpers: imported once they exist.
 from chaos.failover_rows import (  # noqa: E402
     handler_leader_stop,
+    handler_leader_stop_no_keepalive,
     kill_twice,
     rolling_restart_pull,
     seed_leader_kill,
@@ -905,6 +906,7 @@ ROWS: dict[str, Callable[[], RowResult]] = {
     "kill-twice": kill_twice,
     "rolling-restart-pull": rolling_restart_pull,
     "handler-leader-stop": handler_leader_stop,
+    "handler-leader-stop-no-keepalive": handler_leader_stop_no_keepalive,
     "follower-kill": follower_kill,
     "leader-stop": leader_sigstop,
     "rolling-restart": rolling_restart,

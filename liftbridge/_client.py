@@ -126,7 +126,8 @@ class Client(ReadMethods, PublishMethods, GroupMethods):
             retry_policy: how resilient RPCs are retried; ``None`` for
                 :data:`DEFAULT_RETRY_POLICY`.
             ack_wait: default seconds a publish waits for its ack.
-            max_inflight: most publishes awaiting acks at once. A publish
+            max_inflight: most publishes awaiting acks at once (every
+                ``publish_async``, with an ``ack_inbox`` or not). A publish
                 beyond it blocks until an eighth of the window has completed
                 (at its timeout it takes any free slot, else raises
                 :class:`PublishWindowFullError`), which bounds memory.
@@ -207,7 +208,6 @@ class Client(ReadMethods, PublishMethods, GroupMethods):
             self._callbacks,
             ack_wait=self._ack_wait,
             max_message_size=self._max_message_size,
-            max_inflight=max_inflight,
         )
         # _state_lock guards _state, _subscriptions, _consumers, _pulls and _attached; _closed is
         # set once close() has finished (a second close() waits for it).
@@ -299,6 +299,8 @@ class Client(ReadMethods, PublishMethods, GroupMethods):
             with self._state_lock:
                 self._state = ClientState.CLOSED
             self._router.close()
+            # Inbox publishes under way end as the connections close.
+            self._publishing.join(deadline)
             self._closed.set()
 
     def flush(self, timeout: float | None = None) -> bool:

@@ -60,7 +60,8 @@ class PublishMethods(BatchMethods, ClientBase):
     ) -> Future[Ack | None] | None:
         """Publishes a message on the client's PublishAsync stream without waiting.
 
-        Blocks only when ``max_inflight`` publishes await acks, until an
+        Blocks only when ``max_inflight`` publishes await acks (those with
+        an ``ack_inbox``, sent by the unary Publish RPC, count too), until an
         eighth of that window has freed up (or, at ``timeout``, any slot
         has). The SDK never re-sends a publish: on :class:`AckTimeoutError`
         or :class:`ConnectionLostError` the message may or may not be stored,

@@ -9,18 +9,22 @@ subject, listens there itself, and returns the ack in the response.
 ``publish_async`` with an ack inbox makes the call on a bounded pool of
 threads (:class:`InboxPool`, ``liftbridge-inbox-publish_N``, started on first
 use), which resolves the Future and hands the ack handler to the client's
-``liftbridge-callbacks`` thread, like every other publish. At most
-``max_inflight`` such publishes are under way at once: past that the caller
-waits for a slot (within the publish's timeout), as on the shared stream.
+``liftbridge-callbacks`` thread, like every other publish. Each holds a slot
+of the client's one ``max_inflight`` window (:meth:`Publisher.borrow`) from
+the call until its outcome, shared with the publishes on the PublishAsync
+stream: when the window is full the caller waits for a slot, and raises
+:class:`PublishWindowFullError` without one, whichever path it takes.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._messages import Ack, ack_from_proto
@@ -31,7 +35,7 @@ from liftbridge._errors import (
     LiftbridgeError,
     UnavailableError,
 )
-from liftbridge._publish._publisher import AckHandler
+from liftbridge._publish._publisher import AckHandler, Publisher
 from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)
@@ -71,20 +75,25 @@ WORKERS = 8
 
 class InboxPool:
     """The ``publish_async`` calls that name an ack inbox, on a bounded pool
-    inside a window of ``max_inflight`` calls. Thread-safe.
+    inside the client's publish window. Thread-safe.
 
     Args:
         invoke: makes one unary Publish call.
         callbacks: the client's callbacks runner (Futures, ack handlers).
-        max_inflight: calls under way (queued or running) at most.
+        window: the client's publisher, whose ``max_inflight`` window each
+            call takes a slot of while it is under way (queued or running).
     """
 
-    def __init__(self, invoke: Invoke, callbacks: CallbackRunner, *, max_inflight: int) -> None:
+    def __init__(self, invoke: Invoke, callbacks: CallbackRunner, window: Publisher) -> None:
         self._invoke = invoke
         self._callbacks = callbacks
-        self._window = threading.BoundedSemaphore(max_inflight)
-        self._lock = threading.Lock()  # guards _executor and _closed
-        self._executor: ThreadPoolExecutor | None = None
+        self._window = window
+        # _lock guards _threads, _idle and _closed. Jobs wait in _jobs; a
+        # worker takes one at a time and ends at a None (one per worker on close).
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0  # workers waiting for a job
         self._closed = False
 
     def publish_async(
@@ -95,31 +104,41 @@ class InboxPool:
 
         Raises:
             ClientClosedError: the pool is closed (the publish was not sent).
+            PublishWindowFullError: the client's window stayed full for
+                ``wait`` seconds (the publish was not sent).
         """
-        future: Future[Ack | None] = self._callbacks.future()
         started = time.monotonic()
-        if not self._window.acquire(timeout=wait):
-            self._callbacks.settle(
-                future,
-                handler,
-                None,
-                DeadlineExceededError(
-                    f"the publish to {request.stream!r} was not sent: max_inflight inbox "
-                    f"publishes awaited acks for its whole timeout ({wait:g}s)"
-                ),
-            )
-            return future
         with self._lock:
             if self._closed:
-                self._window.release()
                 raise ClientClosedError("the client is closed; the publish was not sent")
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    WORKERS, thread_name_prefix="liftbridge-inbox-publish"
-                )
+        self._window.borrow(wait)
+        future: Future[Ack | None] = self._callbacks.future()
+        with self._lock:
+            if self._closed:
+                self._window.give_back()
+                raise ClientClosedError("the client is closed; the publish was not sent")
             left = max(0.0, wait - (time.monotonic() - started))
-            self._executor.submit(self._run, request, left, handler, future)
+            self._jobs.put(functools.partial(self._run, request, left, handler, future))
+            if self._idle:
+                self._idle -= 1  # that worker takes this job
+            elif len(self._threads) < WORKERS:
+                worker = threading.Thread(
+                    target=self._work,
+                    name=f"liftbridge-inbox-publish_{len(self._threads)}",
+                    daemon=True,
+                )
+                self._threads.append(worker)
+                worker.start()
         return future
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                job()
+            except Exception:  # _run settles every outcome; this is a bug, not an outcome
+                _log.exception("an inbox publish failed unexpectedly")
+            with self._lock:
+                self._idle += 1
 
     def _run(
         self,
@@ -139,16 +158,29 @@ class InboxPool:
             error = UnavailableError(f"the publish failed: {e!r}")
             error.__cause__ = e
         finally:
-            self._window.release()
+            self._window.give_back()
         notify = handler if request.ackPolicy != api_pb2.NONE else None
         self._callbacks.settle(future, notify, ack, error)
 
     def close(self) -> None:
         """Takes no more publishes; those queued still run (the client's
         connections are closed by then, so they fail at once) and the pool's
-        threads end after them. Idempotent; does not wait."""
+        threads end after them (see :meth:`join`). Idempotent; does not wait."""
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
-            executor = self._executor
-        if executor is not None:
-            executor.shutdown(wait=False)
+            workers = len(self._threads)
+        for _ in range(workers):
+            self._jobs.put(None)
+
+    def join(self, deadline: float) -> None:
+        """Waits for the pool's threads (after :meth:`close`) until ``deadline``
+        (``time.monotonic()``) at most; never joins the calling thread."""
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+                if thread.is_alive():
+                    _log.warning("thread %s did not stop in time", thread.name)

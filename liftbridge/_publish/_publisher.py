@@ -70,12 +70,12 @@ from liftbridge._errors import (
     DeadlineExceededError,
     InvalidArgumentError,
     LiftbridgeError,
-    PublishWindowFullError,
     StreamRefusedError,
     naming,
 )
 from liftbridge._publish._leaders import LeaderCheck, leader_lost
 from liftbridge._publish._outbox import Outbox
+from liftbridge._publish._window import Window
 from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
 
@@ -86,8 +86,6 @@ AckHandler = Callable[[Ack | None, BaseException | None], None]
 
 _HUNG_AFTER = 2
 """A stream silent for this many ack timeouts while a publish on it times out is given up."""
-_RESUME_FRACTION = 8
-"""A full window lets a blocked producer go once 1/_RESUME_FRACTION of it is free."""
 _NONE = api_pb2.NONE
 _DRAIN = 16
 """Requests per run handed to the sender (then "sent"): 16 of up to 4 KiB fit its 64 KiB write."""
@@ -134,22 +132,15 @@ class Publisher:
         self._callbacks = callbacks
         self._timer = timer
         self._ack_wait = ack_wait
-        self._max_inflight = max_inflight
-        # A producer blocked on a full window resumes at this size (see the
-        # module docstring, "Speed").
-        self._resume_at = max_inflight - max(1, max_inflight // _RESUME_FRACTION)
         self._ids = itertools.count()
         self._id_prefix = f"{os.getpid():x}-{id(self):x}-"
 
-        # _lock guards _pending (every unresolved publish: its size is the
-        # window in use), _slot_waiters, _flushers, _generation, _closed,
-        # _threads_started and _call. _slot_free (on _lock) is notified when a
-        # publish resolves while a producer waits for a window slot and the
-        # window is down to _resume_at, and on close.
+        # _lock guards _pending (every unresolved publish), _window (each of
+        # those holds a slot, as does each ack-inbox publish under way: see
+        # borrow), _flushers, _generation, _closed, _threads_started and _call.
         self._lock = threading.Lock()
-        self._slot_free = threading.Condition(self._lock)
+        self._window = Window(self._lock, max_inflight)
         self._pending: dict[str, _Pending] = {}
-        self._slot_waiters = 0
         # Threads in flush() waiting for publishes without a Future; _claimed
         # (on _lock) is notified when a publish is claimed while there are any.
         self._flushers = 0
@@ -253,9 +244,9 @@ class Publisher:
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the client is closed; the publish was not sent")
-            if len(self._pending) >= self._max_inflight:
-                self._wait_for_slot(wait)
+            self._window.take(wait)
             if correlation_id in self._pending:
+                self._window.give()
                 raise InvalidArgumentError(
                     f"correlation_id {correlation_id!r} is already in flight"
                 )
@@ -272,31 +263,24 @@ class Publisher:
         self._timer.schedule(pending.deadline, functools.partial(self._expire, pending))
         return outcome
 
-    def _wait_for_slot(self, wait: float) -> None:
-        """Called with _lock held while the window is full: waits until it is
-        down to ``_resume_at``, or takes any free slot at the deadline.
+    def borrow(self, wait: float) -> None:
+        """Takes a window slot for a publish carried another way (the unary
+        Publish of an ack inbox) until :meth:`give_back`: every async publish
+        of the client counts against the one ``max_inflight`` window.
 
         Raises:
             PublishWindowFullError: no slot freed up within ``wait`` seconds.
-            ClientClosedError: the publisher closed meanwhile.
+            ClientClosedError: the publisher is closed.
         """
-        deadline = time.monotonic() + wait
-        self._slot_waiters += 1
-        try:
-            while len(self._pending) > self._resume_at:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    if len(self._pending) < self._max_inflight:
-                        return  # fewer acks came than a resume needs, but a slot is free
-                    raise PublishWindowFullError(
-                        f"{self._max_inflight} publishes are awaiting acks and none completed "
-                        f"within {wait:g}s; raise max_inflight or slow down"
-                    )
-                self._slot_free.wait(remaining)
-                if self._closed:
-                    raise ClientClosedError("the client is closed; the publish was not sent")
-        finally:
-            self._slot_waiters -= 1
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("the client is closed; the publish was not sent")
+            self._window.take(wait)
+
+    def give_back(self) -> None:
+        """Frees a slot taken by :meth:`borrow`."""
+        with self._lock:
+            self._window.give()
 
     def _next_requests(self, generation: int, *, block: bool) -> list[api_pb2.PublishRequest]:
         """Called by the stream's sender thread: this stream generation's
@@ -349,9 +333,8 @@ class Publisher:
             if pending.done:
                 return False
             pending.done = True
-            self._pending.pop(pending.correlation_id, None)
-            if self._slot_waiters and len(self._pending) <= self._resume_at:
-                self._slot_free.notify()
+            if self._pending.pop(pending.correlation_id, None) is not None:
+                self._window.give()
             if self._flushers:
                 self._claimed.notify_all()
             return True
@@ -549,7 +532,7 @@ class Publisher:
             self._closed = True
             call = self._call
             unresolved = list(self._pending.values())
-            self._slot_free.notify_all()
+            self._window.close()
         self._outbox.put(None)  # wakes a sender waiting for a request: it ends its stream
         self._stop.set()
         self._leader_check.stop()

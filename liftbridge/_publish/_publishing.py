@@ -88,7 +88,6 @@ class Publishing:
         callbacks: the client's ``liftbridge-callbacks`` runner.
         ack_wait: default seconds a publish waits for its ack.
         max_message_size: the server's limit on one message, in bytes.
-        max_inflight: ack-inbox publishes under way at most.
     """
 
     def __init__(
@@ -100,10 +99,9 @@ class Publishing:
         *,
         ack_wait: float,
         max_message_size: int,
-        max_inflight: int = 1024,
     ) -> None:
         self._router = router
-        self._inbox = _inbox.InboxPool(self._invoke_publish, callbacks, max_inflight=max_inflight)
+        self._inbox = _inbox.InboxPool(self._invoke_publish, callbacks, publisher)
         self._publisher = publisher
         self._lanes = lanes
         self._callbacks = callbacks
@@ -230,6 +228,10 @@ class Publishing:
     def close(self) -> None:
         """Takes no more ack-inbox publishes (see :class:`_inbox.InboxPool`)."""
         self._inbox.close()
+
+    def join(self, deadline: float) -> None:
+        """Waits for the ack-inbox pool's threads until ``deadline`` at most."""
+        self._inbox.join(deadline)
 
     def publish(self, request: api_pb2.PublishRequest, timeout: float | None) -> Ack | None:
         """Sends a checked request and waits for its outcome.

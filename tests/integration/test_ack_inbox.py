@@ -4,9 +4,12 @@ embedded NATS server with a minimal protocol reader (no client library)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from urllib.parse import urlsplit
 
 import pytest
@@ -110,6 +113,76 @@ def test_many_inbox_publishes_share_a_bounded_pool(
     # server answers each with the first ack it reads there.)
     assert client.fetch_partition_metadata(stream).newest_offset == 199
     assert 1 <= len(threads) <= WORKERS
+
+
+def test_inbox_publishes_share_the_clients_publish_window(
+    unique_name: str, inbox_subject: str
+) -> None:
+    """One max_inflight window for every publish_async: with one publish of
+    each kind awaiting its ack (the server is stopped), a window of 2 is full
+    for both kinds. (Inbox publishes had a window of their own: each kind then
+    saw a window of 2 with 1 used, and went on.)"""
+    with LocalServer() as own, liftbridge.Client(own.address, max_inflight=2) as c:
+        c.create_stream(unique_name)
+        c.publish_async(unique_name, b"warm", ack_inbox=inbox_subject).result(timeout=DEADLINE)
+        c.publish_async(unique_name, b"warm").result(timeout=DEADLINE)
+        assert own.pid is not None
+        os.kill(own.pid, signal.SIGSTOP)
+        try:
+            held = [
+                c.publish_async(unique_name, b"a", timeout=DEADLINE),
+                c.publish_async(unique_name, b"b", ack_inbox=inbox_subject, timeout=DEADLINE),
+            ]
+            with pytest.raises(liftbridge.PublishWindowFullError, match="2 publishes"):
+                c.publish_async(unique_name, b"no room", timeout=0.3)
+            with pytest.raises(liftbridge.PublishWindowFullError, match="2 publishes"):
+                c.publish_async(unique_name, b"no room", ack_inbox=inbox_subject, timeout=0.3)
+            # A caller with time to wait blocks until a slot frees up.
+            waited: list[Future[liftbridge.Ack | None]] = []
+            waiter = threading.Thread(
+                target=lambda: waited.append(
+                    c.publish_async(unique_name, b"c", ack_inbox=inbox_subject, timeout=DEADLINE)
+                )
+            )
+            waiter.start()
+            waiter.join(0.5)
+            assert waiter.is_alive(), "an inbox publish went past a full window"
+        finally:
+            os.kill(own.pid, signal.SIGCONT)
+        waiter.join(DEADLINE)
+        assert [f.result(timeout=DEADLINE) is not None for f in held + waited] == [True] * 3
+        assert c.fetch_partition_metadata(unique_name).newest_offset == 4
+
+
+def test_close_ends_inbox_publishes_and_their_threads(unique_name: str, inbox_subject: str) -> None:
+    """An inbox publish awaiting its ack (the server is stopped) when the
+    client closes: its Future fails with ClientClosedError, its handler runs
+    off the pool, and no pool thread outlives close() (one did)."""
+    heard: list[tuple[str, type[BaseException] | None]] = []
+    handled = threading.Event()
+
+    def handler(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
+        heard.append((threading.current_thread().name, type(error) if error else None))
+        handled.set()
+
+    with LocalServer() as own:
+        c = liftbridge.Client(own.address)
+        c.create_stream(unique_name)
+        c.publish_async(unique_name, b"warm", ack_inbox=inbox_subject).result(timeout=DEADLINE)
+        assert own.pid is not None
+        os.kill(own.pid, signal.SIGSTOP)
+        try:
+            future = c.publish_async(
+                unique_name, b"v", handler, ack_inbox=inbox_subject, timeout=DEADLINE
+            )
+            c.close()
+            alive = [t.name for t in threading.enumerate() if t.name.startswith("liftbridge-inbox")]
+        finally:
+            os.kill(own.pid, signal.SIGCONT)
+    assert alive == []
+    assert isinstance(future.exception(timeout=DEADLINE), liftbridge.ClientClosedError)
+    assert handled.wait(DEADLINE)
+    assert heard == [("liftbridge-callbacks-late", liftbridge.ClientClosedError)]
 
 
 def test_publish_with_an_inbox_raises_the_servers_refusal(

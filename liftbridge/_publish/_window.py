@@ -1,0 +1,80 @@
+"""The client's ``max_inflight`` window: how many ``publish_async`` calls may
+await their outcome at once, whichever way they travel (the shared
+PublishAsync stream, or the unary Publish of a publish naming an ack inbox).
+
+A count, not a semaphore: the :class:`~liftbridge._publish._publisher.Publisher`
+already holds its lock for every publish it registers and resolves, so the
+window is counted under that same lock at no extra cost per message.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from liftbridge._errors import ClientClosedError, PublishWindowFullError
+
+RESUME_FRACTION = 8
+"""A full window lets a blocked producer go once 1/RESUME_FRACTION of it is free."""
+
+
+class Window:
+    """``size`` slots. Not thread-safe by itself: every method is called
+    holding ``lock`` (the owner's), which the waits release.
+
+    Args:
+        lock: the owner's lock; it guards ``used`` and the waiters' count.
+        size: the slots (the client's ``max_inflight``).
+    """
+
+    def __init__(self, lock: threading.Lock, size: int) -> None:
+        self.size = size
+        self.used = 0
+        # A producer blocked on a full window resumes at this size: woken once
+        # per eighth of the window, not once per ack (see _publisher, "Speed").
+        self._resume_at = size - max(1, size // RESUME_FRACTION)
+        self._free = threading.Condition(lock)  # notified as slots free up, and on close
+        self._waiters = 0
+        self._closed = False
+
+    def take(self, wait: float) -> None:
+        """Takes a slot; while the window is full, waits until it is down to
+        the resume mark, or takes any free slot at the deadline.
+
+        Raises:
+            PublishWindowFullError: no slot freed up within ``wait`` seconds.
+            ClientClosedError: the window closed meanwhile.
+        """
+        if self.used >= self.size:
+            self._wait(wait)
+        self.used += 1
+
+    def give(self) -> None:
+        """Frees a slot taken by :meth:`take`."""
+        self.used -= 1
+        if self._waiters and self.used <= self._resume_at:
+            self._free.notify()
+
+    def close(self) -> None:
+        """Wakes every waiter with :class:`ClientClosedError`."""
+        self._closed = True
+        self._free.notify_all()
+
+    def _wait(self, wait: float) -> None:
+        deadline = time.monotonic() + wait
+        self._waiters += 1
+        try:
+            while self.used > self._resume_at:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    if self.used < self.size:
+                        return  # fewer outcomes came than a resume needs, but a slot is free
+                    raise PublishWindowFullError(
+                        f"{self.size} publishes are awaiting acks and none completed "
+                        f"within {wait:g}s; raise max_inflight or slow down"
+                    )
+                self._free.wait(remaining)
+                if self._closed:
+                    raise ClientClosedError("the client is closed; the publish was not sent")
+        finally:
+            self._waiters -= 1
