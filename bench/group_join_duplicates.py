@@ -4,6 +4,12 @@ A member reads a 4-partition stream published at about 1,000 messages/s; a
 second member joins, then a third (each takes partitions over while messages
 keep coming), and every (partition, offset) handled more than once is counted
 against the partitions that moved. Run: ``python -m bench.group_join_duplicates``.
+
+``--without-release-mark`` measures the hand-over rule from before the release
+mark (issue 26), for comparison only: the gaining member then starts reading
+once the group's cursor moved at all, which the losing member's periodic
+auto-checkpoint can do before its final commit. The SDK itself has no switch
+for it; the old rule is put in place in this process only.
 """
 
 from __future__ import annotations
@@ -12,8 +18,10 @@ import argparse
 import collections
 import threading
 import time
+from collections.abc import Callable
 
 import liftbridge
+from liftbridge._groups._partitions import Assigned
 from liftbridge.testing import LocalServer
 
 PARTITIONS = 4
@@ -76,6 +84,30 @@ def one_round(client: liftbridge.Client, rate: float, auto_checkpoint: float) ->
     )
 
 
+def _cursor_moved_rule(
+    self: Assigned,
+    committed: int,
+    high_watermark: Callable[[], int],
+    released: Callable[[], int],
+    now: float,
+) -> bool:
+    """The gainer's wait before the release mark: done at the first cursor
+    move after its first look (or when the cursor covers every message, or at
+    the bound). ``released`` is not read."""
+    if self.handover_until is None:
+        return True
+    first: int | None = getattr(self, "bench_cursor_seen", None)
+    if first is None:
+        self.bench_cursor_seen = committed  # type: ignore[attr-defined]
+        done = committed >= high_watermark()
+    else:
+        done = committed != first
+    if done or now >= self.handover_until:
+        self.handover_until = None
+        return True
+    return False
+
+
 def run(rate: float, auto_checkpoint: float, rounds: int) -> None:
     with LocalServer() as server, liftbridge.Client(server.addresses) as client:
         for r in range(rounds):
@@ -87,7 +119,14 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--auto-checkpoint", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--without-release-mark",
+        action="store_true",
+        help="gainers wait for any cursor move, as before the release mark (comparison only)",
+    )
     args = parser.parse_args()
+    if args.without_release_mark:
+        Assigned.handed_over = _cursor_moved_rule  # type: ignore[method-assign]
     run(args.rate, args.auto_checkpoint, args.rounds)
 
 

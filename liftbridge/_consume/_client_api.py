@@ -327,6 +327,12 @@ class ReadMethods(AdminMethods):
     ) -> Message:
         """Reads one message by offset.
 
+        Answered at once when the partition still holds a later message
+        (the offset was removed: not found), when the offset is beyond the
+        newest, and on a readonly partition. Only a writable partition whose
+        every message retention removed leaves the read waiting: for the
+        next publish (then not found) or until ``timeout``.
+
         Args:
             stream: the stream.
             offset: the message's offset.
@@ -346,8 +352,9 @@ class ReadMethods(AdminMethods):
             OffsetUnavailableError: the partition was written past the
                 offset but no message at or after it arrived within
                 ``timeout``: retention may have removed it and every later
-                one (Liftbridge v1.9.0 tells no oldest offset), or the leader
-                is slow. A :class:`DeadlineExceededError`.
+                one (Liftbridge v1.9.0 cannot tell that log from a held one
+                without reading), or the leader is slow. A
+                :class:`DeadlineExceededError`.
             NotLeaderError: the partition has no leader.
             DeadlineExceededError: the read did not finish within ``timeout``.
             NoSuchPartitionError: the stream or partition does not exist.
@@ -381,6 +388,10 @@ class ReadMethods(AdminMethods):
         Page through a partition with ``start = batch.last_offset + 1``
         while ``batch.pending``. ``read_replica`` and ``timeout`` as in
         :meth:`get`.
+
+        Offsets retention removed are skipped too: the page starts at the
+        oldest message held. A readonly partition with nothing left at or
+        after ``start`` gives an empty page (``pending`` 0) at once.
 
         Raises:
             InvalidArgumentError: both limits given, or a bad value.

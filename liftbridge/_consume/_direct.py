@@ -12,7 +12,18 @@ that ends as soon as the wanted messages arrived. Three server facts shape it:
 * a start offset that was removed (compaction, retention) is served from the
   next offset the partition holds, which tells a removed offset apart;
 * a stop offset before the start offset is refused (INVALID_ARGUMENT), which
-  tells an offset beyond the newest apart without another RPC.
+  tells an offset beyond the newest apart without another RPC;
+* a partition whose every message was removed (its log is one empty active
+  segment) makes a read wait for the next publish, with no sign of why. A
+  readonly partition ends that read at once ("End of readonly partition"),
+  which says no message at or after the start is left. On a writable one the
+  wait is undecidable on v1.9.0: every request short of reading answers alike
+  for that log and for a log whose one sealed segment still starts at offset 0
+  behind an empty active one (the oldest offset of an empty log is reported
+  as 0, and a timestamp lookup over two segments always meets the empty
+  active segment's index). Such reads end at the deadline, typed
+  (:class:`OffsetUnavailableError`), or at the next publish, which the read
+  then receives and reports as the next held offset.
 
 ``read_replica=True`` reads from a random in-sync replica instead of the
 leader. A follower may not have every committed message yet: there is no
@@ -53,6 +64,7 @@ from liftbridge._errors import (
     OffsetNotFoundError,
     OffsetUnavailableError,
     PartitionPausedError,
+    ReadonlyPartitionError,
     ServerError,
     StopPositionReached,
     UnavailableError,
@@ -266,6 +278,13 @@ def get(
         if "before start offset" in str(e):
             raise OffsetNotFoundError(stream, partition, offset, "beyond the newest offset") from e
         raise
+    except ReadonlyPartitionError as e:
+        # The server took the start and ended the read with nothing: a
+        # readonly partition holds no message at or after the offset.
+        if found or not opened:
+            raise
+        why = "removed by retention (the readonly partition holds nothing at or after it)"
+        raise OffsetNotFoundError(stream, partition, offset, why) from e
     except DeadlineExceededError as e:
         # The server took the start (so not beyond the newest) and sent nothing.
         if found or not opened:
@@ -336,8 +355,9 @@ def get_batch(
         )
 
     begun = time.monotonic()
+    opened: list[str] = []
     try:
-        scan = _scan(
+        broker = _scan(
             router,
             stream,
             partition,
@@ -346,15 +366,23 @@ def get_batch(
             read_replica=read_replica,
             deadline=deadline,
             take=take,
-        )
+            opened=opened,
+        ).broker
+        ended = False
+    except ReadonlyPartitionError:
+        # A readonly partition has nothing left after what arrived (retention
+        # may have removed the rest): the page ends here, nothing pending.
+        if not opened:
+            raise
+        broker, ended = opened[-1], True
     except DeadlineExceededError as e:
         if messages:
             raise
         waited = time.monotonic() - begun
         raise OffsetUnavailableError(stream, partition, start, high_watermark, waited) from e
     last = messages[-1].offset if messages else None
-    pending = high_watermark - (start - 1 if last is None else last)
-    return Batch(tuple(messages), pending, last, scan.broker)
+    pending = 0 if ended else high_watermark - (start - 1 if last is None else last)
+    return Batch(tuple(messages), pending, last, broker)
 
 
 def message_size(message: Message) -> int:
@@ -427,16 +455,19 @@ def get_last_by_key(
                 latest[key] = message
             return message.offset < last
 
-        _scan(
-            router,
-            stream,
-            partition,
-            start=StartPosition.EARLIEST,
-            stop=high_watermark,
-            read_replica=read_replica,
-            deadline=deadline,
-            take=take,
-        )
+        try:
+            _scan(
+                router,
+                stream,
+                partition,
+                start=StartPosition.EARLIEST,
+                stop=high_watermark,
+                read_replica=read_replica,
+                deadline=deadline,
+                take=take,
+            )
+        except ReadonlyPartitionError:
+            continue  # a readonly partition with nothing more (retention removed it)
     return latest
 
 

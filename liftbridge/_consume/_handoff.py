@@ -1,21 +1,35 @@
-"""A bounded buffer from producing threads to the threads that take from it,
-handed over in batches.
+"""The SDK's one bounded buffer from producing threads to the threads that
+take from it, handed over in batches.
 
 A subscription read without a handler hands every message from its thread to
 the iterating one. With ``queue.Queue`` that cost two condition variables per
 message and woke the iterating thread for every one or two: under the GIL the
 two threads then traded it back and forth per message, and iterating read at
 less than half the rate of a handler. Here the producer appends under one
-lock, and a taker moves everything put so far into its own batch at once,
+lock, and a taker moves up to a chunk of items into its own batch at once,
 then takes item after item from it without locking. A taker that emptied a
 batch and finds nothing new lingers (up to ``linger`` seconds, or until a
-batch of items is in) before it waits for the next single item, so that
-while messages stream in it wakes once per batch rather than once per
-message. An item put while no messages streamed in wakes a waiting taker at
-once; one put while the taker lingers waits at most ``linger`` longer.
+chunk is in) before it waits for the next single item, so that while items
+stream in it wakes once per chunk rather than once per item. An item put
+while nothing streamed in wakes a waiting taker at once.
 
-Iterated subscriptions (one producer) and a consumer-group member's pull
-buffer (one producer per partition) use it.
+The bound is a weight: one per item, or ``weigh(item)`` (a pull consumer's
+byte bound). It holds at every moment: an item counts from the moment it is
+put in until its taker is done with it. With :meth:`Handoff.get` that is when
+the last item of the taker's batch is taken (one lock per batch); a taker that hands
+items on one by one (a pull consumer's ``consume`` thread) moves a
+:class:`Chunk` out and settles each item with :meth:`Handoff.settle`, or gives
+what it did not hand on back to the front with :meth:`Handoff.put_back`. Once
+full, producers wait until the level fell to the refill threshold (a pull
+consumer's ``refill_threshold``; by default one free unit), so that they fill
+in runs. One item heavier than the bound is let in when nothing else is held,
+so that it is not stuck forever.
+
+Users: iterated subscriptions (one producer), a consumer-group member's pull
+buffer and Spark's fetch (one producer per partition) through ``put``/``get``;
+a pull consumer's buffer (:mod:`liftbridge._consume._pull_buffer`), which
+keeps each partition's read state under the same lock, through the methods
+marked "under the lock".
 """
 
 from __future__ import annotations
@@ -23,42 +37,92 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
-_WAKE_BATCH = 64
-"""Items that wake a lingering taker before its linger is over."""
+CHUNK = 64
+"""Items a taker moves out at once at most (fewer when the bound minus the
+refill threshold is smaller)."""
 
 
 class Empty(Exception):
     """Nothing arrived within the time a taker waited."""
 
 
+class Chunk(Generic[T]):
+    """Items a taker moved out in one go. They still count against the bound
+    until settled one by one with :meth:`Handoff.settle`. Only its taker
+    touches it."""
+
+    __slots__ = ("discards", "items")
+
+    def __init__(self, items: deque[T], discards: int) -> None:
+        self.items = items
+        self.discards = discards  # the buffer's discard count when taken
+
+
 class Handoff(Generic[T]):
-    """A FIFO buffer holding at most ``capacity`` items (put and not yet
-    taken, a taker's batch included).
+    """A FIFO buffer holding at most ``capacity`` in weight (put and not yet
+    done with, takers' batches and chunks included).
+
+    Args:
+        capacity: the bound.
+        refill_at: once full, producers wait until the level is at most this
+            (0 <= refill_at < capacity); None: ``capacity - 1``.
+        weigh: an item's weight; None: 1 per item.
+        linger: seconds a taker that emptied its batch while items stream in
+            waits for a whole chunk before asking to be woken by one item.
 
     Thread-safety: ``put``, ``get`` and ``close`` from any thread (each item
-    comes out once, in the order of the puts).
+    comes out once, in the order of the puts). Methods whose docstring says
+    "under the lock" expect :attr:`lock` (or :attr:`mutex`) held; owners keep
+    their own state under it too.
     """
 
-    def __init__(self, capacity: int, *, linger: float = 0.0) -> None:
-        self._capacity = capacity
+    def __init__(
+        self,
+        capacity: int,
+        *,
+        refill_at: int | None = None,
+        weigh: Callable[[T], int] | None = None,
+        linger: float = 0.0,
+    ) -> None:
+        self.capacity = capacity
+        self.refill_at = capacity - 1 if refill_at is None else refill_at
+        self.weigh = weigh
         self._linger = linger
-        self._lock = threading.Lock()  # guards every field below but _batch
-        self._arrived = threading.Condition(self._lock)  # takers wait here for items
-        self._room = threading.Condition(self._lock)  # the producer waits here for room
-        self._items: list[T] = []  # put, not yet moved to _batch
-        # Moved over by a taker and taken item by item without the lock
-        # (deque.popleft is atomic); refilled only under the lock.
+        # mutex guards every field below but _batch; hot paths take it
+        # directly (cheaper than through a Condition), waits go through
+        # ``lock`` (takers wait on it for items) or _room (producers wait on
+        # it for room).
+        self.mutex = threading.Lock()
+        self.lock = threading.Condition(self.mutex)
+        self._room = threading.Condition(self.mutex)
+        self.items: deque[T] = deque()  # put, not yet moved out
+        self.level = 0  # weight held: in items, in batches and chunks not yet done with
+        # The level up to which a producer may fill without waiting: the
+        # bound, or -1 while full or closed (one field for the hot path).
+        self.cap = capacity
+        self.full = False  # producers wait until the level falls to refill_at
+        self.closed = False
+        self.discards = 0  # times everything held was dropped (chunks go too)
+        self._needs: list[int] = []  # how many items each waiting taker wants
+        self._need = 0  # the smallest of them; 0 when no taker waits
+        # A pull consumer's chunk is at most the bound minus its threshold;
+        # without a threshold, up to a chunk of items.
+        self.chunk_weight = capacity if refill_at is None else max(1, capacity - refill_at)
+        self._chunk_items = CHUNK if weigh is not None else min(CHUNK, self.chunk_weight)
+        # get()'s batch: moved over by a taker and taken item by item without
+        # the lock (deque.popleft is atomic); refilled only under the lock,
+        # and only when empty. _batch_weight: its weight, settled at refill.
         self._batch: deque[T] = deque()
-        self._waiting = 0  # takers on _arrived to be woken by the next item
-        self._lingering = 0  # takers on _arrived to be woken by _wake_batch items
-        self._putters = 0  # producers waiting on _room
-        self._streaming = False  # the last refill found items
-        self._closed = False  # close() was called
-        self._wake_batch = max(1, min(_WAKE_BATCH, capacity))
+        self._batch_weight = 0
+        self._streaming = False  # get()'s last refill found items
+        self._putters = 0  # producers in put() waiting for room
+
+    # ---------------------------------------------------------- producing --
 
     def put(self, item: T, timeout: float) -> bool:
         """Appends ``item``, waiting up to ``timeout`` seconds for room.
@@ -67,24 +131,74 @@ class Handoff(Generic[T]):
             False when there was no room in time or the buffer is closed (the
             item was not added).
         """
-        with self._lock:
-            if self._full() and not self._closed:
-                deadline = time.monotonic() + timeout
-                self._putters += 1
-                try:  # other producers may take the room first: wait again
-                    while self._full() and not self._closed:
-                        remaining = deadline - time.monotonic()
-                        if remaining <= 0:
-                            break
-                        self._room.wait(remaining)
-                finally:
-                    self._putters -= 1
-            if self._closed or self._full():
-                return False
-            self._items.append(item)
-            if self._waiting or (self._lingering and len(self._items) >= self._wake_batch):
-                self._arrived.notify_all()
+        weight = 1 if self.weigh is None else self.weigh(item)
+        with self.mutex:
+            if self.offer(item, weight):
+                return True
+            deadline = time.monotonic() + timeout
+            self._putters += 1
+            try:
+                while not self.closed:  # other producers may take the room first
+                    if self.fits(weight):
+                        self.append(item, weight)
+                        return True
+                    self.hold()
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._room.wait(remaining)
+            finally:
+                self._putters -= 1
+        return False
+
+    def offer(self, item: T, weight: int) -> bool:
+        """Appends ``item`` if it fits without waiting. Under the lock."""
+        level = self.level + weight
+        if level > self.cap:
+            return False
+        self.items.append(item)
+        self.level = level
+        if level >= self.capacity:
+            self.full, self.cap = True, -1
+            self.lock.notify_all()
+        elif self._need and len(self.items) >= self._need:
+            # Takers are woken when what they wait for is there, not per item:
+            # once woken they are not woken again until they wait again.
+            self._need = 0
+            self.lock.notify_all()
         return True
+
+    def fits(self, weight: int) -> bool:
+        """Whether an item of ``weight`` may go in now (one heavier than the
+        bound: when nothing is held). Under the lock."""
+        if self.closed:
+            return False
+        return self.level == 0 or (not self.full and self.level + weight <= self.capacity)
+
+    def append(self, item: T, weight: int) -> None:
+        """Appends ``item``, which :meth:`fits`. Under the lock."""
+        self.items.append(item)
+        self.level += weight
+        if self.level >= self.capacity:
+            self.full, self.cap = True, -1
+            self.lock.notify_all()
+        elif self._need and len(self.items) >= self._need:
+            self._need = 0
+            self.lock.notify_all()
+
+    def hold(self) -> None:
+        """Marks the buffer full (an item does not fit): producers wait for
+        the refill threshold, and a taker waiting for more than fits is
+        woken. Under the lock."""
+        if not self.full:
+            self.full, self.cap = True, -1
+            self.lock.notify_all()
+
+    def wait_for_room(self, timeout: float) -> None:
+        """Waits until room may have come, or ``timeout``. Under the lock."""
+        self._room.wait(timeout)
+
+    # ------------------------------------------------------------- taking --
 
     def get(self, timeout: float) -> T:
         """The oldest item, waiting up to ``timeout`` seconds (0: not at all;
@@ -93,53 +207,153 @@ class Handoff(Generic[T]):
         Raises:
             Empty: nothing arrived in time.
         """
+        batch = self._batch
         while True:
             try:
-                return self._batch.popleft()
+                item = batch.popleft()
             except IndexError:
                 pass
-            with self._lock:
-                if self._batch:  # another taker refilled it meanwhile
+            else:
+                if not batch:  # its last item: the batch's room is free
+                    with self.mutex:
+                        self._settle_batch()
+                return item
+            with self.mutex:
+                if batch:  # another taker refilled it meanwhile
                     continue
-                if self._putters:  # the batch emptied without the lock: room for them
-                    self._room.notify_all()
-                if not self._items and timeout > 0 and not self._closed:
+                self._settle_batch()
+                if not self.items and timeout > 0 and not self.closed:
                     deadline = time.monotonic() + timeout
                     if self._streaming and self._linger > 0:
-                        self._linger_for_batch(min(self._linger, timeout))
-                    if not self._items and not self._closed:
-                        self._wait_for_one(deadline - time.monotonic())
-                self._streaming = bool(self._items)
-                if not self._items:
+                        self.wait_for(self._chunk_items, min(self._linger, timeout))
+                    if not self.items and not self.closed:
+                        self.wait_for(1, deadline - time.monotonic())
+                self._streaming = bool(self.items)
+                if not self.items:
                     raise Empty
-                self._batch.extend(self._items)
-                self._items.clear()
+                self._batch_weight = self._move(self._batch)
+
+    def _settle_batch(self) -> None:
+        """Once get()'s batch is empty, its weight stops counting. Under the lock."""
+        if self._batch_weight and not self._batch:
+            self.settle_weight(self._batch_weight)
+            self._batch_weight = 0
+
+    def _move(self, into: deque[T]) -> int:
+        """Moves up to a chunk from ``items`` into ``into``; returns its
+        weight (still counted in the level). Under the lock."""
+        items, weigh = self.items, self.weigh
+        if weigh is None:
+            take = min(len(items), self._chunk_items)
+            popleft = items.popleft
+            into.extend([popleft() for _ in range(take)])
+            return take
+        weight = 0
+        while items and len(into) < CHUNK:
+            size = weigh(items[0])
+            if into and weight + size > self.chunk_weight:
+                break
+            into.append(items.popleft())
+            weight += size
+        return weight
+
+    def wait_for(self, need: int, timeout: float) -> None:
+        """Waits until ``need`` items are in, the buffer is full, something
+        wakes every taker, or ``timeout`` passes. Under the lock."""
+        if timeout <= 0:
+            return
+        needs = self._needs
+        needs.append(need)
+        self._need = min(needs)
+        try:
+            self.lock.wait(timeout)
+        finally:
+            needs.remove(need)
+            self._need = min(needs) if needs else 0
+
+    def linger_for_chunk(self) -> None:
+        """Waits up to ``linger`` for a whole chunk unless one (or a full
+        buffer's worth) is in already. Under the lock."""
+        if (
+            self.level < self.chunk_weight
+            and len(self.items) < self._chunk_items
+            and not self.full
+            and not self.closed
+        ):
+            self.wait_for(self._chunk_items, self._linger)
+
+    def take_chunk(self) -> Chunk[T]:
+        """Moves up to a chunk (at most the bound minus the refill threshold
+        in weight, at least one item) out; it counts until settled. Under the
+        lock."""
+        chunk: deque[T] = deque()
+        self._move(chunk)
+        return Chunk(chunk, self.discards)
+
+    def pop(self, count: int) -> list[T]:
+        """Removes the ``count`` oldest items, done with at once. Under the lock."""
+        items = self.items
+        popleft = items.popleft
+        taken = [popleft() for _ in range(count)]
+        weigh = self.weigh
+        self.settle_weight(count if weigh is None else sum(weigh(i) for i in taken))
+        return taken
+
+    def settle(self, chunk: Chunk[T], item: T) -> bool:
+        """``item``, just taken from ``chunk``, is done with: it stops
+        counting. False, and nothing changes, when the chunk was dropped
+        meanwhile (:meth:`discard`). Under the lock."""
+        if chunk.discards != self.discards:
+            chunk.items.clear()
+            return False
+        self.settle_weight(1 if self.weigh is None else self.weigh(item))
+        return True
+
+    def settle_weight(self, weight: int) -> None:
+        """``weight`` held stops counting; producers may fill again once the
+        level is at the refill threshold. Under the lock."""
+        self.level -= weight
+        if self.full and self.level <= self.refill_at:
+            self.full = False
+            if not self.closed:
+                self.cap = self.capacity
+            self._room.notify_all()
+
+    def put_back(self, chunk: Chunk[T], first: T | None = None) -> None:
+        """Returns what ``chunk`` still holds to the front, in order, after
+        ``first`` (an item settled from it and given back). Under the lock."""
+        if chunk.discards == self.discards:
+            items: Sequence[T] = chunk.items
+            if first is not None:
+                items = [first, *items]
+                self.level += 1 if self.weigh is None else self.weigh(first)
+            # The chunk's own items never stopped counting.
+            self.items.extendleft(reversed(items))
+        chunk.items.clear()
+
+    def discard(self) -> None:
+        """Drops everything held, chunks included. Under the lock."""
+        self.items.clear()
+        self.level = self._batch_weight = 0
+        self.discards += 1
+        if self.full:
+            self.settle_weight(0)
+
+    # ------------------------------------------------------------ closing --
 
     def close(self) -> None:
         """Wakes every waiting taker and producer: from now on ``put`` adds
         nothing and ``get`` does not wait (items already in still come out)."""
-        with self._lock:
-            self._closed = True
-            self._arrived.notify_all()
-            self._room.notify_all()
+        with self.mutex:
+            self.shut()
 
-    def _full(self) -> bool:
-        return len(self._items) + len(self._batch) >= self._capacity
+    def shut(self) -> None:
+        """:meth:`close`. Under the lock."""
+        self.closed = True
+        self.cap = -1
+        self.wake_all()
 
-    def _linger_for_batch(self, timeout: float) -> None:
-        """Waits (``_lock`` held) until a batch of items is in or ``timeout`` passed."""
-        self._lingering += 1
-        try:
-            self._arrived.wait(timeout)
-        finally:
-            self._lingering -= 1
-
-    def _wait_for_one(self, timeout: float) -> None:
-        """Waits (``_lock`` held) until an item is in or ``timeout`` passed."""
-        if timeout <= 0:
-            return
-        self._waiting += 1
-        try:
-            self._arrived.wait(timeout)
-        finally:
-            self._waiting -= 1
+    def wake_all(self) -> None:
+        """Wakes every waiting thread to look at the state again. Under the lock."""
+        self.lock.notify_all()
+        self._room.notify_all()

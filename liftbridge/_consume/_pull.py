@@ -23,8 +23,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 
+from liftbridge._consume._handoff import Chunk
 from liftbridge._consume._positions import StartPosition, StopPosition
-from liftbridge._consume._pull_buffer import Chunk, PullBuffer, Reader
+from liftbridge._consume._pull_buffer import PullBuffer, Reader
 from liftbridge._consume._pull_consume import ConsumeHandle
 from liftbridge._consume._pull_options import (
     FromCursor,
@@ -296,17 +297,17 @@ class PullConsumer:
         ``discard=False``.
         """
         buffer = self._buffer
-        chunk: Chunk | None = None
+        chunk: Chunk[Message] | None = None
         try:
             while True:
-                if chunk is None or not chunk.messages:
+                if chunk is None or not chunk.items:
                     item = buffer.next_chunk(linger=chunk is not None)
                     if item is None:
                         return
                     if isinstance(item, BaseException):
                         raise item
                     chunk = item
-                message = chunk.messages.popleft()
+                message = chunk.items.popleft()
                 if buffer.hand_out(chunk, message):
                     yield message
         finally:

@@ -13,7 +13,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from liftbridge._consume._pull_buffer import Chunk, PullBuffer
+from liftbridge._consume._handoff import Chunk
+from liftbridge._consume._pull_buffer import PullBuffer
 from liftbridge._core._messages import Message
 from liftbridge._errors import HandlerError
 
@@ -96,12 +97,12 @@ class ConsumeHandle:
     def _run(self) -> None:
         """Thread ``liftbridge-pull-<stream>``: runs the user's handler."""
         buffer = self._buffer
-        chunk: Chunk | None = None
+        chunk: Chunk[Message] | None = None
         try:
             while True:
-                if chunk is None or not chunk.messages or self._discard.is_set():
+                if chunk is None or not chunk.items or self._discard.is_set():
                     if chunk is not None:
-                        chunk.messages.clear()  # stop() dropped what was buffered
+                        chunk.items.clear()  # stop() dropped what was buffered
                     item = buffer.next_chunk(linger=chunk is not None, stop=self._discard)
                     if item is None:
                         return
@@ -109,7 +110,7 @@ class ConsumeHandle:
                         self._fail(item)
                         return
                     chunk = item
-                message = chunk.messages.popleft()
+                message = chunk.items.popleft()
                 if not buffer.hand_out(chunk, message, move_position=False):
                     continue  # stop() dropped the chunk
                 try:

@@ -4,6 +4,7 @@ a compacted stream whose old offsets are gone."""
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 import pytest
@@ -174,26 +175,63 @@ def test_get_last_by_key_across_partitions_as_of_a_time(
     assert {k: m.value for k, m in then.items()} == {b"key1": b"a1", b"key4": b"a4"}
 
 
+def test_reads_below_the_oldest_held_offset_are_not_found_at_once(
+    client: liftbridge.Client, unique_name: str
+) -> None:
+    # Segments roll by age; retention by count then deletes the first one
+    # (offsets 0-4) and keeps the second (5-9). A read below offset 5 is
+    # answered by the server sending offset 5: "not found" at once, never an
+    # OffsetUnavailableError at the deadline.
+    client.create_stream(
+        unique_name, retention_max_messages=5, segment_max_age=0.4, cleaner_interval=0.2
+    )
+    for i in range(5):
+        client.publish(unique_name, f"a{i}".encode())
+    time.sleep(1.0)  # the first segment rolls (0.4 s after its first write)
+    for i in range(5):
+        client.publish(unique_name, f"b{i}".encode())
+    deadline = time.monotonic() + 20
+    while True:  # until retention removed offsets 0-4
+        try:
+            client.get(unique_name, 2, timeout=10.0)
+        except liftbridge.OffsetNotFoundError as e:
+            assert "next held offset: 5" in str(e)
+            break
+        assert time.monotonic() < deadline, "retention did not remove offsets 0-4 within 20s"
+        time.sleep(0.2)
+    page = client.get_batch(unique_name, 0, timeout=10.0)
+    assert [m.value for m in page.messages] == [f"b{i}".encode() for i in range(5)]
+    assert (page.last_offset, page.pending) == (9, 0)
+
+
+def _publish_when_read_waits(client: liftbridge.Client, stream: str) -> liftbridge.Ack:
+    """Publishes one message to ``stream`` a moment later (whether the read
+    started by then or not, it must see the message)."""
+    time.sleep(0.3)
+    return client.publish(stream, b"late")
+
+
 def test_reads_of_offsets_retention_removed_end_typed(
     client: liftbridge.Client, unique_name: str
 ) -> None:
     # Every message ages away: the server then waits for the next publish and
     # v1.9.0 reports no oldest offset, so a read ends at its deadline with an
     # error naming the offset, never a "not found" of a message that may exist.
-    client.create_stream(
-        unique_name, retention_max_age=1.0, segment_max_age=0.5, cleaner_interval=0.5
-    )
-    for i in range(12):
-        client.publish(unique_name, f"m{i}".encode())
-    assert client.get(unique_name, 11).value == b"m11"
+    readonly = unique_name + "-ro"
+    for name in (unique_name, readonly):
+        client.create_stream(name, retention_max_age=1.0, segment_max_age=0.5, cleaner_interval=0.5)
+        for i in range(12):
+            client.publish(name, f"m{i}".encode())
+        assert client.get(name, 11).value == b"m11"
     deadline = time.monotonic() + 20
-    while True:  # until retention removed every message
-        try:
-            client.get(unique_name, 11, timeout=1.0)
-        except liftbridge.OffsetUnavailableError:
-            break
-        assert time.monotonic() < deadline, "retention did not remove the messages within 20s"
-        time.sleep(0.3)
+    for name in (unique_name, readonly):
+        while True:  # until retention removed every message
+            try:
+                client.get(name, 11, timeout=1.0)
+            except liftbridge.OffsetUnavailableError:
+                break
+            assert time.monotonic() < deadline, "retention did not remove the messages within 20s"
+            time.sleep(0.3)
     with pytest.raises(liftbridge.OffsetUnavailableError) as caught:
         client.get(unique_name, 0, timeout=1.5)
     assert isinstance(caught.value, liftbridge.DeadlineExceededError)
@@ -203,3 +241,16 @@ def test_reads_of_offsets_retention_removed_end_typed(
     assert (paged.value.offset, paged.value.high_watermark) == (0, 11)
     with pytest.raises(liftbridge.OffsetNotFoundError, match="beyond the newest"):
         client.get(unique_name, 12, timeout=1.5)  # still at once
+    # A readonly partition ends the read at once: nothing at or after 0 is left.
+    client.set_stream_readonly(readonly)
+    with pytest.raises(liftbridge.OffsetNotFoundError, match="readonly partition holds nothing"):
+        client.get(readonly, 0, timeout=30.0)
+    empty = client.get_batch(readonly, 3, timeout=30.0)
+    assert (empty.messages, empty.last_offset, empty.pending) == ((), None, 0)
+    assert client.get_last_by_key(readonly, timeout=30.0) == {}
+    # A writable one: the next publish ends the wait, as the next held offset.
+    with ThreadPoolExecutor(1) as pool:
+        ack = pool.submit(_publish_when_read_waits, client, unique_name)
+        with pytest.raises(liftbridge.OffsetNotFoundError, match="next held offset: 12"):
+            client.get(unique_name, 3, timeout=30.0)
+        assert ack.result(10).offset == 12

@@ -685,7 +685,7 @@ def test_pull_buffer_close_wakes_a_waiting_fetch_and_a_blocked_offer() -> None:
 
     taker = threading.Thread(target=fetch, name="test-pull-taker")
     taker.start()
-    while not waiting._buffer._waiting:  # until the fetch waits for a message
+    while not waiting._buffer._needs:  # until the fetch waits for a message
         taker.join(0.001)
     waiting.close()
     taker.join(5.0)

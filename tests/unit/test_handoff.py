@@ -35,11 +35,49 @@ def test_capacity_counts_what_a_taker_has_moved_to_its_batch() -> None:
     for item in "abc":
         assert buffer.put(item, 0.01)
     assert not buffer.put("d", 0.01)  # full
-    assert buffer.get(0) == "a"  # the taker moved a, b and c over; b and c still held
-    assert buffer.put("d", 0.01)
-    assert not buffer.put("e", 0.01)
-    assert [buffer.get(0) for _ in range(3)] == ["b", "c", "d"]
-    assert buffer.put("e", 0.01)
+    assert buffer.get(0) == "a"  # the taker moved a, b and c over: they count until taken
+    assert not buffer.put("d", 0.01)
+    assert [buffer.get(0), buffer.get(0)] == ["b", "c"]  # the last one frees the batch's room
+    assert all(buffer.put(item, 0.01) for item in "def")
+    assert not buffer.put("g", 0.01)
+
+
+def test_a_weighted_bound_with_a_refill_threshold_fills_in_runs() -> None:
+    buffer: Handoff[bytes] = Handoff(10, refill_at=4, weigh=len)
+    assert buffer.put(b"x" * 6, 0.01) and buffer.put(b"y" * 4, 0.01)
+    assert not buffer.put(b"z", 0.01)  # 10 of 10
+    with buffer.lock:
+        chunk = buffer.take_chunk()  # at most 10 - 4 in weight
+        assert list(chunk.items) == [b"x" * 6]
+        assert buffer.settle(chunk, chunk.items.popleft())
+    assert buffer.put(b"z", 0.01)  # level 4: at the threshold, room again
+    assert [buffer.get(0), buffer.get(0)] == [b"y" * 4, b"z"]
+
+
+def test_a_chunk_put_back_comes_out_first_and_a_discard_drops_chunks() -> None:
+    buffer: Handoff[int] = Handoff(8, refill_at=4)
+    for i in range(6):
+        assert buffer.put(i, 0.01)
+    with buffer.lock:
+        chunk = buffer.take_chunk()
+        assert list(chunk.items) == [0, 1, 2, 3]  # the bound minus the threshold
+        first = chunk.items.popleft()
+        assert buffer.settle(chunk, first)
+        buffer.put_back(chunk, first)
+        assert list(buffer.items) == [0, 1, 2, 3, 4, 5] and buffer.level == 6
+        held = buffer.take_chunk()
+        buffer.discard()
+        assert not buffer.settle(held, 0) and not held.items and buffer.level == 0
+
+
+def test_one_item_heavier_than_the_bound_goes_in_when_nothing_is_held() -> None:
+    buffer: Handoff[bytes] = Handoff(4, weigh=len)
+    assert buffer.put(b"123456", 0.01)
+    assert not buffer.put(b"1", 0.01)
+    assert buffer.get(0) == b"123456"
+    with pytest.raises(Empty):
+        buffer.get(0)
+    assert buffer.put(b"1", 0.01)
 
 
 def test_get_without_waiting_on_an_empty_buffer_raises_empty() -> None:
@@ -111,7 +149,7 @@ def test_close_wakes_a_waiting_taker_and_producer_and_keeps_what_is_in() -> None
 
     taker = threading.Thread(target=take, name="test-handoff-taker")
     taker.start()
-    while not empty._waiting:  # wait until it waits for an item
+    while not empty._needs:  # wait until it waits for an item
         taker.join(0.001)
     empty.close()
     taker.join(5.0)
