@@ -24,8 +24,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+import trustme
+
 import liftbridge
-from bench import floor, gocli, over_nats, report, rss, sdk, tls_probe
+from bench import floor, gocli, over_nats, report, rss, sdk
 from bench.report import BARE, GO, SDK, Result, target_row
 from bench.stats import Run, process_cpu_seconds, summarise
 from liftbridge.testing import LocalCluster, LocalServer
@@ -159,6 +161,9 @@ class _Entry:
     variant: str
     driver: Driver
     shown: tuple[str, ...]
+    # The processes of the server this driver talks to, charged its CPU;
+    # None: the suite's own server (or cluster).
+    server_pids: tuple[int, ...] | None = None
 
 
 _CEILING = ("server_cpu_us_per_msg", "bound_msgs_per_s", "of_bound")
@@ -166,6 +171,43 @@ _CEILING = ("server_cpu_us_per_msg", "bound_msgs_per_s", "of_bound")
 _PUBLISH_SHOWN = ("msgs_per_s", "p50_ms", "p99_ms", "cpu_us_per_msg", *_CEILING)
 _PIPELINED_SHOWN = ("msgs_per_s", "mb_per_s", "cpu_us_per_msg", *_CEILING)
 _LATENCY_SHOWN = ("p50_ms", "p99_ms", "p999_ms", "max_ms", "cpu_us_per_msg")
+
+
+def write_certificates(folder: Path) -> dict[str, Path]:
+    """A CA and a server certificate for 127.0.0.1 (``trustme``), written
+    into ``folder``: ``{"ca": ..., "cert": ..., "key": ...}``."""
+    ca = trustme.CA()
+    server_cert = ca.issue_cert("127.0.0.1", "localhost")
+    files = {"ca": folder / "ca.pem", "cert": folder / "cert.pem", "key": folder / "key.pem"}
+    ca.cert_pem.write_to_path(str(files["ca"]))
+    server_cert.cert_chain_pems[0].write_to_path(str(files["cert"]))
+    server_cert.private_key_pem.write_to_path(str(files["key"]))
+    return files
+
+
+@contextmanager
+def tls_server() -> Iterator[tuple[LocalServer, liftbridge.TLSConfig]]:
+    """A ``LocalServer`` requiring TLS, its certificates made for it
+    (:func:`write_certificates`), and the ``TLSConfig`` a client trusts it with."""
+    with tempfile.TemporaryDirectory(prefix="bench-tls-") as folder:
+        files = write_certificates(Path(folder))
+        with LocalServer(
+            log_level="warn", tls_cert=files["cert"], tls_key=files["key"], tls_ca=files["ca"]
+        ) as server:
+            yield server, liftbridge.TLSConfig(ca=files["ca"])
+
+
+def _cpu_of(pids: tuple[int, ...]) -> float | None:
+    """CPU seconds the processes have used so far (None: unknown, or no process)."""
+    if not pids:
+        return None
+    total = 0.0
+    for pid in pids:
+        seconds = process_cpu_seconds(pid)
+        if seconds is None:
+            return None
+        total += seconds
+    return total
 
 
 def _name(kind: str, variant: str, size: int) -> str:
@@ -267,7 +309,7 @@ class Suite:
                 parts: list[list[Run]] = [[] for _ in entries]
                 for part in range(slices):
                     for i in order if (rep + part) % 2 == 0 else reversed(order):
-                        parts[i].append(self._run(entries[i].driver, per_slice))
+                        parts[i].append(self._run(entries[i], per_slice))
                 for i, driver_parts in enumerate(parts):
                     runs[i].append(Run.combined(driver_parts))
         finally:
@@ -292,26 +334,15 @@ class Suite:
             where = f"{entry.workload} {entry.setting} {entry.value_size}B {entry.variant}"
             self._log(f"   {where}: {figures}")
 
-    def _run(self, driver: Driver, count: int) -> Run:
-        """One run of the driver, charged the CPU the server used meanwhile."""
-        before = self._server_cpu()
-        run = driver.run(count)
-        after = self._server_cpu()
+    def _run(self, entry: _Entry, count: int) -> Run:
+        """One run of the entry's driver, charged the CPU its server used meanwhile."""
+        pids = self._server_pids if entry.server_pids is None else entry.server_pids
+        before = _cpu_of(pids)
+        run = entry.driver.run(count)
+        after = _cpu_of(pids)
         if before is None or after is None:
             return run
         return replace(run, server_cpu_seconds=after - before, cores=self._cores)
-
-    def _server_cpu(self) -> float | None:
-        """CPU seconds the server's processes have used so far (None: unknown)."""
-        if not self._server_pids:
-            return None
-        total = 0.0
-        for pid in self._server_pids:
-            seconds = process_cpu_seconds(pid)
-            if seconds is None:
-                return None
-            total += seconds
-        return total
 
     @contextmanager
     def _client(
@@ -556,60 +587,46 @@ class Suite:
         """The pipelined publish (handler, future=False) and the subscribe
         rows on a TLS server (certificates made here) next to the plaintext
         server, taking turns; the TLS/plaintext ratio of each goes to
-        :attr:`targets` (issue 24: at least :data:`TLS_TARGET`)."""
+        :attr:`targets` (issue 24: at least :data:`TLS_TARGET`). Each row is
+        charged the CPU of the server it talks to."""
         window, policy = self.plan.nats_window, liftbridge.AckPolicy.LEADER
         count, total = self.plan.pipelined_count, self.plan.tls_subscribe_messages
-        with tempfile.TemporaryDirectory(prefix="bench-tls-") as folder:
-            files = tls_probe.write_certificates(Path(folder))
-            tls = liftbridge.TLSConfig(ca=files["ca"])
-            with (
-                LocalServer(
-                    log_level="warn",
-                    tls_cert=files["cert"],
-                    tls_key=files["key"],
-                    tls_ca=files["ca"],
-                ) as secure_server,
-                self._client(plain, max_inflight=window) as plain_client,
-                liftbridge.Client(
-                    secure_server.address, ack_wait=60.0, max_inflight=window, tls=tls
-                ) as secure_client,
-            ):
-                clients = (("plaintext", plain_client), ("TLS", secure_client))
-                for size in self.plan.sizes:
-                    value = b"t" * size
-                    publish = f"publish_async window={window} handler, future=False"
-                    entries = [
-                        _Entry(
-                            "tls",
-                            f"{publish} {name}",
-                            size,
-                            SDK,
-                            sdk.SdkHandled(
-                                client, self._stream(client, "tls", name, size), value, policy
-                            ),
-                            _PIPELINED_SHOWN,
-                        )
-                        for name, client in clients
-                    ]
-                    self._measure(entries, count, self.plan.pipelined_reps, self.plan.warmup(count))
-                    self._tls_target()
-                    entries = []
-                    for name, client in clients:
-                        stream = self._stream(client, "tls-read", name, size)
-                        sdk.SdkHandled(client, stream, value, policy).run(total)  # the fill
-                        reader = sdk.SdkSubscribe(client, stream, total - 1, size)
-                        entries.append(
-                            _Entry(
-                                "tls",
-                                f"subscribe earliest {name}",
-                                size,
-                                SDK,
-                                reader,
-                                _PIPELINED_SHOWN,
-                            )
-                        )
-                    self._measure(entries, total, self.plan.subscribe_reps, 0)
-                    self._tls_target()
+        with (
+            tls_server() as (secure_server, tls),
+            self._client(plain, max_inflight=window) as plain_client,
+            liftbridge.Client(
+                secure_server.address, ack_wait=60.0, max_inflight=window, tls=tls
+            ) as secure_client,
+        ):
+            secure_pids = () if secure_server.pid is None else (secure_server.pid,)
+            sides = (
+                ("plaintext", plain_client, self._server_pids),
+                ("TLS", secure_client, secure_pids),
+            )
+            publish = f"publish_async window={window} handler, future=False"
+            for size in self.plan.sizes:
+                value = b"t" * size
+                entries = []
+                for name, client, pids in sides:
+                    stream = self._stream(client, "tls", name, size)
+                    driver = sdk.SdkHandled(client, stream, value, policy)
+                    entries.append(self._tls_entry(f"{publish} {name}", size, driver, pids))
+                self._measure(entries, count, self.plan.pipelined_reps, self.plan.warmup(count))
+                self._tls_target()
+                entries = []
+                for name, client, pids in sides:
+                    stream = self._stream(client, "tls-read", name, size)
+                    sdk.SdkHandled(client, stream, value, policy).run(total)  # the fill
+                    reader = sdk.SdkSubscribe(client, stream, total - 1, size)
+                    entries.append(
+                        self._tls_entry(f"subscribe earliest {name}", size, reader, pids)
+                    )
+                self._measure(entries, total, self.plan.subscribe_reps, 0)
+                self._tls_target()
+
+    @staticmethod
+    def _tls_entry(setting: str, size: int, driver: Driver, pids: tuple[int, ...]) -> _Entry:
+        return _Entry("tls", setting, size, SDK, driver, _PIPELINED_SHOWN, server_pids=pids)
 
     def _tls_target(self) -> None:
         """The TLS/plaintext ratio of the last two results (plaintext first)."""

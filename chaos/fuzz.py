@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import liftbridge
 from liftbridge._core._envelope import EnvelopeType, encode_envelope
@@ -36,6 +36,17 @@ DECODERS: dict[str, Callable[[bytes], object]] = {
 }
 
 T = TypeVar("T")
+
+
+class Outcome(Protocol):
+    """What feeding one input to a stream reader came to (compared whole
+    against byte by byte)."""
+
+    @property
+    def refused(self) -> bool: ...
+
+
+OutcomeT = TypeVar("OutcomeT", bound=Outcome)
 
 _INTERESTING = (0x00, 0x01, 0x07, 0x08, 0x0C, 0x7F, 0x80, 0xB9, 0xFF)
 
@@ -251,6 +262,43 @@ def drive(
         report.inputs += 1
     report.seconds = time.perf_counter() - start
     return report
+
+
+def same_when_cut(feed: Callable[[bytes, int], OutcomeT], data: bytes) -> OutcomeT:
+    """Feeds ``data`` to a stream reader whole (``feed(data, 0)``) and one
+    byte per read (``feed(data, 1)``); both must come to the same outcome.
+
+    Raises:
+        Finding: they disagree (``feed`` raises one itself for an error
+            other than the reader's typed one).
+    """
+    whole = feed(data, 0)
+    bytewise = feed(data, 1)
+    if whole != bytewise:
+        raise Finding(f"{data!r}: whole {whole} but byte by byte {bytewise}")
+    return whole
+
+
+def drive_reader(
+    corpus: list[bytes],
+    check_one: Callable[[bytes], Outcome],
+    inputs: int,
+    *,
+    seed: int = 0,
+    max_findings: int = 20,
+    budget: float | None = None,
+) -> FuzzReport:
+    """:func:`drive` over mutations of a stream reader's seed streams:
+    ``check_one`` (usually :func:`same_when_cut`) says whether the reader
+    refused each."""
+    return drive(
+        lambda rng: mutate(rng.choice(corpus), rng, corpus),
+        lambda data: check_one(data).refused,
+        inputs,
+        seed=seed,
+        max_findings=max_findings,
+        budget=budget,
+    )
 
 
 def run(

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import hpack
 
-from chaos.fuzz import Finding, FuzzReport, drive, mutate
+from chaos.fuzz import Finding, FuzzReport, drive_reader, mutate, same_when_cut
 from liftbridge._transport._http2_reader import FrameReader, PeerWindows
 from liftbridge._transport._http2_wire import StreamError
 
@@ -151,11 +151,7 @@ def check(data: bytes) -> Outcome:
     Raises:
         Finding: they disagree, or either raised anything but a StreamError.
     """
-    whole = feed(data)
-    bytewise = feed(data, 1)
-    if whole != bytewise:
-        raise Finding(f"{data!r}: whole {whole} but byte by byte {bytewise}")
-    return whole
+    return same_when_cut(feed, data)
 
 
 def fuzz_input(rng: random.Random, corpus: list[bytes]) -> bytes:
@@ -167,12 +163,4 @@ def run(
 ) -> FuzzReport:
     """Feeds ``inputs`` mutated seeds to the reader, each whole and byte by
     byte (see :func:`chaos.fuzz.drive` for the arguments)."""
-    corpus = seeds()
-    return drive(
-        lambda rng: fuzz_input(rng, corpus),
-        lambda data: check(data).refused,
-        inputs,
-        seed=seed,
-        max_findings=max_findings,
-        budget=budget,
-    )
+    return drive_reader(seeds(), check, inputs, seed=seed, max_findings=max_findings, budget=budget)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from chaos.fuzz import Finding, FuzzReport, drive, mutate
+from chaos.fuzz import Finding, FuzzReport, drive_reader, mutate, same_when_cut
 from liftbridge import ProtocolError
 from liftbridge._transport._nats_frames import FrameParser
 
@@ -103,11 +103,7 @@ def check(data: bytes) -> Outcome:
     Raises:
         Finding: they disagree, or either raised anything but a ProtocolError.
     """
-    whole = feed(data)
-    bytewise = feed(data, 1)
-    if whole != bytewise:
-        raise Finding(f"{data!r}: whole {whole} but byte by byte {bytewise}")
-    return whole
+    return same_when_cut(feed, data)
 
 
 def fuzz_input(rng: random.Random, corpus: list[bytes]) -> bytes:
@@ -119,12 +115,4 @@ def run(
 ) -> FuzzReport:
     """Feeds ``inputs`` mutated seeds to the parser, each whole and byte by
     byte (see :func:`chaos.fuzz.drive` for the arguments)."""
-    corpus = seeds()
-    return drive(
-        lambda rng: fuzz_input(rng, corpus),
-        lambda data: check(data).refused,
-        inputs,
-        seed=seed,
-        max_findings=max_findings,
-        budget=budget,
-    )
+    return drive_reader(seeds(), check, inputs, seed=seed, max_findings=max_findings, budget=budget)

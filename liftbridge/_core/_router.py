@@ -57,7 +57,7 @@ from liftbridge._transport._channels import (
     TLSConfig,
 )
 from liftbridge._transport._stream import Stream
-from liftbridge_api import api_pb2, api_pb2_grpc
+from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)
 
@@ -418,14 +418,6 @@ class Router:
     def broker_down(self, address: str) -> bool:
         """True while a watched broker is known to be down."""
         return self._watch.is_down(address)
-
-    def stub(self, address: str) -> api_pb2_grpc.APIStub:
-        """The API stub of a broker (its channel opens on first use).
-
-        Raises:
-            ClientClosedError: after :meth:`close`.
-        """
-        return self._channels.stub(address)
 
     # ---------------------------------------------------------------- calls --
 

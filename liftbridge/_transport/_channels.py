@@ -89,7 +89,7 @@ class Channels:
         self._own: weakref.WeakSet[Http2Call[Any]] = weakref.WeakSet()
         self._closed = False
 
-    def stub(self, address: str) -> api_pb2_grpc.APIStub:
+    def _stub(self, address: str) -> api_pb2_grpc.APIStub:
         """The API stub for a broker, opening its channel on first use.
 
         Raises:
@@ -122,7 +122,7 @@ class Channels:
         """
         parse = _OWN_CONNECTION.get(method)
         if parse is None or shared:
-            return GrpcStream(getattr(self.stub(address), method)(request, timeout=timeout))
+            return GrpcStream(getattr(self._stub(address), method)(request, timeout=timeout))
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the client is closed")
@@ -156,7 +156,7 @@ class Channels:
             LiftbridgeError: the call failed (its gRPC status, mapped).
             ValueError: the channel was closed during the call (grpc's way).
         """
-        rpc = getattr(self.stub(address), method)
+        rpc = getattr(self._stub(address), method)
         try:
             return rpc(request, timeout=timeout)
         except grpc.RpcError as e:

@@ -175,7 +175,9 @@ class FrameReader(Generic[T]):
         self.ended = False
         self.end: StreamError | None = None
         self.pongs = 0
-        self._rest = b""  # the start of a frame not wholly read yet
+        # The start of a frame not wholly read yet, appended to in place: a
+        # frame arriving in many small reads costs its size, not its size squared.
+        self._rest = bytearray()
         self._need = FRAME_HEAD.size  # bytes _rest must reach before a frame can be whole
         self._body = bytearray()  # the start of a message that spans DATA frames
         self._block = bytearray()  # a header block awaiting CONTINUATION
@@ -200,11 +202,15 @@ class FrameReader(Generic[T]):
         """
         if self.ended:
             return
-        if len(self._rest) + len(data) < self._need:  # still no whole frame: keep it
-            self._rest += data
+        rest = self._rest
+        if len(rest) + len(data) < self._need:  # still no whole frame: keep it
+            rest += data
             return
+        if rest:
+            data = b"".join((rest, data))
+            rest.clear()
         try:
-            self._frames(self._rest + data if self._rest else data)
+            self._frames(data)
         except StreamError as e:
             self._end(e)
             raise
@@ -217,7 +223,7 @@ class FrameReader(Generic[T]):
         if not self.ended:
             self.ended = True
             self.end = error
-            self._rest = b""
+            self._rest = bytearray()
             self._body = bytearray()
             self._block = bytearray()
 
@@ -276,7 +282,7 @@ class FrameReader(Generic[T]):
                     )
         finally:
             if not self.ended:
-                self._rest = data[pos:]
+                self._rest += memoryview(data)[pos:]
                 self._need = need
         if self._unacked >= REOPEN_AT and not self.ended:
             self._window += self._unacked

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from bench.report import (
     target_table,
 )
 from bench.stats import Run, process_cpu_seconds, summarise
+from bench.suite import QUICK, Suite, _Entry
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -184,3 +186,45 @@ def test_a_run_with_the_server_cpu_reads_against_the_machine_bound() -> None:
 def test_process_cpu_seconds_reads_this_process() -> None:
     spent = process_cpu_seconds(os.getpid())
     assert spent is not None and spent > 0
+
+
+class _Burn:
+    """A driver that spends 50 ms of this process's CPU per run."""
+
+    def run(self, count: int) -> Run:
+        start = time.process_time()
+        while time.process_time() - start < 0.05:
+            pass
+        return Run(count, 0.05, count, time.process_time() - start)
+
+    def close(self) -> None:
+        pass
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_each_row_is_charged_the_cpu_of_its_own_server() -> None:
+    # The suite's own server idles (a sleeping process); the second row names
+    # this process as its server, which burns CPU during the row's run: only
+    # that row may be charged it (the TLS rows were charged the plaintext
+    # server's CPU instead of their own).
+    idle = subprocess.Popen(["sleep", "60"])
+    try:
+        for _ in range(500):  # until it sleeps (bounded: 5 s at most)
+            if _state(idle.pid) == "S":
+                break
+            time.sleep(0.01)
+        suite = Suite(QUICK, (), lambda line: None, go=False)
+        suite._server_pids = (idle.pid,)
+        plain = _Entry("tls", "plaintext", 100, SDK, _Burn(), ())
+        secure = _Entry("tls", "TLS", 100, SDK, _Burn(), (), server_pids=(os.getpid(),))
+        suite._measure([plain, secure], 10, 1, 0)
+    finally:
+        idle.kill()
+        idle.wait()
+    charged = [r.metrics["server_cpu_us_per_msg"].median for r in suite.results]
+    assert charged[0] == 0.0
+    assert charged[1] >= 0.04 / 10 * 1e6  # most of the 50 ms burnt, per message

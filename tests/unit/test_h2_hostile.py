@@ -11,10 +11,16 @@ case arms: that one meets a scripted server. Every case holds that:
 - the client's other streams keep working (its shared publish stream, opened
   before, and a fresh lane after);
 - no SDK thread is left after ``close()``.
+
+Set ``HOSTILE_H2_FIGURES=path.json`` to have each case's seconds and RSS
+growth written out (the README's table).
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import socket
 import threading
 import time
@@ -23,6 +29,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import liftbridge
+from liftbridge._transport._http2 import Http2Call, Keepalive
 from liftbridge_api import api_pb2
 from tests.unit.fake_broker import serving
 from tests.unit.h2_front import H2Front
@@ -57,6 +64,19 @@ RSS_BOUND = 16 << 20
 (the PING flood's queued acks), the rest is room for a noisy process. The
 issue's 2^31-byte prefix grew it by 257 MiB before."""
 ENABLE_PUSH = 0x2
+FIGURES: dict[str, dict[str, float]] = {}
+
+
+def _record(case: str, took: float, grown: int) -> None:
+    FIGURES[case] = {"seconds": round(took, 2), "rss_mib": round(grown / 2**20, 2)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def figures() -> Iterator[None]:
+    yield
+    if path := os.environ.get("HOSTILE_H2_FIGURES"):
+        with open(path, "w") as out:
+            json.dump(FIGURES, out, indent=1, sort_keys=True)
 
 
 def rss() -> int:
@@ -246,6 +266,14 @@ def _sdk_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("liftbridge-")]
 
 
+def _no_sdk_thread_left(before: set[str]) -> None:
+    """No SDK thread but those in ``before`` is left (within 2 s of close())."""
+    deadline = time.monotonic() + 2.0
+    while set(_sdk_threads()) - before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not set(_sdk_threads()) - before
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_a_hostile_stream_ends_in_a_typed_error_and_nothing_else_breaks(
     front: H2Front, case: str
@@ -271,6 +299,7 @@ def test_a_hostile_stream_ends_in_a_typed_error_and_nothing_else_breaks(
             client.publish(TOPIC, b"hostile", timeout=timeout)  # a lane: the armed stream
         took = time.monotonic() - start
         grown = rss() - grown_from
+        _record(case, took, grown)
         error = caught.value
         assert front.played == 1
         assert isinstance(error, expected), repr(error)
@@ -284,10 +313,7 @@ def test_a_hostile_stream_ends_in_a_typed_error_and_nothing_else_breaks(
         assert client.publish(TOPIC, b"after", timeout=10) is not None
     finally:
         client.close()
-    deadline = time.monotonic() + 2.0
-    while set(_sdk_threads()) - before_threads and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not set(_sdk_threads()) - before_threads
+    _no_sdk_thread_left(before_threads)
 
 
 def test_a_lane_connects_within_the_publish_timeout_not_the_rpc_timeout() -> None:
@@ -311,6 +337,7 @@ def test_a_lane_connects_within_the_publish_timeout_not_the_rpc_timeout() -> Non
     finally:
         filler.close()
         full.close()
+    _record("lane connect, accept queue full", took, 0)
     assert took <= 1.0 + SLACK, f"the publish took {took:.2f} s"
 
 
@@ -342,6 +369,7 @@ def test_a_subscription_fed_a_2_31_byte_message_fails_typed_at_once(front: H2Fro
         assert failed.wait(TIMEOUT + SLACK), "the subscription never reported the hostile read"
         took = time.monotonic() - start
         grown = rss() - grown_from
+        _record("Subscribe: 2^31-byte message", took, grown)
         assert front.played == 1
         message, error = heard[-1]
         assert message is None
@@ -352,7 +380,86 @@ def test_a_subscription_fed_a_2_31_byte_message_fails_typed_at_once(front: H2Fro
         assert client.publish(TOPIC, b"after", timeout=10) is not None
     finally:
         client.close()
-    deadline = time.monotonic() + 2.0
-    while set(_sdk_threads()) - before_threads and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not set(_sdk_threads()) - before_threads
+    _no_sdk_thread_left(before_threads)
+
+
+KEEPALIVE = 0.5
+"""The keepalive interval and timeout of the hung-broker case, in seconds."""
+RESUBSCRIBE_WAIT = 1.0
+"""How long that case's subscription tries to resubscribe to the hung broker."""
+
+
+def hung_after_the_handshake(peer: Peer) -> None:
+    """Answers the Subscribe with its handshake, then hangs as a SIGSTOPped
+    broker does: its kernel takes every byte (the keepalive PINGs too), it
+    answers nothing."""
+    peer.accept()
+    peer.write(frame(DATA, 0, STREAM, grpc_message(api_pb2.Message().SerializeToString())))
+    while True:
+        peer.read_frame()
+
+
+def hung(peer: Peer) -> None:
+    """The hung broker as a resubscribe meets it: not even the headers."""
+    while True:
+        peer.read_frame()
+
+
+def test_a_plain_handler_subscription_finds_a_hung_broker_by_keepalive(
+    front: H2Front, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PING without PONG: the subscription's stream ends UNAVAILABLE within
+    the keepalive interval + timeout, its resubscribes to the hung broker fail
+    within ``resubscribe_wait``, and the handler hears a typed error; nothing
+    else breaks. (Without keepalive it would wait for ever: the stream has no
+    deadline and the broker's kernel keeps the TCP connection up.)"""
+    caplog.set_level(logging.INFO, logger="liftbridge._consume._subscription")
+    before_threads = set(_sdk_threads())
+    failed = threading.Event()
+    heard: list[BaseException] = []
+
+    def handler(message: object, error: BaseException | None) -> None:
+        if error is not None:
+            heard.append(error)
+            failed.set()
+
+    client = liftbridge.Client(
+        f"127.0.0.1:{front.port}",
+        keepalive_interval=KEEPALIVE,
+        keepalive_timeout=KEEPALIVE,
+        resubscribe_wait=RESUBSCRIBE_WAIT,
+    )
+    try:
+        front.arm("Subscribe", hung_after_the_handshake)
+        front.arm("Subscribe", hung, times=50)
+        grown_from = rss()
+        client.subscribe(TOPIC, handler, start=liftbridge.StartPosition.EARLIEST)
+        start = time.monotonic()
+        window = 2 * KEEPALIVE + RESUBSCRIBE_WAIT
+        assert failed.wait(window + 2 * SLACK), "the handler never heard of the hung broker"
+        took = time.monotonic() - start
+        grown = rss() - grown_from
+        _record("Subscribe: broker hung after the handshake", took, grown)
+        assert isinstance(heard[0], liftbridge.LiftbridgeError), repr(heard[0])
+        assert took <= window + SLACK, f"the handler heard after {took:.2f} s"
+        assert took >= 2 * KEEPALIVE  # found by the PING's timeout, not by anything sooner
+        assert any(
+            "did not answer a keepalive PING" in record.getMessage() for record in caplog.records
+        ), [record.getMessage() for record in caplog.records]
+        assert grown < RSS_BOUND, f"the process grew by {grown >> 20} MiB"
+        assert client.publish(TOPIC, b"after", timeout=10) is not None
+    finally:
+        client.close()
+    _no_sdk_thread_left(before_threads)
+
+
+def test_keepalive_is_on_by_default_for_a_subscriptions_stream(front: H2Front) -> None:
+    """A client made with no keepalive settings still PINGs a subscription's
+    silent broker (every 300 s, the server's own minimum; 20 s for the answer)."""
+    with liftbridge.Client(f"127.0.0.1:{front.port}") as client:
+        subscription = client.subscribe(
+            TOPIC, lambda message, error: None, start=liftbridge.StartPosition.EARLIEST
+        )
+        call = subscription._call
+        assert isinstance(call, Http2Call)  # the SDK's own HTTP/2 stream
+        assert call._keepalive == Keepalive(interval=300.0, timeout=20.0)

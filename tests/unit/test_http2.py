@@ -25,7 +25,7 @@ import pytest
 import liftbridge
 from liftbridge._errors import LiftbridgeError
 from liftbridge._transport import _http2_wire
-from liftbridge._transport._http2 import Http2Call
+from liftbridge._transport._http2 import Http2Call, Keepalive
 from liftbridge._transport._http2_wire import StreamError
 from liftbridge._transport._status import from_rpc_error
 from liftbridge_api import api_pb2
@@ -104,7 +104,11 @@ class Connection:
         self._peers: list[Peer] = []
 
     def open(
-        self, requests: Requests | None = None, *, iterator: Iterator[object] | None = None
+        self,
+        requests: Requests | None = None,
+        *,
+        iterator: Iterator[object] | None = None,
+        keepalive: Keepalive | None = None,
     ) -> tuple[Http2Call[bytes], Peer, Requests]:
         """A call, the server end of its connection (its opening read), and
         the queue its requests come from (``None`` ends them)."""
@@ -115,6 +119,7 @@ class Connection:
             iterator if iterator is not None else iter(requests.get, None),
             bytes,
             connect_timeout=WAIT,
+            keepalive=keepalive,
         )
         self._calls.append((call, requests))
         peer = Peer(self.listener.accept()[0])
@@ -591,6 +596,32 @@ def test_addresses_split_into_host_and_port(address: str, expected: tuple[str, i
 def test_the_connection_asks_for_keepalive_probes(connection: Connection) -> None:
     call, _, _ = connection.open()
     assert call._sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+
+
+def test_a_keepalive_ping_left_unanswered_ends_the_call_unavailable_in_its_timeout(
+    connection: Connection,
+) -> None:
+    """A broker hung while its kernel still answers TCP: the call PINGs after
+    ``interval`` of silence; an answered PING keeps it open (a second PING
+    follows the next silence), an unanswered one ends it with a typed error
+    within ``timeout`` (+1 s for a loaded machine), however long the call
+    itself may live."""
+    keepalive = Keepalive(interval=0.3, timeout=0.5)
+    call, peer, _ = connection.open(keepalive=keepalive)
+    peer.write(settings() + peer.response_headers() + frame(DATA, 0, STREAM, grpc_message(b"x")))
+    reader = Reader(call)
+    first = peer.read_until(PING)
+    assert (first.flags, first.stream, len(first.payload)) == (0, 0, 8)
+    peer.write(frame(PING, ACK, 0, first.payload))  # answered: the call stays
+    second = peer.read_until(PING)  # the next silence: another PING, never answered
+    sent = time.monotonic()
+    assert second.flags == 0 and reader.end is None
+    error = reader.finish()
+    took = time.monotonic() - sent
+    assert reader.responses == [b"x"]
+    assert isinstance(error, liftbridge.UnavailableError), repr(error)
+    assert f"did not answer a keepalive PING within {keepalive.timeout} s" in str(error)
+    assert took <= keepalive.timeout + 1.0, f"ended {took:.2f} s after the PING"
 
 
 # ------------------------------------------------------ control frames --

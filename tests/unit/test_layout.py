@@ -279,6 +279,10 @@ def test_no_module_over_600_lines(path: Path) -> None:
 TRANSPORT = "liftbridge._transport"
 TRANSPORT_ONLY = ("grpc", "hpack", "h2")
 """Libraries only the transport layer may import (their submodules too)."""
+GRPC_STUBS = "_pb2_grpc"
+"""The ending of a generated gRPC stub module (``liftbridge_api.api_pb2_grpc``):
+it imports grpc itself, so only the transport layer may import it. The
+messages (``api_pb2``) carry no grpc and go everywhere."""
 TRANSPORT_PRIVATE = ("liftbridge._transport._http2", "liftbridge._transport._status")
 """Transport modules only the transport layer may import: the own HTTP/2
 client (``_http2``, ``_http2_reader``, ``_http2_wire``) and the gRPC status
@@ -287,8 +291,8 @@ reading. Everything above goes through ``_channels`` and ``_stream``."""
 
 def _transport_reaches(path: Path) -> set[str]:
     """What of the transport's own a module imports: the libraries in
-    ``TRANSPORT_ONLY`` and the modules in ``TRANSPORT_PRIVATE`` (read from
-    the AST, ``TYPE_CHECKING`` blocks too)."""
+    ``TRANSPORT_ONLY``, the modules in ``TRANSPORT_PRIVATE`` and generated
+    gRPC stubs (read from the AST, ``TYPE_CHECKING`` blocks too)."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         names: list[str] = []
@@ -301,6 +305,8 @@ def _transport_reaches(path: Path) -> set[str]:
             if top in TRANSPORT_ONLY:
                 found.add(top)
             found.update(p for p in TRANSPORT_PRIVATE if name == p or name.startswith(p))
+            if name.endswith(GRPC_STUBS):
+                found.add(name)
     return found
 
 
@@ -311,9 +317,16 @@ def test_the_transport_finder_reads_the_ast(tmp_path: Path) -> None:
         "from hpack import Decoder\n"
         "from liftbridge._transport._http2_reader import FrameReader\n"
         "from liftbridge._transport._channels import Channels\n"
+        "from liftbridge_api import api_pb2, api_pb2_grpc\n"
+        "import liftbridge_api.api_pb2_grpc as stubs\n"
         "x = 'import h2'  # a string, not an import\n"
     )
-    assert _transport_reaches(module) == {"grpc", "hpack", "liftbridge._transport._http2"}
+    assert _transport_reaches(module) == {
+        "grpc",
+        "hpack",
+        "liftbridge._transport._http2",
+        "liftbridge_api.api_pb2_grpc",
+    }
 
 
 def test_only_the_transport_layer_imports_grpc_hpack_or_the_http2_client() -> None:
