@@ -1,4 +1,4 @@
-"""Spark fixtures: one SparkSession per test module (starting one costs 7-9 s).
+"""Spark fixtures: one ``local[2,3]`` SparkSession for the whole run.
 
 Spark's Python workers are separate processes started by the JVM; they find
 this checkout (``liftbridge``, ``pyspark_liftbridge`` and the test helpers in
@@ -67,15 +67,37 @@ def spark_session(master: str, **conf: str) -> SparkSession:
     return session
 
 
+_shared: list[SparkSession] = []  # the session every module shares, once started
+
+
+def stop_shared_session() -> None:
+    """Stops the shared ``local[2,3]`` session if it runs (a module that needs
+    a session of its own, such as a standalone cluster's, calls this first:
+    ``getOrCreate`` would hand it the shared one)."""
+    while _shared:
+        _shared.pop().stop()
+
+
+@pytest.fixture(scope="session")
+def _spark_run() -> Iterator[None]:
+    yield
+    stop_shared_session()
+
+
 @pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    """A ``local[2]`` session shared by the module's tests; a failed task is
-    tried up to 3 times (``local[2,3]``), as on a cluster."""
-    session = spark_session("local[2,3]")
-    try:
-        yield session
-    finally:
-        session.stop()
+def spark(_spark_run: None) -> Iterator[SparkSession]:
+    """A ``local[2]`` session shared by every module of the run; a failed
+    task is tried up to 3 times (``local[2,3]``), as on a cluster. Started on
+    first use, stopped at the end of the run (a new session costs a context
+    and new Python workers, which import pyspark, pyarrow and the connector
+    again). A module leaves no query running and nothing cached behind it."""
+    if not _shared:
+        _shared.append(spark_session("local[2,3]"))
+    session = _shared[0]
+    yield session
+    for query in session.streams.active:
+        query.stop()
+    session.catalog.clearCache()
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 import liftbridge
 import liftbridge.spark
 from liftbridge.testing import LocalServer
-from tests.spark.conftest import spark_session
+from tests.spark.conftest import spark_session, stop_shared_session
 from tests.spark.helpers import fill, sdk_rows, spark_rows
 from tests.spark.standalone import StandaloneCluster
 from tests.spark.test_spark_exactly_once import ROWS, check_exactly_once, run_with_kills
@@ -27,6 +27,10 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 @pytest.fixture(scope="module")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    # The run's shared local[2,3] session goes first: getOrCreate would hand
+    # it out instead of a session on this cluster, and it would hold memory
+    # and a core's worth of Python workers while the cluster runs.
+    stop_shared_session()
     with StandaloneCluster(tmp_path_factory.mktemp("spark-standalone")) as cluster:
         yield cluster
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,9 @@ pytest.importorskip("pyarrow", reason="needs the spark extra: pip install -e '.[
 from pyspark.sql import DataFrameReader, SparkSession
 
 import liftbridge
-from liftbridge import StartPosition, StopPosition
+from liftbridge import InvalidArgumentError, LiftbridgeError, StartPosition, StopPosition
+from liftbridge.spark import LiftbridgeDataSource
+from liftbridge.spark._clients import close_clients
 from liftbridge.testing import LocalServer
 from tests.spark.helpers import fill, sdk_rows, spark_rows
 
@@ -121,59 +123,79 @@ def test_an_empty_stream_reads_no_rows(
     assert _reader(spark, server, stream=unique_name).load().count() == 0
 
 
-@pytest.mark.parametrize(
-    ("options", "message"),
-    [
-        ({"servers": None, "stream": "s"}, "option servers is required"),
-        ({"servers": "nohost", "stream": "s"}, "option servers: 'nohost' is not host:port"),
-        ({}, "give exactly one of the options stream"),
-        ({"stream": "s", "assign": '{"s": [0]}'}, "give exactly one of the options stream"),
-        ({"assign": '{"s": []}'}, "option assign: stream 's' needs a non-empty list"),
-        ({"stream": "s", "startingOffsets": "{nope"}, "option startingOffsets must be earliest"),
-        ({"stream": "s", "startingOffsets": '{"t": {"0": 1}}'}, "names stream 't'"),
-        ({"stream": "s", "endingOffsets": '{"s": {"0": -2}}'}, "option endingOffsets: earliest"),
-        ({"stream": "s", "includeHeaders": "yes"}, "option includeHeaders must be true or false"),
-        ({"stream": "s", "minPartitions": "0"}, "option minPartitions must be >= 1"),
-        (
-            {"stream": "s", "startingOffsets": "earliest", "startingTimestamp": "1"},
-            "startingTimestamp and startingOffsets exclude each other",
-        ),
-        ({"stream": "s", "tls.ca": "/nonexistent/ca.pem"}, "option tls.ca: cannot read"),
-        (
-            {"stream": "s", "tls.cert": "-----BEGIN X"},
-            "tls.cert and tls.key must be given together",
-        ),
-    ],
-)
-def test_bad_options_fail_when_the_dataframe_is_made(
-    spark: SparkSession, server: LocalServer, options: dict[str, str | None], message: str
+_BAD_OPTIONS: list[tuple[dict[str, str | None], str]] = [
+    ({"servers": None, "stream": "s"}, "option servers is required"),
+    ({"servers": "nohost", "stream": "s"}, "option servers: 'nohost' is not host:port"),
+    ({}, "give exactly one of the options stream"),
+    ({"stream": "s", "assign": '{"s": [0]}'}, "give exactly one of the options stream"),
+    ({"assign": '{"s": []}'}, "option assign: stream 's' needs a non-empty list"),
+    ({"stream": "s", "startingOffsets": "{nope"}, "option startingOffsets must be earliest"),
+    ({"stream": "s", "startingOffsets": '{"t": {"0": 1}}'}, "names stream 't'"),
+    ({"stream": "s", "endingOffsets": '{"s": {"0": -2}}'}, "option endingOffsets: earliest"),
+    ({"stream": "s", "includeHeaders": "yes"}, "option includeHeaders must be true or false"),
+    ({"stream": "s", "minPartitions": "0"}, "option minPartitions must be >= 1"),
+    (
+        {"stream": "s", "startingOffsets": "earliest", "startingTimestamp": "1"},
+        "startingTimestamp and startingOffsets exclude each other",
+    ),
+    ({"stream": "s", "tls.ca": "/nonexistent/ca.pem"}, "option tls.ca: cannot read"),
+    (
+        {"stream": "s", "tls.cert": "-----BEGIN X"},
+        "tls.cert and tls.key must be given together",
+    ),
+]
+
+_BAD_BATCH_OPTIONS: list[tuple[dict[str, str], str]] = [
+    ({"startingOffsets": "latest"}, "option startingOffsets: latest (-1) is not allowed"),
+    ({"maxOffsetsPerTrigger": "5"}, "option maxOffsetsPerTrigger is for readStream only"),
+    ({"endingOffsets": '{"STREAM": {"0": 99}}'}, "option endingOffsets: STREAM/0 ends at 1"),
+    ({"stream": "no-such-stream"}, "option stream: the cluster has no stream 'no-such-stream'"),
+    ({"assign": '{"STREAM": [5]}'}, "option assign: stream 'STREAM' has no partition 5"),
+    (
+        {"startingOffsets": '{"STREAM": {"3": 0}}'},
+        "option startingOffsets names partition 3 of 'STREAM', which is not read",
+    ),
+]
+
+
+def _options(server: LocalServer, options: Mapping[str, str | None]) -> dict[str, str]:
+    given = {"servers": server.address, **options}
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def _batch_options(stream: str, options: dict[str, str]) -> dict[str, str]:
+    options = {"stream": stream, **options}
+    if "assign" in options:
+        del options["stream"]
+    return {k: v.replace("STREAM", stream) for k, v in options.items()}
+
+
+# Spark's planner runs LiftbridgeDataSource's schema() in load() and
+# reader().partitions() before the first job: each case below goes through
+# those calls in this process (a Spark query costs a planner process each);
+# the test after it shows, for one case of each, that Spark surfaces the error
+# there. These request the `spark` fixture although they do not use it: the
+# session (and its JVM, started with fork()) must exist before this process
+# opens gRPC channels (see test_spark_cluster.py).
+@pytest.mark.parametrize(("options", "message"), _BAD_OPTIONS)
+@pytest.mark.usefixtures("spark")
+def test_bad_options_fail_in_the_sources_schema(
+    server: LocalServer, options: dict[str, str | None], message: str
 ) -> None:
-    reader = spark.read.format("liftbridge")
-    options = {"servers": server.address, **options}
-    for name, value in options.items():
-        if value is not None:
-            reader = reader.option(name, value)
-    with pytest.raises(Exception, match="InvalidArgumentError") as failure:
-        reader.load()
+    with pytest.raises(InvalidArgumentError) as failure:
+        LiftbridgeDataSource(_options(server, options)).schema()
     assert message in str(failure.value)
 
 
-@pytest.mark.parametrize(
-    ("options", "message"),
-    [
-        ({"startingOffsets": "latest"}, "option startingOffsets: latest (-1) is not allowed"),
-        ({"maxOffsetsPerTrigger": "5"}, "option maxOffsetsPerTrigger is for readStream only"),
-        ({"endingOffsets": '{"STREAM": {"0": 99}}'}, "option endingOffsets: STREAM/0 ends at 1"),
-        ({"stream": "no-such-stream"}, "option stream: the cluster has no stream 'no-such-stream'"),
-        ({"assign": '{"STREAM": [5]}'}, "option assign: stream 'STREAM' has no partition 5"),
-        (
-            {"startingOffsets": '{"STREAM": {"3": 0}}'},
-            "option startingOffsets names partition 3 of 'STREAM', which is not read",
-        ),
-    ],
-)
-def test_bad_batch_options_fail_at_planning_before_any_task(
-    spark: SparkSession,
+@pytest.fixture
+def planning() -> Iterator[None]:
+    yield
+    close_clients()  # planning caches a client per process, as in Spark's planner
+
+
+@pytest.mark.parametrize(("options", "message"), _BAD_BATCH_OPTIONS)
+@pytest.mark.usefixtures("spark", "planning")
+def test_bad_batch_options_fail_in_the_readers_planning(
     server: LocalServer,
     client: liftbridge.Client,
     unique_name: str,
@@ -182,17 +204,31 @@ def test_bad_batch_options_fail_at_planning_before_any_task(
 ) -> None:
     client.create_stream(unique_name)
     client.publish(unique_name, b"only")
-    options = {"stream": unique_name, **options}
-    if "assign" in options:
-        del options["stream"]
-    options = {k: v.replace("STREAM", unique_name) for k, v in options.items()}
-    df = _reader(spark, server, **options).load()
-    with pytest.raises(Exception, match="Error") as failure:
-        df.collect()
-    text = str(failure.value).replace(unique_name, "STREAM")
-    assert message.replace(unique_name, "STREAM") in text
-    # Planning failed, so no Spark job (and no task) was started for it.
-    assert "Job aborted" not in text
+    source = LiftbridgeDataSource(_options(server, _batch_options(unique_name, options)))
+    schema = source.schema()  # what load() asks: these options pass it
+    with pytest.raises(LiftbridgeError) as failure:
+        source.reader(schema).partitions()
+    assert message.replace("STREAM", unique_name) in str(failure.value)
+
+
+def test_bad_options_fail_when_the_dataframe_is_made_and_at_planning_before_any_task(
+    spark: SparkSession, server: LocalServer, client: liftbridge.Client, unique_name: str
+) -> None:
+    for options, message in (_BAD_OPTIONS[0], _BAD_OPTIONS[11]):
+        reader = spark.read.format("liftbridge").options(**_options(server, options))
+        with pytest.raises(Exception, match="InvalidArgumentError") as failure:
+            reader.load()
+        assert message in str(failure.value)
+    client.create_stream(unique_name)
+    client.publish(unique_name, b"only")
+    for batch_options, message in (_BAD_BATCH_OPTIONS[0], _BAD_BATCH_OPTIONS[3]):
+        df = _reader(spark, server, **_batch_options(unique_name, batch_options)).load()
+        with pytest.raises(Exception, match="Error") as failed:
+            df.collect()
+        text = str(failed.value)
+        assert message.replace("STREAM", unique_name) in text
+        # Planning failed, so no Spark job (and no task) was started for it.
+        assert "Job aborted" not in text
 
 
 def test_a_task_killed_mid_read_is_retried_with_the_same_rows(

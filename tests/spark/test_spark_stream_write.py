@@ -16,6 +16,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import liftbridge
+from liftbridge import InvalidArgumentError
+from liftbridge.spark import LiftbridgeDataSource
 from liftbridge.testing import LocalServer
 from tests.spark.helpers import fill, sdk_rows, spark_rows
 
@@ -179,23 +181,26 @@ def test_batch_write_honours_stream_partition_key_and_header_columns(
     assert len(sdk_rows(client, one)) == 10
 
 
-@pytest.mark.parametrize(
-    ("columns", "options", "mode", "message"),
-    [
-        ("key string", {"stream": "s"}, "append", "needs a value column"),
-        (
-            "value int",
-            {"stream": "s"},
-            "append",
-            "column value must be binary or string to write to Liftbridge, got int",
-        ),
-        ("value string", {}, "append", "needs the stream option or a stream column"),
-        ("value string, partition string", {"stream": "s"}, "append", "column partition must be"),
-        ("value string", {"stream": "s", "ackPolicy": "most"}, "append", "option ackPolicy must"),
-        ("value string", {"stream": "s"}, "overwrite", "append"),
-    ],
-)
-def test_bad_writes_fail_at_planning(
+_BAD_WRITES = [
+    ("key string", {"stream": "s"}, "append", "needs a value column"),
+    (
+        "value int",
+        {"stream": "s"},
+        "append",
+        "column value must be binary or string to write to Liftbridge, got int",
+    ),
+    ("value string", {}, "append", "needs the stream option or a stream column"),
+    ("value string, partition string", {"stream": "s"}, "append", "column partition must be"),
+    ("value string", {"stream": "s", "ackPolicy": "most"}, "append", "option ackPolicy must"),
+    ("value string", {"stream": "s"}, "overwrite", "append"),
+]
+
+
+# Spark's planner asks LiftbridgeDataSource for its writer in save(): each case
+# goes through that call in this process (a Spark save costs a planner process
+# each); the test after it shows, for two cases, that Spark surfaces the error.
+@pytest.mark.parametrize(("columns", "options", "mode", "message"), _BAD_WRITES)
+def test_bad_writes_fail_in_the_sources_writer(
     spark: SparkSession,
     server: LocalServer,
     columns: str,
@@ -203,10 +208,19 @@ def test_bad_writes_fail_at_planning(
     mode: str,
     message: str,
 ) -> None:
-    df = spark.createDataFrame([], columns)
-    writer = df.write.format("liftbridge").option("servers", server.address).mode(mode)
-    for name, value in options.items():
-        writer = writer.option(name, value)
-    with pytest.raises(Exception) as failure:
-        writer.save()
+    schema = spark.createDataFrame([], columns).schema
+    source = LiftbridgeDataSource({"servers": server.address, **options})
+    with pytest.raises(InvalidArgumentError) as failure:
+        source.writer(schema, mode == "overwrite")
     assert message in str(failure.value)
+
+
+def test_bad_writes_fail_at_planning(spark: SparkSession, server: LocalServer) -> None:
+    for columns, options, mode, message in (_BAD_WRITES[1], _BAD_WRITES[5]):
+        df = spark.createDataFrame([], columns)
+        writer = df.write.format("liftbridge").option("servers", server.address).mode(mode)
+        for name, value in options.items():
+            writer = writer.option(name, value)
+        with pytest.raises(Exception) as failure:
+            writer.save()
+        assert message in str(failure.value)
