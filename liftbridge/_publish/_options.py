@@ -136,10 +136,16 @@ class _AckHandlerCheck:
         if handler is None:
             return
         key = handler.__func__ if type(handler) is MethodType else handler
-        if key is self._passed or key in self._trusted:
+        if key is self._passed or self._is_trusted(key):
             return
         _validate.callback(handler, arg="ack_handler", shape="(ack, error)")
         self._passed = key
+
+    def _is_trusted(self, key: Any) -> bool:
+        try:
+            return key in self._trusted
+        except TypeError:  # unhashable (a list, say): none of the SDK's own
+            return False
 
 
 check_ack_handler = _AckHandlerCheck()

@@ -73,7 +73,7 @@ def env(own_server: LocalServer, tmp_path_factory: pytest.TempPathFactory) -> It
     rpcs = Counter()
     with liftbridge.Client(own_server.address, rpc_timeout=3.0, ack_wait=3.0) as client:
         channels = client._router._channels  # the one place RPCs start
-        for name in ("invoke", "open_stream", "stub"):
+        for name in ("invoke", "open_stream"):
             setattr(channels, name, _count(rpcs, getattr(channels, name)))
         # The client's long-lived threads (acks, timer, a publish lane) start
         # here, not in the first test that would start them.

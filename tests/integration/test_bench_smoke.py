@@ -58,12 +58,16 @@ def test_quick_bench_writes_figures_for_every_workload(tmp_path: Path) -> None:
     assert "SDK/bare" in done.stdout and "SDK/Go" in done.stdout  # the table was printed
     # ... and how the ratios moved since the baseline run
     _, changes = done.stdout.split(f"SDK/bare msgs/s against {baseline}:")
+    bare_changes, go_changes = changes.split(f"SDK/Go msgs/s against {baseline}:")
     (moved,) = [
         line.split()
-        for line in changes.splitlines()
+        for line in bare_changes.splitlines()
         if line.split()[:2] == ["subscribe", "earliest"] and " 100 B " in line
     ]
     assert moved[4] == "0.50" and moved[6][0] in "+-"
+    assert "SDK/bare row(s) fell by more than 10%" in bare_changes
+    # The baseline had no SDK/Go ratio for the row: nothing to compare, no drop.
+    assert "0 SDK/Go row(s) fell by more than 10%" in go_changes
 
     (path,) = tmp_path.glob("*-quick.json")
     document = json.loads(path.read_text(encoding="utf-8"))

@@ -68,3 +68,11 @@ def test_a_bad_handler_after_a_good_one_is_refused(monkeypatch: pytest.MonkeyPat
     with pytest.raises(ArgumentTypeError, match="ack_handler"):
         check_ack_handler("not callable")
     check_ack_handler(_good)  # the good one still passes after the refusals
+
+
+@pytest.mark.parametrize("handler", [[], {}, {1, 2}], ids=["list", "dict", "set"])
+def test_an_unhashable_handler_gets_the_typed_error(handler: Any) -> None:
+    # Hypothesis found a list reaching the trusted-handlers set: TypeError
+    # "unhashable type" escaped instead of the argument's own error.
+    with pytest.raises(ArgumentTypeError, match="ack_handler"):
+        check_ack_handler(handler)
