@@ -30,7 +30,6 @@ from liftbridge._errors import ArgumentTypeError, InvalidArgumentError
 from liftbridge._publish._options import (
     STREAM_OPTIONS,
     StreamPublishOptions,
-    check_ack_handler,
     check_names,
 )
 
@@ -78,9 +77,6 @@ class Batch:
             self.future.set_exception(self._error)
         else:
             self.future.set_result(self._acks)
-
-
-check_ack_handler.trust(Batch.settle)  # the SDK's own: no signature to read per batch
 
 
 def _payloads(values: object) -> list[BytesLike]:

@@ -126,26 +126,15 @@ class _AckHandlerCheck:
 
     def __init__(self) -> None:
         self._passed: Any = None
-        self._trusted: set[Any] = set()  # the SDK's own handlers' functions
-
-    def trust(self, function: Any) -> None:
-        """Passes every bound method of ``function`` unchecked (an SDK handler)."""
-        self._trusted.add(function)
 
     def __call__(self, handler: Any) -> None:
         if handler is None:
             return
         key = handler.__func__ if type(handler) is MethodType else handler
-        if key is self._passed or self._is_trusted(key):
+        if key is self._passed:
             return
         _validate.callback(handler, arg="ack_handler", shape="(ack, error)")
         self._passed = key
-
-    def _is_trusted(self, key: Any) -> bool:
-        try:
-            return key in self._trusted
-        except TypeError:  # unhashable (a list, say): none of the SDK's own
-            return False
 
 
 check_ack_handler = _AckHandlerCheck()
