@@ -4,8 +4,6 @@ embedded NATS server with a minimal protocol reader (no client library)."""
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import threading
 from collections.abc import Iterator
@@ -16,6 +14,7 @@ import pytest
 
 import liftbridge
 from liftbridge.testing import LocalServer
+from tests.integration.frozen import frozen
 
 DEADLINE = 10.0  # seconds, for every socket read
 
@@ -126,9 +125,7 @@ def test_inbox_publishes_share_the_clients_publish_window(
         c.create_stream(unique_name)
         c.publish_async(unique_name, b"warm", ack_inbox=inbox_subject).result(timeout=DEADLINE)
         c.publish_async(unique_name, b"warm").result(timeout=DEADLINE)
-        assert own.pid is not None
-        os.kill(own.pid, signal.SIGSTOP)
-        try:
+        with frozen(own.pid):
             held = [
                 c.publish_async(unique_name, b"a", timeout=DEADLINE),
                 c.publish_async(unique_name, b"b", ack_inbox=inbox_subject, timeout=DEADLINE),
@@ -147,8 +144,6 @@ def test_inbox_publishes_share_the_clients_publish_window(
             waiter.start()
             waiter.join(0.5)
             assert waiter.is_alive(), "an inbox publish went past a full window"
-        finally:
-            os.kill(own.pid, signal.SIGCONT)
         waiter.join(DEADLINE)
         assert [f.result(timeout=DEADLINE) is not None for f in held + waited] == [True] * 3
         assert c.fetch_partition_metadata(unique_name).newest_offset == 4
@@ -169,16 +164,12 @@ def test_close_ends_inbox_publishes_and_their_threads(unique_name: str, inbox_su
         c = liftbridge.Client(own.address)
         c.create_stream(unique_name)
         c.publish_async(unique_name, b"warm", ack_inbox=inbox_subject).result(timeout=DEADLINE)
-        assert own.pid is not None
-        os.kill(own.pid, signal.SIGSTOP)
-        try:
+        with frozen(own.pid):
             future = c.publish_async(
                 unique_name, b"v", handler, ack_inbox=inbox_subject, timeout=DEADLINE
             )
             c.close()
             alive = [t.name for t in threading.enumerate() if t.name.startswith("liftbridge-inbox")]
-        finally:
-            os.kill(own.pid, signal.SIGCONT)
     assert alive == []
     assert isinstance(future.exception(timeout=DEADLINE), liftbridge.ClientClosedError)
     assert handled.wait(DEADLINE)

@@ -3,8 +3,6 @@ PublishAsync stream survive SIGKILL of the broker they were using."""
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,6 +12,7 @@ import pytest
 
 import liftbridge
 from liftbridge.testing import LocalCluster
+from tests.integration.frozen import freeze
 
 pytestmark = pytest.mark.cluster
 
@@ -217,7 +216,7 @@ def test_publishes_in_flight_at_a_leader_kill_fail_fast(
         assert client.publish_async(stream, b"warm-up-async").result(timeout=ack_wait)
         node = healed.node(leader)
         assert node.pid is not None
-        os.kill(node.pid, signal.SIGSTOP)
+        freeze(node.pid)
         sync_outcome: list[BaseException | None] = []
         sync_started = threading.Event()
 
