@@ -89,6 +89,7 @@ _HUNG_AFTER = 2
 _NONE = api_pb2.NONE
 _DRAIN = 16
 """Requests per run handed to the sender (then "sent"): 16 of up to 4 KiB fit its 64 KiB write."""
+_RUN = 64  # acks read together resolved in one round of the publisher's lock, at most
 _REOPEN_REFRESH = 1.0
 """The deadline of the metadata refresh between a stream breaking and the next
 opening (no publish goes out meanwhile; a broker down or hung can hold up a
@@ -330,14 +331,18 @@ class Publisher:
     def _claim(self, pending: _Pending) -> bool:
         """Marks a publish resolved, freeing its window slot; False if another thread did."""
         with self._lock:
-            if pending.done:
-                return False
-            pending.done = True
-            if self._pending.pop(pending.correlation_id, None) is not None:
-                self._window.give()
-            if self._flushers:
-                self._claimed.notify_all()
-            return True
+            return self._claim_held(pending)
+
+    def _claim_held(self, pending: _Pending) -> bool:
+        """:meth:`_claim`, holding ``_lock``."""
+        if pending.done:
+            return False
+        pending.done = True
+        if self._pending.pop(pending.correlation_id, None) is not None:
+            self._window.give()
+        if self._flushers:
+            self._claimed.notify_all()
+        return True
 
     def _finish(self, pending: _Pending, ack: Ack | None, error: LiftbridgeError | None) -> None:
         """Resolves a publish exactly once, on the calling thread."""
@@ -349,16 +354,23 @@ class Publisher:
         future, pending.future = pending.future, None
         self._callbacks.settle(future, pending.handler if pending.expects_ack else None, ack, error)
 
-    def _resolve(self, response: api_pb2.PublishResponse) -> None:
-        correlation_id, ack, error = response_outcome(response)
-        # Read without _lock: a dict lookup is atomic, and _claim decides under it.
-        pending = self._pending.get(correlation_id)
-        if pending is None:
-            _log.debug("outcome for unknown or timed-out publish %r: %s", correlation_id, error)
-            return
-        if error is not None:  # "no such partition: 3" says which stream, too
-            error = naming(error, pending.request.stream, pending.request.partition)
-        self._finish(pending, ack, error)
+    def _resolve(self, responses: list[api_pb2.PublishResponse]) -> None:
+        """Resolves a run of responses in order, claiming them in one round of ``_lock``."""
+        outcomes = []
+        for response in responses:
+            correlation_id, ack, error = response_outcome(response)
+            # Read without _lock: a dict lookup is atomic, and _claim_held decides under it.
+            pending = self._pending.get(correlation_id)
+            if pending is None:
+                _log.debug("outcome for unknown or timed-out publish %r: %s", correlation_id, error)
+                continue
+            if error is not None:  # "no such partition: 3" says which stream, too
+                error = naming(error, pending.request.stream, pending.request.partition)
+            outcomes.append((pending, ack, error))
+        with self._lock:
+            claimed = [outcome for outcome in outcomes if self._claim_held(outcome[0])]
+        for pending, ack, error in claimed:
+            self._complete(pending, ack, error)
 
     # ------------------------------------------------------ ack dispatcher --
 
@@ -390,10 +402,14 @@ class Publisher:
                 call = self._open_stream(generation)
                 if call is None:
                     return
+                more = call.next_ready
                 for response in call:
                     failures = 0
                     self._heard_at = time.monotonic()
-                    resolve(response)
+                    run = [response]  # and every response read with it, up to _RUN
+                    while len(run) < _RUN and (read := more()) is not None:
+                        run.append(read)
+                    resolve(run)
                 # The server ended the stream cleanly: treat as broken.
                 error: LiftbridgeError = ConnectionLostError(
                     "the PublishAsync stream was closed by the server"
