@@ -59,7 +59,7 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
 from typing import Literal, overload
 
-from liftbridge._core._callbacks import CallbackRunner
+from liftbridge._core._callbacks import CallbackRunner, Outcome
 from liftbridge._core._deadlines import AckTimer
 from liftbridge._core._messages import Ack, response_outcome
 from liftbridge._core._router import ANY, Deadline, Router
@@ -333,8 +333,7 @@ class Publisher:
         with self._lock:
             return self._claim_held(pending)
 
-    def _claim_held(self, pending: _Pending) -> bool:
-        """:meth:`_claim`, holding ``_lock``."""
+    def _claim_held(self, pending: _Pending) -> bool:  # _claim, with _lock held
         if pending.done:
             return False
         pending.done = True
@@ -350,9 +349,7 @@ class Publisher:
             self._complete(pending, ack, error)
 
     def _complete(self, pending: _Pending, ack: Ack | None, error: LiftbridgeError | None) -> None:
-        # Let go of the Future: the timer's deque keeps a resolved entry until it sweeps it.
-        future, pending.future = pending.future, None
-        self._callbacks.settle(future, pending.handler if pending.expects_ack else None, ack, error)
+        self._callbacks.settle(*_let_go(pending, ack, error))
 
     def _resolve(self, responses: list[api_pb2.PublishResponse]) -> None:
         """Resolves a run of responses in order, claiming them in one round of ``_lock``."""
@@ -369,8 +366,7 @@ class Publisher:
             outcomes.append((pending, ack, error))
         with self._lock:
             claimed = [outcome for outcome in outcomes if self._claim_held(outcome[0])]
-        for pending, ack, error in claimed:
-            self._complete(pending, ack, error)
+        self._callbacks.settle_run([_let_go(*outcome) for outcome in claimed])
 
     # ------------------------------------------------------ ack dispatcher --
 
@@ -402,12 +398,11 @@ class Publisher:
                 call = self._open_stream(generation)
                 if call is None:
                     return
-                more = call.next_ready
                 for response in call:
                     failures = 0
                     self._heard_at = time.monotonic()
                     run = [response]  # and every response read with it, up to _RUN
-                    while len(run) < _RUN and (read := more()) is not None:
+                    while len(run) < _RUN and (read := call.next_ready()) is not None:
                         run.append(read)
                     resolve(run)
                 # The server ended the stream cleanly: treat as broken.
@@ -597,3 +592,9 @@ class Publisher:
                 return self._claimed.wait_for(lambda: pending.done, timeout)
             finally:
                 self._flushers -= 1
+
+
+def _let_go(pending: _Pending, ack: Ack | None, error: LiftbridgeError | None) -> Outcome:
+    """A claimed publish's outcome; drops its Future (the timer's deque keeps the entry)."""
+    future, pending.future = pending.future, None
+    return future, pending.handler if pending.expects_ack else None, ack, error
