@@ -118,7 +118,7 @@ class AckWindow:
         # Futures settled by acks, let go of one per admit() (see the module
         # docstring); appended by the I/O thread, popped by publishing threads.
         # Never more than max_inflight of them; flush() and close empty it.
-        self._spent: deque[Future[Ack | None]] = deque()
+        self._spent: deque[Pending] = deque()
         self._watched = timer.watch(self._expire_due, wait=ack_timeout)
 
     # ------------------------------------------------------ any thread --
@@ -264,7 +264,7 @@ class AckWindow:
         for correlation_id in late:
             logger.debug("Dropping an ack for %r: timed out already", correlation_id)
         calls: list[tuple[AckHandler, Ack | None, BaseException | None]] = []
-        spent = self._spent.append
+        self._spent.extend([entry for entry, _ in matched])
         for entry, pb in matched:  # _deliver, inlined: once per publish
             ack, error = ack_outcome(pb)
             future = entry.future
@@ -273,7 +273,6 @@ class AckWindow:
                     future.set_result(ack)
                 else:
                     future.set_exception(error)
-                spent(future)
             if entry.handler is not None:
                 calls.append((entry.handler, ack, error))
         if calls:
