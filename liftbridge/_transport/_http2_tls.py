@@ -92,7 +92,7 @@ class TlsLayer:
             self._session.write(data)
         return self._outgoing.read()
 
-    def unwrap(self, records: bytes) -> tuple[bytes, bytes]:
+    def unwrap(self, records: bytes | memoryview) -> tuple[bytes, bytes]:
         """The bytes carried by what was read (b"" while a record is
         incomplete), and any TLS records the session must send back.
 

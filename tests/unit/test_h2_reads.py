@@ -1,6 +1,7 @@
-"""The own HTTP/2 connection's TLS layer (``TlsLayer``) turning records back
-into bytes: against a server-side ``ssl`` session in memory, the handshake
-over a socket pair, the records then cut as a socket could deliver them."""
+"""How the own HTTP/2 connection reads: each read into a buffer kept for
+it, and the TLS layer (``TlsLayer``) turning records back into bytes,
+against a server-side ``ssl`` session in memory (the handshake over a
+socket pair, the records then cut as a socket could deliver them)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,17 @@ import socket
 import ssl
 import threading
 import time
+import tracemalloc
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 import trustme
 
+from liftbridge._transport._http2 import Http2Call
 from liftbridge._transport._http2_tls import _PLAIN_BUFFER, TlsLayer, TlsSettings
+from liftbridge_api import api_pb2
+from tests.unit.h2_peer import DATA, STREAM, WAIT, Peer, frame, grpc_message
 
 
 @dataclass
@@ -139,3 +144,38 @@ def test_a_corrupt_record_is_an_ssl_error(pair: Pair) -> None:
     records[-1] ^= 1  # the record's authentication tag
     with pytest.raises(ssl.SSLError):
         pair.client.unwrap(bytes(records))
+
+
+def test_small_reads_allocate_no_read_sized_object_each() -> None:
+    """A subscription keeping up with its server reads a few messages per
+    recv: each recv lands in the call's kept buffer (a new 256 KiB bytes
+    object per recv cost more than the recv itself)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(WAIT)
+    address = f"127.0.0.1:{listener.getsockname()[1]}"
+    call: Http2Call[bytes] = Http2Call(
+        address,
+        "/proto.API/Subscribe",
+        api_pb2.SubscribeRequest(stream="s"),
+        bytes,
+        connect_timeout=WAIT,
+    )
+    peer = Peer(listener.accept()[0])
+    try:
+        peer.opening()
+        peer.accept()
+        peer.write(frame(DATA, 0, STREAM, grpc_message(b"first")))
+        assert next(call) == b"first"  # what the opening allocates comes before the count
+        tracemalloc.start()
+        try:
+            for i in range(50):
+                peer.write(frame(DATA, 0, STREAM, grpc_message(b"m%d" % i)))
+                assert next(call) == b"m%d" % i
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 64 * 1024, peak
+    finally:
+        call.cancel()
+        peer.close()
+        listener.close()
