@@ -8,10 +8,12 @@ server stored.
 from __future__ import annotations
 
 import contextlib
+import gc
 import socket
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_all
@@ -399,6 +401,29 @@ def test_a_small_window_turns_over(
         assert publisher.flush(DEADLINE * 3)
     acks = [f.result(0) for f in futures]
     assert [ack.offset for ack in acks if ack is not None] == list(range(3000))
+
+
+def test_resolved_futures_are_let_go_of_by_later_publishes_and_flush(
+    publisher: NatsStreamPublisher, stream: str
+) -> None:
+    # Settled futures wait for the publishing thread to free them (GC
+    # accounting, see _nats_window): never more than the window, and none
+    # after flush().
+    first = publisher.publish_async(stream, b"first")
+    ack = first.result(DEADLINE)
+    assert ack is not None and ack.offset == 0
+    gone = weakref.ref(first)
+    del first, ack
+    more = [publisher.publish_async(stream, b"%d" % i) for i in range(3)]
+    acks = [f.result(DEADLINE) for f in more]
+    assert [a.offset for a in acks if a is not None] == [1, 2, 3]
+    gc.collect()
+    assert gone() is None  # the next publish let go of it
+    refs = [weakref.ref(f) for f in more]
+    del more
+    assert publisher.flush(DEADLINE)
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]
 
 
 # ---------------------------------------------------------------- lifecycle --

@@ -4,8 +4,10 @@ the shared ack timer, or a failure; no NATS server needed."""
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -239,3 +241,27 @@ def test_a_watched_poll_that_raises_is_logged_and_polled_again(
         timer.unwatch(watched)  # idempotent
     finally:
         timer.close(time.monotonic() + 5)
+
+
+def test_a_settled_future_is_let_go_of_by_the_next_admission_or_a_flush(
+    parts: tuple[AckTimer, CallbackRunner],
+) -> None:
+    # The I/O thread that settles a Future does not free it: the publishing
+    # thread does, right after its own publish's allocations (GC accounting:
+    # see _nats_window's docstring).
+    window = _window(parts)
+    entries = [_pending(parts[1], name) for name in ("a", "b", "c")]
+    window.admit(entries[0])
+    window.admit(entries[1])
+    gone = [weakref.ref(_f(entry)) for entry in entries]
+    window.settle_acks([_ack("a", 1), _ack("b", 2)])
+    del entries[:2]
+    gc.collect()
+    assert gone[0]() is not None and gone[1]() is not None  # kept for the next admission
+    window.admit(entries[0])  # lets go of the oldest settled one, "a"
+    assert gone[0]() is None and gone[1]() is not None
+    window.settle_acks([_ack("c", 3)])
+    ack = _f(entries.pop()).result(0)
+    assert ack is not None and ack.offset == 3
+    assert window.flush(time.monotonic() + TIMEOUT)  # lets go of the rest
+    assert gone[1]() is None and gone[2]() is None
