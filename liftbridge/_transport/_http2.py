@@ -197,7 +197,7 @@ class Http2Call(ReadyResponses[T]):
             parse, max_message=max_message, windows=self._peer, flow=self._flow, reply=self._queue
         )
         self._ready = self._reader.ready
-        self._plain = b""  # with TLS: the bytes the last records read carried
+        self._inbox = memoryview(bytearray(_READ_SIZE))  # kept: no 256 KiB object per recv
         self._end: BaseException | None = None  # raised once _ready is empty
         self._heard = time.monotonic()  # when the server last sent a byte
         self._ping_sent = 0.0  # when our unanswered keepalive PING went; 0.0: none
@@ -291,7 +291,7 @@ class Http2Call(ReadyResponses[T]):
                 self._end = self._ending()
                 return
             self._reading = True
-        data: bytes | None = b""
+        received: memoryview | None = None
         failure = "the server closed the connection"
         try:
             if wait:
@@ -299,28 +299,28 @@ class Http2Call(ReadyResponses[T]):
             else:
                 self._flush()
                 can_read = readable(self._sock)
-            data = self._sock.recv(_READ_SIZE) if can_read and not self._finished else None
+            if can_read and not self._finished:
+                received = self._inbox[: self._sock.recv_into(self._inbox)]
         except OSError as e:
-            data = b""
+            received = self._inbox[:0]
             failure = f"the connection failed: {e}"
         finally:
             with self._flow:
                 self._reading = False
-        if data is None:  # nothing read: a keepalive, cancel or done() without data
+        if received is None:  # nothing read: a keepalive, cancel or done() without data
             if self._finished:
                 self._end = self._ending()
                 self._close_when_idle()
             return
-        if not data:
+        if not received:
             self._finish(StreamError(grpc.StatusCode.UNAVAILABLE, failure))
             self._end = self._ending()
             self._close_when_idle()
             return
         self._heard = time.monotonic()
-        if self._tls is not None:
-            if not self._decrypted(data):
-                return
-            data = self._plain
+        data = received.tobytes() if self._tls is None else self._decrypted(received)
+        if not data:  # no TLS record whole yet, or the session ended
+            return
         try:
             self._reader.feed(data)
         except StreamError as e:
@@ -340,21 +340,21 @@ class Http2Call(ReadyResponses[T]):
             self._end = self._ending()
             self._close_when_idle()
 
-    def _decrypted(self, records: bytes) -> bool:
-        """Turns TLS records read into the bytes they carry (``_plain``); False
-        when there are none yet, or the session ended (the call with it)."""
+    def _decrypted(self, records: memoryview) -> bytes | None:
+        """The bytes TLS records read carry; None when there are none yet, or
+        the session ended (the call with it)."""
         assert self._tls is not None
         try:
             with self._out_lock:
-                self._plain, reply = self._tls.unwrap(records)
+                plain, reply = self._tls.unwrap(records)
                 self._pending += reply
         except (TlsClosed, OSError) as e:
             self._finish(StreamError(grpc.StatusCode.UNAVAILABLE, f"the TLS session ended: {e}"))
             self._shutdown()
             self._end = self._ending()
             self._close_when_idle()
-            return False
-        return bool(self._plain)
+            return None
+        return plain
 
     def _wrap(self, data: bytes) -> bytes:
         """``data`` as written: TLS records with TLS (under ``_out_lock``, in order)."""

@@ -16,8 +16,12 @@ import socket
 import ssl
 import time
 from dataclasses import dataclass
+from typing import cast
 
 _RECORD_READ = 1 << 18
+_PLAIN_BUFFER = 1 << 16
+"""Bytes of the buffer records are decrypted into: four records' worth at
+least (a record carries 16 KiB at most)."""
 
 
 class TlsClosed(Exception):
@@ -47,6 +51,8 @@ class TlsLayer:
         self._session = settings.context.wrap_bio(
             self._incoming, self._outgoing, server_hostname=settings.server_name or host
         )
+        # What records decrypt to lands here first (see unwrap).
+        self._plain = memoryview(bytearray(_PLAIN_BUFFER))
 
     def handshake(self, sock: socket.socket, deadline: float) -> None:
         """Runs the handshake on ``sock`` (blocking), by ``deadline`` (a
@@ -86,24 +92,41 @@ class TlsLayer:
             self._session.write(data)
         return self._outgoing.read()
 
-    def unwrap(self, records: bytes) -> tuple[bytes, bytes]:
+    def unwrap(self, records: bytes | memoryview) -> tuple[bytes, bytes]:
         """The bytes carried by what was read (b"" while a record is
         incomplete), and any TLS records the session must send back.
 
+        ``ssl`` returns one record per read, so a read full of small records
+        costs a call each: they decrypt into one buffer kept for it (a new
+        256 KiB bytes object per record cost more than decrypting a small
+        one), copied out once. A close_notify reads as no more bytes; the
+        call then ends when the server closes the connection.
+
         Raises:
-            TlsClosed: the server ended the session.
+            TlsClosed: ssl reported the session's end as an error.
             ssl.SSLError: a record was corrupt.
         """
-        self._incoming.write(records)
+        incoming = self._incoming
+        incoming.write(records)
+        plain, session = self._plain, self._session
         chunks = []
+        size = 0
         while True:
+            if size == len(plain):  # full: keep what it holds and read on
+                chunks.append(plain.tobytes())
+                size = 0
             try:
-                chunk = self._session.read(_RECORD_READ)
+                # Into a buffer, read returns the count (typeshed says bytes).
+                count = cast(int, session.read(len(plain) - size, plain[size:]))
             except ssl.SSLWantReadError:
                 break
             except ssl.SSLZeroReturnError as e:
                 raise TlsClosed("the server closed the TLS session") from e
-            if not chunk:
+            if not count:
                 break
-            chunks.append(chunk)
-        return b"".join(chunks), self._outgoing.read()
+            size += count
+            if not incoming.pending and not session.pending():
+                break  # every record was whole and is read: spare the failing read
+        chunks.append(plain[:size].tobytes())
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return data, self._outgoing.read()

@@ -1,0 +1,181 @@
+"""How the own HTTP/2 connection reads: each read into a buffer kept for
+it, and the TLS layer (``TlsLayer``) turning records back into bytes,
+against a server-side ``ssl`` session in memory (the handshake over a
+socket pair, the records then cut as a socket could deliver them)."""
+
+from __future__ import annotations
+
+import random
+import socket
+import ssl
+import threading
+import time
+import tracemalloc
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import trustme
+
+from liftbridge._transport._http2 import Http2Call
+from liftbridge._transport._http2_tls import _PLAIN_BUFFER, TlsLayer, TlsSettings
+from liftbridge_api import api_pb2
+from tests.unit.h2_peer import DATA, STREAM, WAIT, Peer, frame, grpc_message
+
+
+@dataclass
+class Pair:
+    client: TlsLayer
+    server: ssl.SSLObject
+    sent: ssl.MemoryBIO  # the server's records, to hand to the client
+
+    def records(self, data: bytes) -> bytes:
+        """The records the server writes ``data`` as (a record per 16 KiB at most)."""
+        self.server.write(data)
+        return self.sent.read()
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture
+def pair(ca: trustme.CA) -> Iterator[Pair]:
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    server_context.set_alpn_protocols(["h2"])
+    server_context.num_tickets = 0  # nothing after the handshake but what a test writes
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+    client_context.set_alpn_protocols(["h2"])
+    received, sent = ssl.MemoryBIO(), ssl.MemoryBIO()
+    server = server_context.wrap_bio(received, sent, server_side=True)
+    ours, theirs = socket.socketpair()
+    failure: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            theirs.settimeout(5.0)
+            while True:
+                try:
+                    server.do_handshake()
+                except ssl.SSLWantReadError:
+                    theirs.sendall(sent.read())
+                    received.write(theirs.recv(65_536))
+                    continue
+                theirs.sendall(sent.read())
+                return
+        except BaseException as e:  # the test says so below
+            failure.append(e)
+
+    serving = threading.Thread(target=serve, name="test-tls-server")
+    serving.start()
+    try:
+        client = TlsLayer(TlsSettings(client_context), "127.0.0.1")
+        client.handshake(ours, time.monotonic() + 5.0)
+        serving.join(5.0)
+        assert not serving.is_alive() and not failure, failure
+        yield Pair(client, server, sent)
+    finally:
+        ours.close()
+        theirs.close()
+        serving.join(5.0)
+
+
+def _payload(seed: int) -> bytes:
+    """~330 KiB in writes of 1 B to 20 KB: small records, full ones, and
+    more in all than the layer's decryption buffer holds."""
+    rng = random.Random(seed)
+    return b"".join(rng.randbytes(size) for size in [1, 100, 2_800, 16_384, 20_000] * 8)
+
+
+def test_records_read_in_one_piece_come_out_whole(pair: Pair) -> None:
+    """Everything a read carried comes out of that read: nothing decryptable
+    is left behind for a later read (which may never come), across more
+    bytes than the decryption buffer holds."""
+    data = _payload(1)
+    plain = pair.client.unwrap(pair.records(data))[0]
+    assert type(plain) is bytes
+    assert plain == data
+
+
+def test_a_record_crossing_the_buffers_end_comes_out_whole(pair: Pair) -> None:
+    """The last record of a read decrypting past the buffer's end: its rest
+    waits in the session (not in what was read), and comes out too."""
+    lead = 1_000
+    records = pair.records(b"a" * lead)
+    full = -(-(_PLAIN_BUFFER - lead) // 16_384)  # records of 16 KiB, the last one crossing
+    assert (_PLAIN_BUFFER - lead) % 16_384
+    records += pair.records(b"b" * (full * 16_384))
+    assert pair.client.unwrap(records)[0] == b"a" * lead + b"b" * (full * 16_384)
+
+
+@pytest.mark.parametrize("cut", [1, 7, 5_000, 16_405, 70_000])
+def test_records_cut_anywhere_come_out_in_order(pair: Pair, cut: int) -> None:
+    data = _payload(cut)[: 20_000 if cut < 100 else None]  # a call per byte costs
+    records = pair.records(data)
+    pieces = [pair.client.unwrap(records[at : at + cut])[0] for at in range(0, len(records), cut)]
+    assert b"".join(pieces) == data
+    if cut < 20:  # a piece short of a record's end has nothing to give yet
+        assert b"" in pieces
+
+
+def test_what_a_read_returned_is_not_changed_by_the_next(pair: Pair) -> None:
+    first = pair.client.unwrap(pair.records(b"a" * 3_000))[0]
+    second = pair.client.unwrap(pair.records(b"b" * 3_000))[0]
+    assert (first, second) == (b"a" * 3_000, b"b" * 3_000)
+
+
+def test_data_before_a_close_notify_in_the_same_read_comes_out(pair: Pair) -> None:
+    """ssl reports a clean close_notify as no more data (not an error): the
+    bytes read with it are kept, and the session gives nothing after it
+    (the call ends on the connection's close)."""
+    records = pair.records(b"last words")
+    with pytest.raises(ssl.SSLWantReadError):  # close_notify sent, the peer's awaited
+        pair.server.unwrap()
+    records += pair.sent.read()
+    assert pair.client.unwrap(records)[0] == b"last words"
+    assert pair.client.unwrap(b"")[0] == b""
+
+
+def test_a_corrupt_record_is_an_ssl_error(pair: Pair) -> None:
+    records = bytearray(pair.records(b"x" * 500))
+    records[-1] ^= 1  # the record's authentication tag
+    with pytest.raises(ssl.SSLError):
+        pair.client.unwrap(bytes(records))
+
+
+def test_small_reads_allocate_no_read_sized_object_each() -> None:
+    """A subscription keeping up with its server reads a few messages per
+    recv: each recv lands in the call's kept buffer (a new 256 KiB bytes
+    object per recv cost more than the recv itself)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(WAIT)
+    address = f"127.0.0.1:{listener.getsockname()[1]}"
+    call: Http2Call[bytes] = Http2Call(
+        address,
+        "/proto.API/Subscribe",
+        api_pb2.SubscribeRequest(stream="s"),
+        bytes,
+        connect_timeout=WAIT,
+    )
+    peer = Peer(listener.accept()[0])
+    try:
+        peer.opening()
+        peer.accept()
+        peer.write(frame(DATA, 0, STREAM, grpc_message(b"first")))
+        assert next(call) == b"first"  # what the opening allocates comes before the count
+        tracemalloc.start()
+        try:
+            for i in range(50):
+                peer.write(frame(DATA, 0, STREAM, grpc_message(b"m%d" % i)))
+                assert next(call) == b"m%d" % i
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 64 * 1024, peak
+    finally:
+        call.cancel()
+        peer.close()
+        listener.close()
