@@ -18,13 +18,17 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 _log = logging.getLogger(__name__)
 
 _THREAD_NAME = "liftbridge-callbacks"
+
+_Handler = Callable[[Any, BaseException | None], object]
+Outcome = tuple[Future[Any] | None, _Handler | None, Any, BaseException | None]
+"""What :meth:`CallbackRunner.settle` takes: ``(future, handler, result, error)``."""
 
 
 class CallbackRunner:
@@ -87,6 +91,21 @@ class CallbackRunner:
                 pass
         if handler is not None:
             self.submit(handler, result, error)
+
+    def settle_run(self, outcomes: Iterable[Outcome]) -> None:
+        """:meth:`settle` for each ``(future, handler, result, error)`` in
+        order, the run's handlers handed to the callbacks thread as one item
+        (one queue round and wake-up per run, not per outcome). Each handler
+        still runs on its own: one that raises is logged, the next one runs."""
+        calls: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
+        for future, handler, result, error in outcomes:
+            self.settle(future, None, result, error)
+            if handler is not None:
+                calls.append((handler, (result, error)))
+        if len(calls) == 1:
+            self.submit(calls[0][0], *calls[0][1])
+        elif calls:
+            self.submit(_run_each, calls)
 
     def submit(self, fn: Callable[..., object], *args: Any) -> None:
         """Queues ``fn(*args)`` for the callbacks thread (started on first use).
@@ -163,3 +182,8 @@ def _run(fn: Callable[..., object], args: tuple[Any, ...]) -> None:
         fn(*args)
     except Exception:
         _log.exception("callback %r raised; ignored", fn)
+
+
+def _run_each(calls: list[tuple[Callable[..., object], tuple[Any, ...]]]) -> None:
+    for fn, args in calls:
+        _run(fn, args)

@@ -34,7 +34,10 @@ Life of a publish:
 Speed: every publish crosses three threads (the producer, the stream's
 sender, the acks thread), and under the GIL their per-message work adds up:
 the producer-sender queue is a ``SimpleQueue``; the sender takes the queued
-requests a run at a time (one round of its locks per run); the window is a
+requests a run at a time (one round of its locks per run), and the acks
+thread the responses one read brought (one round of ``_lock`` and one
+hand-over to the callbacks thread per run); settled Futures are freed by the
+publishing thread (:mod:`liftbridge._publish._pending` says why); the window is a
 count under the lock the producer takes anyway; a producer blocked on a full
 window is woken once per eighth of the window, not per ack (else the producer
 and the acks thread trade the GIL per message); publishes with the default
@@ -56,7 +59,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from dataclasses import dataclass
 from typing import Literal, overload
 
 from liftbridge._core._callbacks import CallbackRunner
@@ -75,6 +77,7 @@ from liftbridge._errors import (
 )
 from liftbridge._publish._leaders import LeaderCheck, leader_lost
 from liftbridge._publish._outbox import Outbox
+from liftbridge._publish._pending import Pending, Spent, outcome
 from liftbridge._publish._window import Window
 from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
@@ -89,26 +92,11 @@ _HUNG_AFTER = 2
 _NONE = api_pb2.NONE
 _DRAIN = 16
 """Requests per run handed to the sender (then "sent"): 16 of up to 4 KiB fit its 64 KiB write."""
+_RUN = 64  # acks read together resolved in one round of the publisher's lock, at most
 _REOPEN_REFRESH = 1.0
 """The deadline of the metadata refresh between a stream breaking and the next
 opening (no publish goes out meanwhile; a broker down or hung can hold up a
 healthy one's FetchMetadata until the caller's deadline, seconds past failover)."""
-
-
-@dataclass(eq=False, slots=True)
-class _Pending:
-    """One publish waiting for its ack."""
-
-    correlation_id: str
-    request: api_pb2.PublishRequest
-    future: Future[Ack | None] | None  # None: the outcome goes to the handler alone
-    handler: AckHandler | None
-    expects_ack: bool
-    deadline: float = 0.0  # time.monotonic(); set when the publish gets its window slot
-    generation: int = -1  # stream generation it was sent on; -1 = not sent yet
-    leader: str | None = None  # the partition leader's address when submitted, if known
-    suspect: bool = False  # sent while that leader was known to be down
-    done: bool = False  # claimed for completion (under Publisher._lock)
 
 
 class Publisher:
@@ -140,7 +128,7 @@ class Publisher:
         # borrow), _flushers, _generation, _closed, _threads_started and _call.
         self._lock = threading.Lock()
         self._window = Window(self._lock, max_inflight)
-        self._pending: dict[str, _Pending] = {}
+        self._pending: dict[str, Pending] = {}
         # Threads in flush() waiting for publishes without a Future; _claimed
         # (on _lock) is notified when a publish is claimed while there are any.
         self._flushers = 0
@@ -153,13 +141,14 @@ class Publisher:
         self._heard_at = 0.0
 
         # Requests not pulled by a sender yet, in order (None: a wake-up call).
-        self._outbox: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[Pending | None] = queue.SimpleQueue()
         # _send_lock is held by the one sender pulling from _outbox at a time
         # (a stream's sender and an outdated one may overlap), and guards
         # _carry: requests an outdated sender pulled after its stream broke
         # (never sent: they go first on the next stream).
         self._send_lock = threading.Lock()
-        self._carry: collections.deque[_Pending] = collections.deque()
+        self._carry: collections.deque[Pending] = collections.deque()
+        self._spent = Spent()  # settled Futures the publishing threads free
         # _handover_lock makes a sender's "not resolved, same stream: mark it
         # sent" one step against the stream breaking, an ack timeout deciding
         # sent-or-not, and close. It is not _lock, which producers and the
@@ -239,8 +228,9 @@ class Publisher:
         wait = self._ack_wait if timeout is None else timeout
         outcome: Future[Ack | None] | None = self._callbacks.future() if future else None
         correlation_id = request.correlationId
-        pending = _Pending(correlation_id, request, outcome, handler, request.ackPolicy != _NONE)
+        pending = Pending(correlation_id, request, outcome, handler, request.ackPolicy != _NONE)
         pending.leader = self._router.leader_address(request.stream, request.partition)
+        self._spent.free_one()  # after this publish's allocations: see _pending.py
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the client is closed; the publish was not sent")
@@ -287,8 +277,8 @@ class Publisher:
         queued requests (up to ``_DRAIN``, in order) under one round of the
         locks, waiting for one if ``block`` (else [] when none is queued);
         StopIteration ends an outdated or closed stream."""
-        taken: list[_Pending] = []
-        sent: list[_Pending] = []
+        taken: list[Pending] = []
+        sent: list[Pending] = []
         outbox, carry = self._outbox, self._carry
         with self._send_lock:
             while True:
@@ -327,38 +317,47 @@ class Publisher:
 
     # ---------------------------------------------------------- completion --
 
-    def _claim(self, pending: _Pending) -> bool:
+    def _claim(self, pending: Pending) -> bool:
         """Marks a publish resolved, freeing its window slot; False if another thread did."""
         with self._lock:
-            if pending.done:
-                return False
-            pending.done = True
-            if self._pending.pop(pending.correlation_id, None) is not None:
-                self._window.give()
-            if self._flushers:
-                self._claimed.notify_all()
-            return True
+            return self._claim_held(pending)
 
-    def _finish(self, pending: _Pending, ack: Ack | None, error: LiftbridgeError | None) -> None:
+    def _claim_held(self, pending: Pending) -> bool:  # _claim, with _lock held
+        if pending.done:
+            return False
+        pending.done = True
+        if self._pending.pop(pending.correlation_id, None) is not None:
+            self._window.give()
+        if self._flushers:
+            self._claimed.notify_all()
+        return True
+
+    def _finish(self, pending: Pending, ack: Ack | None, error: LiftbridgeError | None) -> None:
         """Resolves a publish exactly once, on the calling thread."""
         if self._claim(pending):
             self._complete(pending, ack, error)
 
-    def _complete(self, pending: _Pending, ack: Ack | None, error: LiftbridgeError | None) -> None:
-        # Let go of the Future: the timer's deque keeps a resolved entry until it sweeps it.
-        future, pending.future = pending.future, None
-        self._callbacks.settle(future, pending.handler if pending.expects_ack else None, ack, error)
+    def _complete(self, pending: Pending, ack: Ack | None, error: LiftbridgeError | None) -> None:
+        self._callbacks.settle(*outcome(pending, ack, error))
 
-    def _resolve(self, response: api_pb2.PublishResponse) -> None:
-        correlation_id, ack, error = response_outcome(response)
-        # Read without _lock: a dict lookup is atomic, and _claim decides under it.
-        pending = self._pending.get(correlation_id)
-        if pending is None:
-            _log.debug("outcome for unknown or timed-out publish %r: %s", correlation_id, error)
-            return
-        if error is not None:  # "no such partition: 3" says which stream, too
-            error = naming(error, pending.request.stream, pending.request.partition)
-        self._finish(pending, ack, error)
+    def _resolve(self, responses: list[api_pb2.PublishResponse]) -> None:
+        """Resolves a run of responses in order, claiming them in one round of ``_lock``."""
+        outcomes = []
+        for response in responses:
+            correlation_id, ack, error = response_outcome(response)
+            # Read without _lock: a dict lookup is atomic, and _claim_held decides under it.
+            pending = self._pending.get(correlation_id)
+            if pending is None:
+                _log.debug("outcome for unknown or timed-out publish %r: %s", correlation_id, error)
+                continue
+            if error is not None:  # "no such partition: 3" says which stream, too
+                error = naming(error, pending.request.stream, pending.request.partition)
+            outcomes.append((pending, ack, error))
+        with self._lock:
+            claimed = [claim for claim in outcomes if self._claim_held(claim[0])]
+        settled = [outcome(*claim) for claim in claimed]
+        self._spent.keep(settled)  # for the publishing threads to free; before they resolve
+        self._callbacks.settle_run(settled)
 
     # ------------------------------------------------------ ack dispatcher --
 
@@ -393,7 +392,10 @@ class Publisher:
                 for response in call:
                     failures = 0
                     self._heard_at = time.monotonic()
-                    resolve(response)
+                    run = [response]  # and every response read with it, up to _RUN
+                    while len(run) < _RUN and (read := call.next_ready()) is not None:
+                        run.append(read)
+                    resolve(run)
                 # The server ended the stream cleanly: treat as broken.
                 error: LiftbridgeError = ConnectionLostError(
                     "the PublishAsync stream was closed by the server"
@@ -438,7 +440,7 @@ class Publisher:
 
     # --------------------------------------------------------- ack timer ----
 
-    def _expire(self, pending: _Pending) -> None:
+    def _expire(self, pending: Pending) -> None:
         """On liftbridge-ack-timer: fails a publish past its deadline, if unresolved."""
         if pending.done:
             return
@@ -511,10 +513,10 @@ class Publisher:
         for pending in lost:
             self._leader_lost(pending, address)
 
-    def _leader_lost(self, pending: _Pending, address: str) -> None:
+    def _leader_lost(self, pending: Pending, address: str) -> None:
         self._finish(pending, None, leader_lost(pending.request, address, pending.correlation_id))
 
-    def _suspects(self) -> list[_Pending]:
+    def _suspects(self) -> list[Pending]:
         """For liftbridge-leader-check: publishes sent to a leader known down, undecided."""
         with self._lock:
             return [p for p in self._pending.values() if p.suspect and not p.done]
@@ -547,6 +549,7 @@ class Publisher:
                 thread.join(max(0.0, deadline - time.monotonic()))
                 if thread.is_alive():
                     _log.warning("thread %s did not stop in time", thread.name)
+        self._spent.clear()
 
     def flush(self, timeout: float | None) -> bool:
         """Waits until every publish accepted before the call is resolved
@@ -571,9 +574,10 @@ class Publisher:
                 return False
             except CancelledError:
                 pass
+        self._spent.clear()
         return True
 
-    def _wait_claimed(self, pending: _Pending, timeout: float | None) -> bool:
+    def _wait_claimed(self, pending: Pending, timeout: float | None) -> bool:
         """Waits until a publish without a Future is resolved; False at the timeout."""
         with self._lock:
             self._flushers += 1

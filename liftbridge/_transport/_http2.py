@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import hpack
@@ -81,6 +81,7 @@ from liftbridge._transport._http2_wire import (
     wait_ready,
 )
 from liftbridge._transport._status import from_rpc_error
+from liftbridge._transport._stream import ReadyResponses
 
 _log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class Keepalive:
     timeout: float
 
 
-class Http2Call(Generic[T]):
+class Http2Call(ReadyResponses[T]):
     """One bidirectional gRPC call on a connection of its own.
 
     Iterating it yields the responses (parsed by ``parse``) and ends with

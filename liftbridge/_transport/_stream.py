@@ -10,6 +10,7 @@ folder knows grpc or HTTP/2.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -53,6 +54,12 @@ class Stream(Protocol[T_co]):
         request iterator). One writer at a time."""
         ...
 
+    def next_ready(self) -> T_co | None:
+        """The next response if it has already been read, else None at once
+        (never reads or waits): lets the reading thread take a run of
+        responses and handle them together. Only on the reading thread."""
+        ...
+
 
 class GrpcStream(Generic[T]):
     """A grpcio streaming call behind the :class:`Stream` interface."""
@@ -82,3 +89,18 @@ class GrpcStream(Generic[T]):
 
     def write_now(self, request: Message) -> bool:
         return False
+
+    def next_ready(self) -> T | None:
+        return None  # grpcio reads one response per next()
+
+
+class ReadyResponses(Generic[T]):
+    """:meth:`Stream.next_ready` for a call that keeps the responses it has
+    read but not yet returned in a deque, ``_ready`` (the SDK's own HTTP/2
+    call)."""
+
+    _ready: collections.deque[T]
+
+    def next_ready(self) -> T | None:
+        ready = self._ready
+        return ready.popleft() if ready else None

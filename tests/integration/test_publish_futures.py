@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import gc
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -112,10 +113,25 @@ def test_asyncio_wrap_future(publish_async: PublishAsync, stream: str) -> None:
 
 def test_the_client_lets_go_of_a_resolved_future(client: liftbridge.Client, stream: str) -> None:
     """Over gRPC a resolved publish waits in the ack timer's deadline queue
-    until it is swept: it must not keep its Future alive for the collector."""
-    future = client.publish_async(stream, b"v")
-    assert future.result(timeout=DEADLINE) is not None
-    gone = weakref.ref(future)
-    del future
+    until it is swept: it must not keep its Future alive for the collector.
+    The publisher keeps a settled Future for the publishing thread to free
+    (one per later publish): the next publish, or a flush, lets go of it."""
+    futures = [client.publish_async(stream, b"v") for _ in range(2)]
+    assert all(future.result(timeout=DEADLINE) is not None for future in futures)
+    first, second = (weakref.ref(future) for future in futures)
+    del futures
     gc.collect()
-    assert gone() is None
+    assert first() is not None and second() is not None  # kept: no publish since
+    client.publish_async(stream, b"v", ack_policy=liftbridge.AckPolicy.NONE, future=False)
+    # Freed by that publish (once the acks thread has let go of the run it settled).
+    assert _gone(first) and second() is not None
+    assert client.flush(DEADLINE)
+    assert _gone(second)
+
+
+def _gone(ref: weakref.ref[Future[liftbridge.Ack | None]]) -> bool:
+    """Whether ``ref``'s object is freed within the test's deadline."""
+    deadline = time.monotonic() + DEADLINE
+    while ref() is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return ref() is None

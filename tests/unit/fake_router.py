@@ -90,6 +90,9 @@ class FakeStream:
     def write_now(self, request: Any) -> bool:
         return False
 
+    def next_ready(self) -> Any:
+        return None
+
     def cancel(self) -> bool:
         self._cancelled.set()
         return True

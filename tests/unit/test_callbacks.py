@@ -69,3 +69,39 @@ def test_after_close_callbacks_run_on_a_late_thread_that_ends() -> None:
     while any(t.name == "liftbridge-callbacks-late" for t in threading.enumerate()):
         assert time.monotonic() < deadline, "the late thread did not end"
         time.sleep(0.01)
+
+
+def test_a_run_of_outcomes_settles_each_and_runs_each_handler_in_order() -> None:
+    """settle_run: every Future gets its own outcome; the handlers run on the
+    callbacks thread in order, and one that raises does not stop the others."""
+    runner = CallbackRunner()
+    heard: list[tuple[str, object, object]] = []
+    done = threading.Event()
+
+    def handler(result: object, error: BaseException | None) -> None:
+        heard.append((threading.current_thread().name, result, error))
+        if result == 3:
+            done.set()
+        if result == 1:
+            raise RuntimeError("a handler that fails")
+
+    try:
+        futures = [runner.future() for _ in range(3)]
+        refused = ValueError("refused")
+        runner.settle_run(
+            [
+                (futures[0], handler, 1, None),
+                (futures[1], None, 2, None),  # a Future alone
+                (None, handler, None, refused),  # a handler alone
+                (futures[2], handler, 3, None),
+            ]
+        )
+        assert [f.result(0) for f in futures] == [1, 2, 3]
+        assert done.wait(5)
+        assert heard == [
+            ("liftbridge-callbacks", 1, None),
+            ("liftbridge-callbacks", None, refused),
+            ("liftbridge-callbacks", 3, None),
+        ]
+    finally:
+        runner.close(time.monotonic() + 5)

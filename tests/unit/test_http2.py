@@ -260,6 +260,19 @@ def test_a_response_split_over_frames_and_many_in_one_frame(connection: Connecti
     assert isinstance(ended_with(call), StopIteration)
 
 
+def test_next_ready_gives_the_responses_already_read_and_never_reads(
+    connection: Connection,
+) -> None:
+    call, peer, _ = connection.open()
+    peer.accept()
+    peer.write(frame(DATA, 0, STREAM, b"".join(grpc_message(b"r%d" % i) for i in range(3))))
+    assert call.next_ready() is None  # on the socket, not read yet
+    assert next(call) == b"r0"  # one read: the frame's three responses
+    assert [call.next_ready(), call.next_ready(), call.next_ready()] == [b"r1", b"r2", None]
+    peer.write(peer.trailers(0))
+    assert isinstance(ended_with(call), StopIteration)
+
+
 def test_frames_cut_into_small_writes_are_put_back_together(connection: Connection) -> None:
     call, peer, _ = connection.open()
     script = (

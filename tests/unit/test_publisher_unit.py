@@ -14,6 +14,7 @@ import concurrent.futures
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import cast
@@ -37,9 +38,10 @@ class FakeCall:
 
     def __init__(self, requests: Iterator[api_pb2.PublishRequest], server: FakeServer) -> None:
         self._requests = requests
-        self._responses: queue.SimpleQueue[api_pb2.PublishResponse | BaseException] = (
-            queue.SimpleQueue()
-        )
+        self._responses: queue.SimpleQueue[
+            api_pb2.PublishResponse | BaseException | list[api_pb2.PublishResponse]
+        ] = queue.SimpleQueue()
+        self._read: deque[api_pb2.PublishResponse] = deque()  # read together, not yet returned
         self._broken = False
         self.server = server
         self.received: list[api_pb2.PublishRequest] = []
@@ -61,17 +63,23 @@ class FakeCall:
                 self.server.held.put((self, request))
 
     def ack(self, request: api_pb2.PublishRequest) -> None:
-        self._responses.put(
-            api_pb2.PublishResponse(
+        self._responses.put(self.ack_for(request))
+
+    def ack_for(self, request: api_pb2.PublishRequest) -> api_pb2.PublishResponse:
+        return api_pb2.PublishResponse(
+            correlationId=request.correlationId,
+            ack=api_pb2.Ack(
+                stream=request.stream,
                 correlationId=request.correlationId,
-                ack=api_pb2.Ack(
-                    stream=request.stream,
-                    correlationId=request.correlationId,
-                    offset=self.server.log.index(request.correlationId),
-                    ackPolicy=request.ackPolicy,
-                ),
-            )
+                offset=self.server.log.index(request.correlationId),
+                ackPolicy=request.ackPolicy,
+            ),
         )
+
+    def answer_together(self, responses: list[api_pb2.PublishResponse]) -> None:
+        """Puts ``responses`` where one read finds them all: the first from
+        ``next``, the others from ``next_ready``."""
+        self._responses.put(responses)
 
     def break_(self) -> None:
         self._broken = True
@@ -81,9 +89,26 @@ class FakeCall:
         return self
 
     def __next__(self) -> api_pb2.PublishResponse:
-        item = self._responses.get()
+        if self._read:
+            return self._read.popleft()
+        return self._returned(self._responses.get())
+
+    def next_ready(self) -> api_pb2.PublishResponse | None:
+        if self._read:
+            return self._read.popleft()
+        try:
+            return self._returned(self._responses.get_nowait())
+        except queue.Empty:
+            return None
+
+    def _returned(
+        self, item: api_pb2.PublishResponse | BaseException | list[api_pb2.PublishResponse]
+    ) -> api_pb2.PublishResponse:
         if isinstance(item, BaseException):
             raise item
+        if isinstance(item, list):
+            self._read.extend(item[1:])
+            return item[0]
         return item
 
     def cancel(self) -> bool:
@@ -528,6 +553,48 @@ def test_a_blocking_ack_handler_stalls_neither_acks_nor_timeouts() -> None:
     assert acked.result(timeout=5) is not None
     release.set()
     p.close(_soon())
+
+
+def test_acks_read_together_resolve_in_order_each_to_its_own_outcome() -> None:
+    """The acks thread resolves the responses one read brought as a run:
+    each publish gets its own outcome, in order, a late ack among them
+    changes nothing, and the window slots come back."""
+    server = FakeServer()
+    server.ack = False
+    server.hold = True
+    p = make(server, ack_wait=30.0, max_inflight=4)
+    heard: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
+
+    def handler(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
+        heard.put((ack.correlation_id, "ack") if ack else ("?", type(error).__name__))
+
+    futures = [p.submit(request(i), handler, 0.3 if i == 1 else None) for i in range(4)]
+    assert isinstance(futures[1].exception(timeout=5), liftbridge.AckTimeoutError)
+    held = [server.held.get(timeout=5) for _ in range(4)]
+    call = held[0][0]
+    refused = api_pb2.PublishResponse(
+        correlationId="c2",
+        asyncError=api_pb2.PublishAsyncError(
+            code=api_pb2.PublishAsyncError.NOT_FOUND, message="no such partition"
+        ),
+    )
+    call.answer_together(
+        [call.ack_for(held[0][1]), call.ack_for(held[1][1]), refused, call.ack_for(held[3][1])]
+    )
+    first, third = futures[0].result(timeout=5), futures[3].result(timeout=5)
+    assert first is not None and first.offset == 0
+    assert third is not None and third.offset == 3
+    error = futures[2].exception(timeout=5)
+    assert isinstance(error, liftbridge.NoSuchPartitionError) and "'s'" in str(error)
+    assert p.flush(5)
+    # All four slots are free again: four more publishes go without waiting.
+    more = [p.submit(request(i), None, 0.1) for i in range(4, 8)]
+    assert all(isinstance(f.exception(timeout=5), liftbridge.AckTimeoutError) for f in more)
+    p.close(_soon())
+    # The timeout's handler may run before or after the acks' (set from another thread).
+    outcomes = [heard.get(timeout=5) for _ in range(4)]
+    outcomes.remove(("?", "AckTimeoutError"))
+    assert outcomes == [("c0", "ack"), ("?", "NoSuchPartitionError"), ("c3", "ack")]
 
 
 def test_flush_waits_only_for_what_was_pending_when_called() -> None:

@@ -1,0 +1,76 @@
+"""A publish on the PublishAsync stream waiting for its ack, as
+:class:`~liftbridge._publish._publisher.Publisher` tracks it, and the
+settled Futures the publisher keeps for its publishing threads to free.
+
+Why the publishing thread frees them: CPython starts a young-generation
+collection once allocations of container objects outnumber their frees by
+700, and a free counts only while that tally is above zero. A Future is
+eleven such objects (its Condition, RLock, bound lock methods, waiter deque
+and lists) living for a window of publishes. Freed by the acks thread, in
+runs, most of those frees fell on a tally the publishing thread's
+allocations had already spent, so publishing paid a young collection every
+few dozen publishes and, as the survivors aged, older and full ones. Freed
+one per publish, right after that publish's own allocations, they balance
+the tally.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from liftbridge._core._callbacks import Outcome
+from liftbridge._core._messages import Ack
+from liftbridge._errors import LiftbridgeError
+from liftbridge_api import api_pb2
+
+
+@dataclass(eq=False, slots=True)
+class Pending:
+    """One publish waiting for its ack."""
+
+    correlation_id: str
+    request: api_pb2.PublishRequest
+    future: Future[Ack | None] | None  # None: the outcome goes to the handler alone
+    handler: Callable[[Ack | None, BaseException | None], None] | None
+    expects_ack: bool
+    deadline: float = 0.0  # time.monotonic(); set when the publish gets its window slot
+    generation: int = -1  # stream generation it was sent on; -1 = not sent yet
+    leader: str | None = None  # the partition leader's address when submitted, if known
+    suspect: bool = False  # sent while that leader was known to be down
+    done: bool = False  # claimed for completion (under Publisher._lock)
+
+
+def outcome(pending: Pending, ack: Ack | None, error: LiftbridgeError | None) -> Outcome:
+    """A claimed publish's outcome for :meth:`CallbackRunner.settle`; the
+    publish lets go of its Future (the ack timer's deque keeps the entry
+    until it sweeps it)."""
+    future, pending.future = pending.future, None
+    return future, pending.handler if pending.expects_ack else None, ack, error
+
+
+class Spent:
+    """Settled Futures kept for the publishing threads to free, one per
+    publish (see the module docstring). Thread-safe (deque operations)."""
+
+    __slots__ = ("_futures",)
+
+    def __init__(self) -> None:
+        self._futures: collections.deque[Future[Ack | None]] = collections.deque()
+
+    def keep(self, outcomes: list[Outcome]) -> None:
+        """On the acks thread: keeps the Futures of ``outcomes`` (settled)."""
+        self._futures.extend(settled[0] for settled in outcomes if settled[0] is not None)
+
+    def free_one(self) -> None:
+        """On a publishing thread: drops the oldest Future kept, if any."""
+        if self._futures:
+            with contextlib.suppress(IndexError):  # another publishing thread took the last
+                self._futures.popleft()
+
+    def clear(self) -> None:
+        """Drops every Future kept (flush, close): none outlives them."""
+        self._futures.clear()
