@@ -16,17 +16,9 @@ second time. Publishes with a timeout of their own go on the timer's heap.
 
 Publishes settled by their acks are let go of on the publishing thread, one
 per later admission (:meth:`AckWindow.admit`), not on the I/O thread that
-settled them. CPython starts a young-generation collection once allocations
-of container objects outnumber their frees by 700, and a free only counts
-while that tally is above zero. A publish with a Future leaves about
-fourteen such objects alive for a window of publishes (the Future is eleven:
-its Condition, RLock, bound lock methods, waiter deque and lists; then the
-pending entry, the Ack and its protobuf). Freed in a batch on the I/O
-thread, most of those frees fell on a tally already at zero, so publishing
-paid a young collection every ~65 publishes and, as the survivors aged,
-older and full ones (20,000 publishes: ~330 collections, 3 of them full).
-Freed one publish's worth right after the next publish's allocations, the
-tally stays near balanced (~50 collections, 1 full).
+settled them: :class:`~liftbridge._publish._pending.Spent`, whose module
+says why (CPython's young-collection tally; measured here: ~330 collections
+per 20,000 Future publishes before, ~50 after).
 
 Thread-safe: callers' threads admit, the I/O thread (acks), the acks
 thread (failures) and the ack timer settle, any thread flushes.
@@ -34,11 +26,9 @@ thread (failures) and the ack timer settle, any thread flushes.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import threading
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -54,6 +44,7 @@ from liftbridge._errors import (
     LeaderLostError,
     PublishWindowFullError,
 )
+from liftbridge._publish._pending import Spent
 from liftbridge_api import api_pb2
 
 logger = logging.getLogger(__name__)
@@ -120,7 +111,7 @@ class AckWindow:
         # Publishes settled by acks, let go of one per admit() (see the module
         # docstring); appended by the I/O thread, popped by publishing threads.
         # Never more than max_inflight of them; flush() and close empty it.
-        self._spent: deque[Pending] = deque()
+        self._spent = Spent()
         self._watched = timer.watch(self._expire_due, wait=ack_timeout)
 
     # ------------------------------------------------------ any thread --
@@ -167,8 +158,7 @@ class AckWindow:
             LiftbridgeError: the refusal (closed, connection lost).
         """
         timeout = entry.timeout
-        if self._spent:
-            self._let_go()
+        self._spent.free_one()
         with self._lock:  # the lock of _settled
             if self._refusal is not None:
                 raise self._refusal()
@@ -266,7 +256,7 @@ class AckWindow:
         for correlation_id in late:
             logger.debug("Dropping an ack for %r: timed out already", correlation_id)
         calls: list[tuple[AckHandler, Ack | None, BaseException | None]] = []
-        self._spent.extend([entry for entry, _ in matched])
+        self._spent.keep([entry for entry, _ in matched])
         for entry, pb in matched:  # _deliver, inlined: once per publish
             ack, error = ack_outcome(pb)
             future = entry.future
@@ -389,12 +379,6 @@ class AckWindow:
                 calls.append((entry.handler, ack, error))
         if calls:
             self._runner.submit(_call_handlers, calls)
-
-    def _let_go(self) -> None:
-        """Drops the oldest settled publish (and its Future) kept for the publishing thread."""
-        # IndexError: another publishing thread took the last one.
-        with contextlib.suppress(IndexError):
-            self._spent.popleft()
 
     def release(self, count: int) -> None:
         """Gives back ``count`` slots of :meth:`admit_unacked`."""

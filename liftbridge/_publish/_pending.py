@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -53,24 +53,27 @@ def outcome(pending: Pending, ack: Ack | None, error: LiftbridgeError | None) ->
 
 
 class Spent:
-    """Settled Futures kept for the publishing threads to free, one per
-    publish (see the module docstring). Thread-safe (deque operations)."""
+    """Settled publishes kept for the publishing threads to free, one per
+    publish (see the module docstring): the gRPC publisher keeps each
+    outcome, the NATS window each entry, Future and Ack with them.
+    Thread-safe (deque operations)."""
 
-    __slots__ = ("_futures",)
+    __slots__ = ("_kept",)
 
     def __init__(self) -> None:
-        self._futures: collections.deque[Future[Ack | None]] = collections.deque()
+        self._kept: collections.deque[object] = collections.deque()
 
-    def keep(self, outcomes: list[Outcome]) -> None:
-        """On the acks thread: keeps the Futures of ``outcomes`` (settled)."""
-        self._futures.extend(settled[0] for settled in outcomes if settled[0] is not None)
+    def keep(self, settled: Iterable[object]) -> None:
+        """On the thread that settled them: keeps ``settled`` (each holding
+        its Future) until publishing threads free them."""
+        self._kept.extend(settled)
 
     def free_one(self) -> None:
-        """On a publishing thread: drops the oldest Future kept, if any."""
-        if self._futures:
+        """On a publishing thread: drops the oldest kept, if any."""
+        if self._kept:
             with contextlib.suppress(IndexError):  # another publishing thread took the last
-                self._futures.popleft()
+                self._kept.popleft()
 
     def clear(self) -> None:
-        """Drops every Future kept (flush, close): none outlives them."""
-        self._futures.clear()
+        """Drops everything kept (flush, close): no Future outlives them."""
+        self._kept.clear()
