@@ -161,7 +161,7 @@ class Publisher:
         # publishes with the default timeout (nearly all) in _in_order, whose
         # deadlines never decrease; those with a timeout of their own one by one.
         self._in_order = timer.ordered(
-            self._expire, wait=ack_wait, compact_at=max(1024, 2 * max_inflight)
+            self._expire, wait=ack_wait, compact_at=max(1024, 2 * max_inflight), lock=self._lock
         )
 
         router.on_broker_down(self._broker_down)
@@ -248,7 +248,7 @@ class Publisher:
             self._pending[correlation_id] = pending
             self._outbox.put(pending)
             if wait == self._ack_wait:
-                self._in_order.append(pending)  # in deadline order: under _lock
+                self._in_order.append(pending)  # in deadline order: under _lock (lent to it)
                 return outcome
         self._timer.schedule(pending.deadline, functools.partial(self._expire, pending))
         return outcome
