@@ -195,7 +195,7 @@ class Publishing:
         if partition:  # none of the three: 0, as choose_partition says
             request.partition = partition
         if ack_policy is not AckPolicy.LEADER:
-            request.ackPolicy = ack_policy.value
+            request.ackPolicy = api_pb2.AckPolicy.ValueType(ack_policy.value)
         # Set only when present: filling an empty map field is surprisingly slow.
         if key:
             request.key = key
