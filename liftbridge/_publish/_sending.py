@@ -12,9 +12,10 @@ sender's wake-up, which at low rates is a thread hop per publish: only
 while the sender waits for a request with everything it took written and
 nothing queued (``_idle``: queueing anything ends it, under the
 publisher's ``_lock``, so nothing queued before goes after), fewer than
-``_DIRECT_BELOW`` publishes are in flight (at higher rates the sender's
+:data:`DIRECT_BELOW` publishes are in flight (at higher rates the sender's
 runs carry many requests per write: fewer writes for both sides), and the
-stream's flow-control windows take the request at once.
+stream takes the request at once (``Stream.write_now``: the SDK's own
+HTTP/2 call when its flow-control windows have room; grpcio's never).
 """
 
 from __future__ import annotations
