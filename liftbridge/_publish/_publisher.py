@@ -55,7 +55,6 @@ import functools
 import itertools
 import logging
 import os
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -80,7 +79,7 @@ from liftbridge._errors import (
 from liftbridge._publish._leaders import LeaderCheck, leader_lost
 from liftbridge._publish._outbox import Outbox
 from liftbridge._publish._pending import Pending, Spent, outcome
-from liftbridge._publish._sending import DIRECT_BELOW, Sending
+from liftbridge._publish._sending import DIRECT_BELOW, Sending, Unsent
 from liftbridge._publish._window import Window
 from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
@@ -126,7 +125,7 @@ class Publisher(Sending):
 
         # _lock guards _pending (every unresolved publish), _window (each of
         # those holds a slot, as does each ack-inbox publish under way: see
-        # borrow), _flushers, _generation, _idle, _closed, _threads_started and _call.
+        # borrow), _flushers, _generation, _closed, _threads_started and _call.
         self._lock = threading.Lock()
         self._window = Window(self._lock, max_inflight)
         self._pending: dict[str, Pending] = {}
@@ -135,10 +134,6 @@ class Publisher(Sending):
         self._flushers = 0
         self._claimed = threading.Condition(self._lock)
         self._generation = 0
-        # The generation whose sender waits for a request with all it took
-        # written and nothing queued (-1: none): until the next request is
-        # queued, producers may write their own (see _write).
-        self._idle = -1
         self._closed = False
         self._threads_started = False
         self._call: Stream[api_pb2.PublishResponse] | None = None
@@ -146,7 +141,7 @@ class Publisher(Sending):
         self._heard_at = 0.0
 
         # Requests not pulled by a sender yet, in order (None: a wake-up call).
-        self._outbox: queue.SimpleQueue[Pending | None] = queue.SimpleQueue()
+        self._outbox = Unsent()
         # _send_lock is held by the one sender pulling from _outbox at a time
         # (a stream's sender and an outdated one may overlap), and guards
         # _carry: requests an outdated sender pulled after its stream broke
@@ -252,9 +247,9 @@ class Publisher(Sending):
             pending.deadline = time.monotonic() + wait
             self._pending[correlation_id] = pending
             generation = self._generation
-            direct = self._idle == generation and len(self._pending) < DIRECT_BELOW
+            direct = self._outbox.idle == generation and len(self._pending) < DIRECT_BELOW
             if not direct:
-                self._enqueue(pending)
+                self._outbox.put(pending)
             in_order = wait == self._ack_wait
             if in_order:
                 self._in_order.append(pending)  # in deadline order: under _lock (lent to it)

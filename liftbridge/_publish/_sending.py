@@ -10,8 +10,8 @@ stream broke are carried over, first in line for the next stream.
 A producer may write its own request instead (``_write``), saving the
 sender's wake-up, which at low rates is a thread hop per publish: only
 while the sender waits for a request with everything it took written and
-nothing queued (``_idle``: queueing anything ends it, under the
-publisher's ``_lock``, so nothing queued before goes after), fewer than
+nothing queued (:attr:`Unsent.idle`: queueing anything ends it, so
+nothing queued before goes after), fewer than
 :data:`DIRECT_BELOW` publishes are in flight (at higher rates the sender's
 runs carry many requests per write: fewer writes for both sides), and the
 stream takes the request at once (``Stream.write_now``: the SDK's own
@@ -41,29 +41,46 @@ DIRECT_BELOW = 16
 are in flight: then a sender's run would carry it alone anyway."""
 
 
+class Unsent:
+    """The publishes queued for the sender, in order (None: a wake-up call
+    that makes it look at the stream's state), and whether it waits with
+    nothing in hand. Producers put under the publisher's ``_lock``."""
+
+    __slots__ = ("_queue", "empty", "get", "get_nowait", "idle")
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Pending | None] = queue.SimpleQueue()
+        self.get = self._queue.get
+        self.get_nowait = self._queue.get_nowait
+        self.empty = self._queue.empty
+        # The generation whose sender waits for a request with everything it
+        # took written and nothing queued (set under the publisher's _lock);
+        # -1: none. While it is the stream's, producers may write their own.
+        self.idle = -1
+
+    def put(self, pending: Pending | None) -> None:
+        """Queues a publish (or a wake-up): producers write no more of their
+        own until the sender has caught up with it."""
+        self.idle = -1
+        self._queue.put(pending)
+
+
 class Sending:
     """Queueing, the sender's runs and producers' own writes. Lock order:
     ``_send_lock``, ``_handover_lock``, ``_lock``."""
 
     _router: Router
     _leader_check: LeaderCheck[Pending]
-    _lock: threading.Lock  # the publisher's: guards _idle, _generation, _closed, _pending
+    _lock: threading.Lock  # the publisher's: guards _generation, _closed, _pending
     _handover_lock: threading.Lock
     _send_lock: threading.Lock  # held by the one sender pulling; guards _carry
-    _outbox: queue.SimpleQueue[Pending | None]
+    _outbox: Unsent
     _carry: collections.deque[Pending]
-    _idle: int  # the generation whose sender waits with nothing in hand; -1: none
     _generation: int
     _closed: bool
     _call: Stream[api_pb2.PublishResponse] | None
     _claim: Callable[[Pending], bool]
     _complete: Callable[[Pending, Ack | None, LiftbridgeError | None], None]
-
-    def _enqueue(self, pending: Pending) -> None:
-        """Queues a publish for the sender, with ``_lock`` held: producers
-        write no more of their own until the sender has caught up."""
-        self._idle = -1
-        self._outbox.put(pending)
 
     def _next_requests(self, generation: int, *, block: bool) -> list[api_pb2.PublishRequest]:
         """Called by the stream's sender thread: this stream generation's
@@ -85,7 +102,7 @@ class Sending:
                 if not taken and block:
                     with self._lock:  # all taken is written: producers may write their own
                         if outbox.empty():
-                            self._idle = generation
+                            outbox.idle = generation
                     pending = outbox.get()
                     if pending is not None:
                         taken.append(pending)
@@ -132,6 +149,6 @@ class Sending:
                 self._mark_sent(pending, generation)
         if not written:
             with self._lock:
-                self._enqueue(pending)
+                self._outbox.put(pending)
         elif not pending.expects_ack and self._claim(pending):  # AckPolicy.NONE: done
             self._complete(pending, None, None)

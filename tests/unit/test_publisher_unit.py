@@ -790,7 +790,7 @@ def test_a_leader_back_up_while_the_metadata_is_fetched_keeps_its_publishes() ->
 def _until_idle(p: Publisher) -> None:
     """Waits (bounded) until the stream's sender waits with nothing in hand."""
     deadline = time.monotonic() + 5
-    while p._idle != p._generation:
+    while p._outbox.idle != p._generation:
         assert time.monotonic() < deadline, "the sender never went idle"
         time.sleep(0.005)
 
