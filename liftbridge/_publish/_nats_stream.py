@@ -63,7 +63,6 @@ from liftbridge._errors import (
     InvalidArgumentError,
     UnavailableError,
 )
-from liftbridge._publish._batch import BatchMethods
 from liftbridge._publish._bytes import (
     PLAIN_MESSAGE_HEADER,
     PlainFrames,
@@ -72,6 +71,7 @@ from liftbridge._publish._bytes import (
 )
 from liftbridge._publish._bytes import WIRE_POLICIES as _WIRE_POLICIES
 from liftbridge._publish._nats_acks import AcksThread
+from liftbridge._publish._nats_batch import NatsBatchMethods
 from liftbridge._publish._nats_subjects import Subjects
 from liftbridge._publish._nats_window import AckHandler, AckWindow, Pending
 from liftbridge._publish._options import (
@@ -100,7 +100,7 @@ class _State(enum.Enum):
 _NONE = AckPolicy.NONE
 
 
-class NatsStreamPublisher(BatchMethods):
+class NatsStreamPublisher(NatsBatchMethods):
     """Publishes to Liftbridge streams over NATS, many envelopes per socket write.
 
     The same contract as :meth:`Client.publish_async`: a Future and a
