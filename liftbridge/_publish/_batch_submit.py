@@ -50,17 +50,25 @@ class BatchSubmit:
     _expire: Callable[[Pending], None]
 
     def submit_many(
-        self, requests: list[api_pb2.PublishRequest], batch: Batch, timeout: float | None
+        self,
+        requests: list[api_pb2.PublishRequest],
+        batch: Batch,
+        timeout: float | None,
+        *,
+        one_partition: bool,
     ) -> None:
         """Queues a batch's publishes (requests with their correlation ids,
         each expecting an ack), in order, each settling ``batch`` with its
         index.
 
         Args:
-            requests: the checked requests, in the order of the values.
+            requests: the checked requests (at least one) of one stream, in
+                the order of the values.
             batch: gathers their outcomes.
             timeout: ack timeout of each (from when it enters the window) and
                 the longest wait for room in a full window; None for ``ack_wait``.
+            one_partition: all go to the first one's partition (its leader
+                is looked up once).
 
         Raises:
             ClientClosedError: the publisher is closed.
@@ -68,14 +76,18 @@ class BatchSubmit:
                 timeout. Either way the part already admitted stays (sent).
         """
         wait = self._ack_wait if timeout is None else timeout
-        leader_address = self._router.leader_address
-        leaders: dict[tuple[str, int], str | None] = {}
+        first = requests[0]
+        leader_address, stream = self._router.leader_address, first.stream
+        # partition -> its leader's address, when they may differ
+        leaders: dict[int, str | None] | None = None if one_partition else {}
+        leader = leader_address(stream, first.partition)
         pendings = []
         for index, request in enumerate(requests):
-            where = (request.stream, request.partition)
-            leader = leaders.get(where, "")
-            if leader == "":
-                leader = leaders[where] = leader_address(*where)
+            if leaders is not None:
+                partition = request.partition
+                if partition not in leaders:
+                    leaders[partition] = leader_address(stream, partition)
+                leader = leaders[partition]
             pendings.append(
                 Pending(
                     request.correlationId,

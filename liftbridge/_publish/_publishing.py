@@ -274,7 +274,7 @@ class Publishing:
             if measured or len(value) + 4 * len(correlation_id) > room:
                 check.message_size(request, limit=self._max_message_size)
             requests.append(request)
-        self._publisher.submit_many(requests, batch, options.get("timeout"))
+        self._publisher.submit_many(requests, batch, options.get("timeout"), one_partition=not each)
 
     def close(self) -> None:
         """Takes no more ack-inbox publishes (see :class:`_inbox.InboxPool`)."""

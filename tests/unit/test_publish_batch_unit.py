@@ -65,7 +65,7 @@ def _submitted(
 
     def submit() -> None:
         try:
-            p.submit_many([request(i) for i in range(count)], batch, timeout)
+            p.submit_many([request(i) for i in range(count)], batch, timeout, one_partition=True)
         except BaseException as e:
             raised.append(e)
 
@@ -177,8 +177,8 @@ def test_acks_out_of_order_and_a_refusal_in_the_middle() -> None:
     server.ack, server.hold = False, True
     p = make(server, ack_wait=30.0)
     ordered, failing = _batch(4), _batch(4)
-    p.submit_many([request(i) for i in range(4)], ordered, None)
-    p.submit_many([request(i) for i in range(4, 8)], failing, None)
+    p.submit_many([request(i) for i in range(4)], ordered, None, one_partition=True)
+    p.submit_many([request(i) for i in range(4, 8)], failing, None, one_partition=True)
     held = [server.held.get(timeout=WAIT) for _ in range(8)]
     call = held[0][0]
     refused = api_pb2.PublishResponse(
@@ -202,7 +202,7 @@ def test_a_broken_stream_fails_the_batch_sent_on_it() -> None:
     server.ack = False
     p = make(server, ack_wait=30.0)
     batch = _batch(10)
-    p.submit_many([request(i) for i in range(10)], batch, None)
+    p.submit_many([request(i) for i in range(10)], batch, None, one_partition=True)
     deadline = time.monotonic() + WAIT
     while len(server.log) < 10:
         assert time.monotonic() < deadline
@@ -234,10 +234,14 @@ def test_a_batch_with_a_timeout_of_its_own_times_out_message_by_message() -> Non
     server.ack = False
     p = make(server, ack_wait=30.0)
     own, default = _batch(3), _batch(3)
-    p.submit_many([request(i) for i in range(3)], own, 0.1)  # the timer's heap, once
+    p.submit_many(
+        [request(i) for i in range(3)], own, 0.1, one_partition=True
+    )  # the timer's heap, once
     assert isinstance(own.future.exception(WAIT), AckTimeoutError)
     quick = make(server, ack_wait=0.1)
-    quick.submit_many([request(i) for i in range(3, 6)], default, None)  # in order
+    quick.submit_many(
+        [request(i) for i in range(3, 6)], default, None, one_partition=True
+    )  # in order
     assert isinstance(default.future.exception(WAIT), AckTimeoutError)
     assert p.flush(WAIT) and quick.flush(WAIT)
     p.close(_soon())
