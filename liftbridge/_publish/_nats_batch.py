@@ -17,9 +17,12 @@ write. Each message's outcome settles its
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from liftbridge._core import _validate
 from liftbridge._core._messages import AckPolicy
 from liftbridge._core._router import Router
+from liftbridge._core._validate import BytesLike
 from liftbridge._errors import LiftbridgeError
 from liftbridge._publish._batch import Batch, BatchMethods, correlation_ids
 from liftbridge._publish._bytes import WIRE_POLICIES, PlainFrames, envelope_frame
@@ -45,6 +48,32 @@ class NatsBatchMethods(BatchMethods):
     _crc: bool
     _window: AckWindow
     _nats: NatsSocket
+
+    def _envelope_frame(
+        self,
+        prefix: bytes,
+        value: bytes,
+        key: bytes | None,
+        headers: Mapping[str, BytesLike] | None,
+        correlation_id: str,
+        ack_policy: AckPolicy,
+        expected_offset: int | None,
+    ) -> bytes:
+        """The PUB frame of any publish (:func:`envelope_frame`) with this
+        publisher's ack inbox, CRC setting and the server's ``max_payload``."""
+        return envelope_frame(
+            prefix,
+            value,
+            key,
+            headers,
+            correlation_id,
+            ack_policy,
+            expected_offset,
+            inbox=self._inbox,
+            inbox_field=self._inbox_field,
+            crc=self._crc,
+            max_payload=self._max_payload,
+        )
 
     def _publish_batch(
         self,
@@ -98,18 +127,8 @@ class NatsBatchMethods(BatchMethods):
                 frames.append(frame_of(prefix, value, correlation_id.encode(), wire))
             else:
                 frames.append(
-                    envelope_frame(
-                        prefix,
-                        value,
-                        key,
-                        headers,
-                        correlation_id,
-                        ack_policy,
-                        expected_offset,
-                        inbox=self._inbox,
-                        inbox_field=self._inbox_field,
-                        crc=self._crc,
-                        max_payload=self._max_payload,
+                    self._envelope_frame(
+                        prefix, value, key, headers, correlation_id, ack_policy, expected_offset
                     )
                 )
             entries.append(

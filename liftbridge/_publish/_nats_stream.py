@@ -63,12 +63,7 @@ from liftbridge._errors import (
     InvalidArgumentError,
     UnavailableError,
 )
-from liftbridge._publish._bytes import (
-    PLAIN_MESSAGE_HEADER,
-    PlainFrames,
-    ack_inbox_field,
-    envelope_frame,
-)
+from liftbridge._publish._bytes import PLAIN_MESSAGE_HEADER, PlainFrames, ack_inbox_field
 from liftbridge._publish._bytes import WIRE_POLICIES as _WIRE_POLICIES
 from liftbridge._publish._nats_acks import AcksThread
 from liftbridge._publish._nats_batch import NatsBatchMethods
@@ -409,18 +404,8 @@ class NatsStreamPublisher(NatsBatchMethods):
                 prefix, value, correlation_id.encode(), _WIRE_POLICIES[ack_policy]
             )
         else:
-            frame = envelope_frame(
-                prefix,
-                value,
-                key,
-                headers,
-                correlation_id,
-                ack_policy,
-                expected_offset,
-                inbox=self._inbox,
-                inbox_field=self._inbox_field,
-                crc=self._crc,
-                max_payload=self._max_payload,
+            frame = self._envelope_frame(
+                prefix, value, key, headers, correlation_id, ack_policy, expected_offset
             )
         # Running, so it cannot be cancelled; its done-callbacks run on liftbridge-callbacks.
         outcome: Future[Ack | None] | None = self._callbacks.future() if future else None

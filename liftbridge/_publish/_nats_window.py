@@ -186,10 +186,7 @@ class AckWindow:
             LiftbridgeError: the refusal (closed, connection lost).
         """
         with self._lock:
-            if self._refusal is not None:
-                raise self._refusal()
-            if self._inflight >= self._max_inflight:
-                self._wait_for_slot(timeout)
+            self._make_room(timeout)
             self._inflight += 1
 
     def admit_some(self, entries: list[Pending], start: int, timeout: float) -> int:
@@ -206,10 +203,7 @@ class AckWindow:
             LiftbridgeError: the refusal (closed, connection lost).
         """
         with self._lock:
-            if self._refusal is not None:
-                raise self._refusal()
-            if self._inflight >= self._max_inflight:
-                self._wait_for_slot(timeout)
+            self._make_room(timeout)
             end = min(len(entries), start + self._max_inflight - self._inflight)
             deadline = monotonic() + timeout
             pending, seq = self._pending, self._admitted
@@ -225,6 +219,13 @@ class AckWindow:
         if timeout != self._ack_timeout:  # one timer entry for the part
             self._timer.schedule(deadline, functools.partial(self._expire, entries[start:end]))
         return end
+
+    def _make_room(self, timeout: float) -> None:
+        """With ``_lock`` held: raises the refusal, or waits while the window is full."""
+        if self._refusal is not None:
+            raise self._refusal()
+        if self._inflight >= self._max_inflight:
+            self._wait_for_slot(timeout)
 
     def _wait_for_slot(self, timeout: float) -> None:
         """Waits, holding ``_lock``, until the window has a slot (see :meth:`admit`)."""
