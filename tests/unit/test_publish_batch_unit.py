@@ -197,18 +197,25 @@ def test_acks_out_of_order_and_a_refusal_in_the_middle() -> None:
     p.close(_soon())
 
 
-def test_a_broken_stream_fails_the_batch_sent_on_it() -> None:
+def test_a_broken_stream_fails_the_batch_sent_on_it_and_resends_one_never_sent() -> None:
     server = FakeServer()
     server.ack = False
     p = make(server, ack_wait=30.0)
-    batch = _batch(10)
-    p.submit_many([request(i) for i in range(10)], batch, None, one_partition=True)
+    sent = _batch(10)
+    p.submit_many([request(i) for i in range(10)], sent, None, one_partition=True)
     deadline = time.monotonic() + WAIT
     while len(server.log) < 10:
         assert time.monotonic() < deadline
         time.sleep(0.01)
+    server.up = False
     server.calls[0].break_()
-    assert isinstance(batch.future.exception(WAIT), liftbridge.ConnectionLostError)
+    assert isinstance(sent.future.exception(WAIT), liftbridge.ConnectionLostError)
+    unsent = _batch(10)  # queued while no stream is up: nothing of it was sent
+    p.submit_many([request(i) for i in range(10, 20)], unsent, None, one_partition=True)
+    server.ack = server.up = True
+    acks = unsent.future.result(WAIT)
+    assert [ack.correlation_id for ack in acks] == [f"c{i}" for i in range(10, 20)]
+    assert server.log[10:] == [f"c{i}" for i in range(10, 20)]  # once each, in order
     assert p.flush(WAIT)
     p.close(_soon())
 
