@@ -112,7 +112,7 @@ class NatsBatchMethods(BatchMethods):
         plain = not key and not headers and expected_offset is None and not self._crc
         wire, limit, frame_of = WIRE_POLICIES[ack_policy], self._plain_limit, self._plain.frame
         entries: list[Pending] = []
-        frames: list[bytes] = []
+        frames: list[tuple[str, bytes, object]] = []  # as the I/O thread takes them
         for index, value in enumerate(values):
             correlation_id = ids[index]
             if each and index:
@@ -124,25 +124,22 @@ class NatsBatchMethods(BatchMethods):
                     )
                 leader, prefix = leaders[subject]
             if plain and 0 < len(value) <= limit:
-                frames.append(frame_of(prefix, value, correlation_id.encode(), wire))
+                frame = frame_of(prefix, value, correlation_id.encode(), wire)
             else:
-                frames.append(
-                    self._envelope_frame(
-                        prefix, value, key, headers, correlation_id, ack_policy, expected_offset
-                    )
+                frame = self._envelope_frame(
+                    prefix, value, key, headers, correlation_id, ack_policy, expected_offset
                 )
-            entries.append(
-                Pending(correlation_id, None, None, timeout, subject, 0.0, 0, leader, batch, index)
+            entry = Pending(
+                correlation_id, None, None, timeout, subject, 0.0, 0, leader, batch, index
             )
-        send, admit_some = self._nats.send_frame, self._window.admit_some
+            entries.append(entry)
+            frames.append((subject, frame, entry))
         start, count = 0, len(entries)
         while start < count:
             try:
-                end = admit_some(entries, start, timeout)
+                end = self._window.admit_some(entries, start, timeout)
             except LiftbridgeError as error:  # closed, lost, or the window stayed full
                 batch.fail_rest(start, error)
                 raise
-            for index in range(start, end):
-                entry = entries[index]
-                send(entry.subject, frames[index], entry)
+            self._nats.send_frames(frames[start:end] if start or end < count else frames)
             start = end
