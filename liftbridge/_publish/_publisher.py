@@ -76,9 +76,10 @@ from liftbridge._errors import (
     StreamRefusedError,
     naming,
 )
+from liftbridge._publish._batch_submit import BatchSubmit
 from liftbridge._publish._leaders import LeaderCheck, leader_lost
 from liftbridge._publish._outbox import Outbox
-from liftbridge._publish._pending import Pending, Spent, outcome
+from liftbridge._publish._pending import Pending, Spent, claimed_outcomes
 from liftbridge._publish._sending import DIRECT_BELOW, Sending, Unsent
 from liftbridge._publish._window import Window
 from liftbridge._transport._stream import Stream
@@ -99,7 +100,7 @@ opening (no publish goes out meanwhile; a broker down or hung can hold up a
 healthy one's FetchMetadata until the caller's deadline, seconds past failover)."""
 
 
-class Publisher(Sending):
+class Publisher(Sending, BatchSubmit):
     """Owns the PublishAsync stream of one client. Thread-safe.
 
     Threads: ``liftbridge-acks`` (opens the stream, reads responses, reopens
@@ -301,7 +302,8 @@ class Publisher(Sending):
             self._complete(pending, ack, error)
 
     def _complete(self, pending: Pending, ack: Ack | None, error: LiftbridgeError | None) -> None:
-        self._callbacks.settle(*outcome(pending, ack, error))
+        for settled in claimed_outcomes([(pending, ack, error)]):  # none for a batch's publish
+            self._callbacks.settle(*settled)
 
     def _resolve(self, responses: list[api_pb2.PublishResponse]) -> None:
         """Resolves a run of responses in order, claiming them in one round of ``_lock``."""
@@ -318,7 +320,7 @@ class Publisher(Sending):
             outcomes.append((pending, ack, error))
         with self._lock:
             claimed = [claim for claim in outcomes if self._claim_held(claim[0])]
-        settled = [outcome(*claim) for claim in claimed]
+        settled = claimed_outcomes(claimed)  # a batch's publishes settle their batch here
         self._spent.keep(settled)  # for the publishing threads to free; before they resolve
         self._callbacks.settle_run(settled)
 

@@ -94,12 +94,15 @@ class Sending:
             while True:
                 while carry and len(taken) < _DRAIN:
                     taken.append(carry.popleft())
+                woken = False  # a wake-up call (None) was taken: look before waiting
                 with contextlib.suppress(queue.Empty):
                     while len(taken) < _DRAIN:
                         pending = outbox.get_nowait()
-                        if pending is not None:  # None: a wake-up call
+                        if pending is None:
+                            woken = True
+                        else:
                             taken.append(pending)
-                if not taken and block:
+                if not taken and block and not woken:
                     with self._lock:  # all taken is written: producers may write their own
                         if outbox.empty():
                             outbox.idle = generation

@@ -28,6 +28,7 @@ from liftbridge._core._deadlines import AckTimer
 from liftbridge._core._metadata import BrokerInfo, PartitionInfo
 from liftbridge._core._retry import DEFAULT_RETRY_POLICY
 from liftbridge._core._router import Deadline, Router
+from liftbridge._publish._outbox import Outbox
 from liftbridge._publish._publisher import Publisher
 from liftbridge._publish._sending import DIRECT_BELOW
 from liftbridge_api import api_pb2
@@ -835,3 +836,67 @@ def test_with_many_publishes_in_flight_the_sender_writes_them() -> None:
     _until_idle(p)
     assert server.log == [f"c{i}" for i in range(3 * DIRECT_BELOW)]
     p.close(_soon())
+
+
+class _IdleCall:
+    """A PublishAsync call whose sender is the test itself: it hands the
+    request iterator out and reads nothing until cancelled."""
+
+    def __init__(self) -> None:
+        self.cancelled = threading.Event()
+
+    def __iter__(self) -> Iterator[api_pb2.PublishResponse]:
+        self.cancelled.wait(10)
+        return iter(())
+
+    def next_ready(self) -> None:
+        return None
+
+    def cancel(self) -> bool:
+        self.cancelled.set()
+        return True
+
+
+class _HandOutServer(FakeServer):
+    """Gives the test the Outbox a stream's sender would iterate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outboxes: queue.SimpleQueue[Iterator[api_pb2.PublishRequest]] = queue.SimpleQueue()
+
+    def open_stream(  # type: ignore[override]
+        self, method: str, requests: Iterator[api_pb2.PublishRequest], **_: object
+    ) -> tuple[str, _IdleCall]:
+        self.outboxes.put(requests)
+        return "fake:1", _IdleCall()
+
+
+def test_a_sender_that_looked_just_before_close_ends_its_stream_after_it() -> None:
+    """The sender asked for ready requests (none) just before close(); the
+    wake-up close() queues is then the first thing its next blocking wait
+    takes. That wait must end the stream, not block for a request that can
+    never come (the sender thread outlived Client.close())."""
+    server = _HandOutServer()
+    p = make(server)
+    p.submit(request(1, api_pb2.NONE), None, None)
+    outbox = cast(Outbox, server.outboxes.get(timeout=5))
+    assert next(outbox).correlationId == "c1"
+    assert outbox.next_ready() is None  # nothing queued, not closed yet
+    p.close(_soon())
+    ended: queue.SimpleQueue[str] = queue.SimpleQueue()
+
+    def sender() -> None:
+        try:
+            next(outbox)
+            ended.put("a request")
+        except StopIteration:
+            ended.put("stopped")
+
+    thread = threading.Thread(target=sender, daemon=True, name="test-sender")
+    thread.start()
+    try:
+        assert ended.get(timeout=5) == "stopped"
+    finally:
+        server.outboxes.put(iter(()))  # nothing more to hand out
+        p._outbox.put(None)  # frees the sender should it still wait (the old defect)
+        thread.join(5)
