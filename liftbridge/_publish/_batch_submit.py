@@ -17,7 +17,6 @@ that its outcome goes to its :class:`~liftbridge._publish._batch.Batch`
 from __future__ import annotations
 
 import functools
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from liftbridge._core._router import Router
 from liftbridge._errors import ClientClosedError, LiftbridgeError
 from liftbridge._publish._batch import Batch
 from liftbridge._publish._pending import Pending, Spent
+from liftbridge._publish._sending import Unsent
 from liftbridge._publish._window import Window
 from liftbridge_api import api_pb2
 
@@ -44,7 +44,7 @@ class BatchSubmit:
     _closed: bool
     _threads_started: bool
     _dispatcher: threading.Thread
-    _outbox: queue.SimpleQueue[Pending | None]
+    _outbox: Unsent  # its put ends producers' own writes (see _sending.py)
     _in_order: OrderedDeadlines[Any]
     _spent: Spent
     _expire: Callable[[Pending], None]

@@ -64,6 +64,7 @@ _FIELD_OVERHEAD = 64
 field tags and length prefixes, the partition, ack policy and expected offset."""
 _CHECKED_STREAMS = 4096
 """At most this many stream names are remembered as checked."""
+_PublishRequest = api_pb2.PublishRequest
 
 
 def check_future(future: object, ack_handler: object, ack_policy: object) -> None:
@@ -191,14 +192,17 @@ class Publishing:
                 partitioner=partitioner,
                 metadata=lambda: self._stream_metadata(stream),
             )
-        request = api_pb2.PublishRequest(
-            stream=stream,
-            partition=partition or 0,  # none of the three: 0, as choose_partition says
-            value=value,
-            correlationId=correlation_id,
-            ackPolicy=ack_policy.value,
-            expectedOffset=-1 if expected_offset is None else expected_offset,
-        )
+        # Field by field, the zeros (partition 0, AckPolicy.LEADER) left unset:
+        # about half the time keyword arguments take, the same bytes on the wire.
+        request = _PublishRequest()
+        request.stream = stream
+        request.value = value
+        request.correlationId = correlation_id
+        request.expectedOffset = -1 if expected_offset is None else expected_offset
+        if partition:  # none of the three: 0, as choose_partition says
+            request.partition = partition
+        if ack_policy is not AckPolicy.LEADER:
+            request.ackPolicy = api_pb2.AckPolicy.ValueType(ack_policy.value)
         # Set only when present: filling an empty map field is surprisingly slow.
         if key:
             request.key = key
