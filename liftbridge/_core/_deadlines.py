@@ -14,7 +14,9 @@ Two ways in, for speed:
   timeout: nearly all). Appending is a deque append; the timer only ever
   looks at the queue's left end. Items resolved early stay until the timer
   (or a sweep, once the queue grows) drops them, which is why they carry a
-  ``done`` flag.
+  ``done`` flag. An owner that appends under a lock of its own anyway (to
+  keep the deadlines in order) can lend the queue that lock: one lock per
+  publish, not two.
 - :meth:`AckTimer.watch` gives an owner that keeps its own items in deadline
   order (the NATS stream publisher's table of pending acks, in admission
   order) a look at every turn: its ``poll(now)`` expires what is due and says
@@ -35,6 +37,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Generic, Protocol, TypeVar
 
 _log = logging.getLogger(__name__)
@@ -51,7 +54,8 @@ T = TypeVar("T", bound=Due)
 
 
 class OrderedDeadlines(Generic[T]):
-    """Items whose deadlines never decrease, expired in order. Thread-safe."""
+    """Items whose deadlines never decrease, expired in order. Thread-safe
+    (with a lent lock: :meth:`append` is called holding it)."""
 
     def __init__(
         self,
@@ -59,6 +63,7 @@ class OrderedDeadlines(Generic[T]):
         wait: float,
         compact_at: int,
         start: Callable[[], None],
+        lock: AbstractContextManager[object] | None = None,
     ) -> None:
         self._expire = expire
         self.wait = wait  # the deadline of an item appended now is at least now + wait
@@ -66,25 +71,34 @@ class OrderedDeadlines(Generic[T]):
         self._sweep_at = compact_at  # the length that triggers the next sweep (under _lock)
         self._start = start  # starts the timer thread (once; idempotent)
         self._started = False
-        self._lock = threading.Lock()  # guards _items and _sweep_at
+        self._lent = lock is not None  # append() is called holding _lock
+        # guards _items and _sweep_at: our own, or the owner's (see AckTimer.ordered)
+        self._lock: AbstractContextManager[object] = threading.Lock() if lock is None else lock
         self._items: collections.deque[T] = collections.deque()
 
     def append(self, item: T) -> None:
-        """Adds an item due at ``item.deadline`` (never earlier than any before it)."""
+        """Adds an item due at ``item.deadline`` (never earlier than any
+        before it). With a lent lock, only while holding it."""
         if not self._started:
             self._started = True
             self._start()
+        if self._lent:
+            self._append(item)
+            return
         with self._lock:
-            items = self._items
-            while items and items[0].done:
-                items.popleft()
-            items.append(item)
-            if len(items) > self._sweep_at:
-                self._items = collections.deque(i for i in items if not i.done)
-                # With more items pending than compact_at (a window that
-                # wide), sweeping again at the next append would make every
-                # append walk them all: the next sweep waits for twice as many.
-                self._sweep_at = max(self._compact_at, 2 * len(self._items))
+            self._append(item)
+
+    def _append(self, item: T) -> None:  # with _lock held
+        items = self._items
+        while items and items[0].done:
+            items.popleft()
+        items.append(item)
+        if len(items) > self._sweep_at:
+            self._items = collections.deque(i for i in items if not i.done)
+            # With more items pending than compact_at (a window that
+            # wide), sweeping again at the next append would make every
+            # append walk them all: the next sweep waits for twice as many.
+            self._sweep_at = max(self._compact_at, 2 * len(self._items))
 
     def __len__(self) -> int:
         return len(self._items)
@@ -127,7 +141,12 @@ class AckTimer:
         self._closed = False
 
     def ordered(
-        self, expire: Callable[[T], None], *, wait: float, compact_at: int = 4096
+        self,
+        expire: Callable[[T], None],
+        *,
+        wait: float,
+        compact_at: int = 4096,
+        lock: AbstractContextManager[object] | None = None,
     ) -> OrderedDeadlines[T]:
         """A queue for items due ``wait`` seconds after they are appended.
 
@@ -136,8 +155,13 @@ class AckTimer:
             wait: the delay of every item appended (the timer looks at least
                 this often, so it never misses one).
             compact_at: sweep resolved items out once the queue is this long.
+            lock: the owner's lock, held whenever it appends; the timer takes
+                it to look at the queue (never while it expires an item or
+                holds a lock of its own). None: the queue has its own.
         """
-        queue: OrderedDeadlines[T] = OrderedDeadlines(expire, wait, compact_at, self._start_once)
+        queue: OrderedDeadlines[T] = OrderedDeadlines(
+            expire, wait, compact_at, self._start_once, lock
+        )
         with self._lock:
             self._queues.append(queue)  # type: ignore[arg-type]
         return queue

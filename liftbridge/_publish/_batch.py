@@ -3,14 +3,19 @@
 A Future per message is a dozen objects the garbage collector walks while
 the message is in flight; with a window of a thousand publishes in flight,
 those walks cost about as much client CPU as the rest of a pipelined
-publish (``bench/README_PERFORMANCE.md``). A batch publishes every message
-the way ``publish_async(..., ack_handler, future=False)`` does, with one
-handler of its own (:meth:`Batch.settle`) gathering the outcomes, and one
-Future for the caller, resolved when the last outcome is in.
+publish (``bench/README_PERFORMANCE.md``). A batch is checked and routed
+once, its messages are built in one loop and admitted into the in-flight
+window a part at a time (as much as the window has room for, under one
+round of its lock), and their outcomes are gathered by one :class:`Batch`
+on the thread that settles them (the acks, timer or connection thread: SDK
+code, quick, no user code), not by a handler call per message on the
+callbacks thread. The caller gets one Future, resolved when the last outcome
+is in.
 
 Shared by :class:`~liftbridge.Client` (gRPC) and
-:class:`~liftbridge.NatsStreamPublisher` (NATS): both have the same
-``publish_async``, which is all a batch needs.
+:class:`~liftbridge.NatsStreamPublisher` (NATS): this module checks what
+both take alike; each host sends the batch its own way
+(``_publish_batch``).
 """
 
 from __future__ import annotations
@@ -18,9 +23,9 @@ from __future__ import annotations
 import itertools
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
-from typing import Any, Unpack
+from typing import Any, Protocol, Unpack
 
 from liftbridge._core import _validate
 from liftbridge._core._callbacks import CallbackRunner
@@ -42,44 +47,81 @@ _batch_ids = itertools.count()
 class Batch:
     """The outcomes of one batch, gathered into its Future. Thread-safe.
 
-    Its :meth:`settle` is the ack handler of every message of the batch, so
-    it runs on the publisher's ``liftbridge-callbacks`` thread. The Future
-    is the runner's (:meth:`CallbackRunner.future`): running, so it cannot be
-    cancelled, and its done-callbacks run on that thread too.
+    Each message of the batch is settled exactly once (by the publisher
+    that admitted it), with its index in the batch; the last outcome
+    resolves the Future. The Future is the runner's
+    (:meth:`CallbackRunner.future`): running, so it cannot be cancelled, and
+    its done-callbacks run on ``liftbridge-callbacks``, so resolving it here
+    runs no user code on the settling thread.
     """
 
-    __slots__ = ("_acks", "_error", "_left", "_lock", "_slots", "future")
+    __slots__ = ("_acks", "_error", "_left", "_lock", "future")
 
-    def __init__(self, future: Future[list[Ack]], correlation_ids: list[str]) -> None:
+    def __init__(self, future: Future[list[Ack]], size: int) -> None:
         self.future = future
-        self._slots = {cid: i for i, cid in enumerate(correlation_ids)}
         # _lock guards _acks, _left and _error.
         self._lock = threading.Lock()
-        self._acks: list[Any] = [None] * len(correlation_ids)
-        self._left = len(correlation_ids)
+        self._acks: list[Any] = [None] * size
+        self._left = size
         self._error: BaseException | None = None
-        if not correlation_ids:
-            self.future.set_result([])
+        if not size:
+            future.set_result([])
 
-    def settle(self, ack: Ack | None, error: BaseException | None) -> None:
-        """One message's outcome; the last one resolves the Future: the acks
-        in the order of the values, or the first error that came."""
+    def settle(self, outcomes: Iterable[tuple[int, Ack | None, BaseException | None]]) -> None:
+        """Messages' outcomes, ``(index, ack, error)``, in one round of the
+        lock; the last one resolves the Future: the acks in the order of the
+        values, or the first error that came."""
         with self._lock:
-            if error is not None:
-                if self._error is None:
-                    self._error = error
-            elif ack is not None:
-                self._acks[self._slots[ack.correlation_id]] = ack
-            self._left -= 1
-            if self._left:
+            acks = self._acks
+            left = self._left
+            for index, ack, error in outcomes:
+                left -= 1
+                if error is not None:
+                    if self._error is None:
+                        self._error = error
+                else:
+                    acks[index] = ack
+            self._left = left
+            if left:
                 return
         if self._error is not None:
             self.future.set_exception(self._error)
         else:
-            self.future.set_result(self._acks)
+            self.future.set_result(acks)
+
+    def fail_rest(self, start: int, error: BaseException) -> None:
+        """Settles the messages from ``start`` on, which never entered the
+        window, with ``error`` (the batch's admission raised it): the Future
+        still resolves once the messages admitted have their outcomes."""
+        self.settle([(index, None, error) for index in range(start, len(self._acks))])
 
 
-def _payloads(values: object) -> list[BytesLike]:
+class Member(Protocol):
+    """A publisher's pending publish as a batch sees it."""
+
+    batch: Batch | None  # None: not part of a batch
+    index: int  # its place in the batch
+
+
+def settle_members(outcomes: Sequence[tuple[Any, Ack | None, BaseException | None]]) -> None:
+    """Settles batch members' outcomes ``(member, ack, error)``, one round of
+    a batch's lock per run of the same batch (acks come in order, so a run
+    is usually a whole window's worth)."""
+    run: list[tuple[int, Ack | None, BaseException | None]] = []
+    current: Batch | None = None
+    for member, ack, error in outcomes:
+        batch = member.batch
+        if batch is not current:
+            if current is not None:
+                current.settle(run)
+                run = []
+            current = batch
+        run.append((member.index, ack, error))
+    if current is not None:
+        current.settle(run)
+
+
+def _payloads(values: object) -> list[bytes]:
     if isinstance(values, (bytes, bytearray, memoryview, str)) or not isinstance(values, Iterable):
         raise ArgumentTypeError(
             f"values must be an iterable of bytes payloads, got {type(values).__name__}"
@@ -90,11 +132,31 @@ def _payloads(values: object) -> list[BytesLike]:
     ]
 
 
-class BatchMethods:
-    """``publish_many_async``, over the host's ``publish_async``."""
+def correlation_ids(count: int) -> list[str]:
+    """Ids for a batch's messages: a random prefix of the batch's, then the index."""
+    prefix = f"{uuid.uuid4().hex[:12]}-{next(_batch_ids)}-"
+    return [f"{prefix}{i}" for i in range(count)]
 
-    publish_async: Callable[..., Future[Ack | None] | None]
+
+class BatchMethods:
+    """``publish_many_async``, over the host's ``_publish_batch``."""
+
     _callbacks: CallbackRunner
+
+    def _publish_batch(
+        self,
+        stream: str,
+        values: list[bytes],
+        ack_policy: AckPolicy,
+        options: StreamPublishOptions,
+        batch: Batch,
+    ) -> None:
+        """Sends a batch (values checked as bytes, ``ack_policy`` LEADER or
+        ALL, option names checked): the host checks the options once,
+        routes and builds every message, then admits and sends them in
+        order, each message settling ``batch`` with its index. Raises as
+        :meth:`publish_many_async` documents."""
+        raise NotImplementedError
 
     def publish_many_async(
         self,
@@ -106,11 +168,16 @@ class BatchMethods:
     ) -> Future[list[Ack]]:
         """Publishes a batch of messages without waiting: one Future for all.
 
-        Every message goes out as :meth:`publish_async` would send it, in
-        the order of ``values`` (sharing the options), through the same
-        in-flight window. Costs less client CPU per message than a Future
-        per message (one Future, one handler per batch), at the price of
-        one outcome for the whole batch.
+        The messages go out in the order of ``values``, sharing the
+        options, through the same in-flight window as :meth:`publish_async`:
+        as many at a time as the window has room for (a batch larger than
+        the free window waits, as a publish does, for room for its next
+        part; the window is never exceeded). The options are checked and
+        the partition chosen once per batch (per message only with a
+        ``partitioner``, which sees each value). Costs less client CPU per
+        message than ``publish_async`` with an ack handler: one Future and
+        one gathering of outcomes per batch, at the price of one outcome for
+        the whole batch.
 
         Args:
             stream: the stream.
@@ -119,7 +186,9 @@ class BatchMethods:
                 use :meth:`publish_async`).
             **options: shared by every message: ``key``, ``headers``,
                 ``partition``, ``partitioner``, ``expected_offset``,
-                ``timeout`` (as for :meth:`publish_async`; no
+                ``timeout`` (as for :meth:`publish_async`: each message's
+                ack timeout, counted from when that message entered the
+                window, and the longest wait for room in a full window; no
                 ``correlation_id``: each message gets its own).
 
         Returns:
@@ -134,10 +203,14 @@ class BatchMethods:
         Raises:
             ArgumentTypeError, InvalidArgumentError: bad input (nothing sent).
                 A bad value is named (``values[3]``).
-            MessageTooLargeError, PublishWindowFullError, ClientClosedError:
-                as :meth:`publish_async` raises them, for the message whose
-                turn it was; the messages before it were sent (their
-                outcomes are not reported).
+            MessageTooLargeError: a message over the limit (nothing sent).
+            NoSuchStreamError, NoSuchPartitionError: not in the metadata
+                (nothing sent).
+            PublishWindowFullError, ClientClosedError: the window stayed
+                full for ``timeout`` (or, on ``liftbridge-callbacks``, was
+                full at once), or the publisher closed, before the whole
+                batch was in; the messages already in the window were sent
+                (their outcomes are not reported).
         """
         method = "publish_many_async"
         check_names(options, BATCH_OPTIONS, method)
@@ -150,19 +223,7 @@ class BatchMethods:
                 f"{method} gathers acks, and ack_policy NONE has none: use publish_async"
             )
         payloads = _payloads(values)
-        prefix = f"{uuid.uuid4().hex[:12]}-{next(_batch_ids)}-"
-        ids = [f"{prefix}{i}" for i in range(len(payloads))]
-        batch = Batch(self._callbacks.future(), ids)
-        settle = batch.settle
-        publish = self.publish_async
-        for value, correlation_id in zip(payloads, ids, strict=True):
-            publish(
-                stream,
-                value,
-                settle,
-                ack_policy=ack_policy,
-                future=False,
-                correlation_id=correlation_id,
-                **options,
-            )
+        batch = Batch(self._callbacks.future(), len(payloads))
+        if payloads:
+            self._publish_batch(stream, payloads, ack_policy, options, batch)
         return batch.future

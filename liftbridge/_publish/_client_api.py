@@ -13,8 +13,12 @@ from typing import Literal, Unpack, overload
 from liftbridge._core._client_api import ClientBase
 from liftbridge._core._messages import Ack, AckPolicy
 from liftbridge._core._validate import BytesLike
-from liftbridge._publish._batch import BatchMethods
-from liftbridge._publish._options import ClientPublishOptions, check_ack_handler
+from liftbridge._publish._batch import Batch, BatchMethods
+from liftbridge._publish._options import (
+    ClientPublishOptions,
+    StreamPublishOptions,
+    check_ack_handler,
+)
 from liftbridge._publish._publisher import AckHandler
 from liftbridge._publish._publishing import Publishing, check_future
 
@@ -104,6 +108,18 @@ class PublishMethods(BatchMethods, ClientBase):
         self._check_open()
         request = self._publishing.request(stream, value, ack_policy, options, "publish_async")
         return self._publishing.publish_async(request, ack_handler, options.get("timeout"), future)
+
+    def _publish_batch(
+        self,
+        stream: str,
+        values: list[bytes],
+        ack_policy: AckPolicy,
+        options: StreamPublishOptions,
+        batch: Batch,
+    ) -> None:
+        """``publish_many_async`` over the client's PublishAsync stream."""
+        self._check_open()
+        self._publishing.publish_batch(stream, values, ack_policy, options, batch)
 
     @overload
     def publish(

@@ -63,15 +63,10 @@ from liftbridge._errors import (
     InvalidArgumentError,
     UnavailableError,
 )
-from liftbridge._publish._batch import BatchMethods
-from liftbridge._publish._bytes import (
-    PLAIN_MESSAGE_HEADER,
-    PlainFrames,
-    ack_inbox_field,
-    envelope_frame,
-)
+from liftbridge._publish._bytes import PLAIN_MESSAGE_HEADER, PlainFrames, ack_inbox_field
 from liftbridge._publish._bytes import WIRE_POLICIES as _WIRE_POLICIES
 from liftbridge._publish._nats_acks import AcksThread
+from liftbridge._publish._nats_batch import NatsBatchMethods
 from liftbridge._publish._nats_subjects import Subjects
 from liftbridge._publish._nats_window import AckHandler, AckWindow, Pending
 from liftbridge._publish._options import (
@@ -100,7 +95,7 @@ class _State(enum.Enum):
 _NONE = AckPolicy.NONE
 
 
-class NatsStreamPublisher(BatchMethods):
+class NatsStreamPublisher(NatsBatchMethods):
     """Publishes to Liftbridge streams over NATS, many envelopes per socket write.
 
     The same contract as :meth:`Client.publish_async`: a Future and a
@@ -409,18 +404,8 @@ class NatsStreamPublisher(BatchMethods):
                 prefix, value, correlation_id.encode(), _WIRE_POLICIES[ack_policy]
             )
         else:
-            frame = envelope_frame(
-                prefix,
-                value,
-                key,
-                headers,
-                correlation_id,
-                ack_policy,
-                expected_offset,
-                inbox=self._inbox,
-                inbox_field=self._inbox_field,
-                crc=self._crc,
-                max_payload=self._max_payload,
+            frame = self._envelope_frame(
+                prefix, value, key, headers, correlation_id, ack_policy, expected_offset
             )
         # Running, so it cannot be cancelled; its done-callbacks run on liftbridge-callbacks.
         outcome: Future[Ack | None] | None = self._callbacks.future() if future else None

@@ -44,6 +44,7 @@ from liftbridge._errors import (
     LeaderLostError,
     PublishWindowFullError,
 )
+from liftbridge._publish._batch import Batch, settle_members
 from liftbridge._publish._pending import Spent
 from liftbridge_api import api_pb2
 
@@ -65,6 +66,8 @@ class Pending:
     deadline: float = 0.0  # time.monotonic(), set when admitted
     seq: int = 0  # the order publishes were admitted in, for flush()
     leader: str | None = None  # the partition leader's address when published, if known
+    batch: Batch | None = None  # the publish_many_async batch it settles, if any
+    index: int = 0  # its place in that batch
 
 
 # An outcome to deliver: the publish, its ack or its error.
@@ -170,7 +173,7 @@ class AckWindow:
             entry.deadline = monotonic() + timeout
             self._pending[entry.correlation_id] = entry
         if timeout != self._ack_timeout:
-            self._timer.schedule(entry.deadline, functools.partial(self._expire, entry))
+            self._timer.schedule(entry.deadline, functools.partial(self._expire, [entry]))
 
     def admit_unacked(self, timeout: float) -> None:
         """Takes a window slot for a publish that wants no ack
@@ -183,11 +186,46 @@ class AckWindow:
             LiftbridgeError: the refusal (closed, connection lost).
         """
         with self._lock:
-            if self._refusal is not None:
-                raise self._refusal()
-            if self._inflight >= self._max_inflight:
-                self._wait_for_slot(timeout)
+            self._make_room(timeout)
             self._inflight += 1
+
+    def admit_some(self, entries: list[Pending], start: int, timeout: float) -> int:
+        """Admits a batch's next part: ``entries[start:]`` as far as the
+        window has room, at least one (waiting as :meth:`admit` does while it
+        is full), registered in one round of the lock, each due ``timeout``
+        from now. Never takes the window past ``max_inflight``.
+
+        Returns:
+            The index after the last entry admitted.
+
+        Raises:
+            PublishWindowFullError: no slot in time (or none at once there).
+            LiftbridgeError: the refusal (closed, connection lost).
+        """
+        with self._lock:
+            self._make_room(timeout)
+            end = min(len(entries), start + self._max_inflight - self._inflight)
+            deadline = monotonic() + timeout
+            pending, seq = self._pending, self._admitted
+            for index in range(start, end):
+                entry = entries[index]
+                seq += 1
+                entry.seq = seq
+                entry.deadline = deadline
+                pending[entry.correlation_id] = entry
+            self._inflight += end - start
+            self._admitted = seq
+        self._spent.free(end - start)
+        if timeout != self._ack_timeout:  # one timer entry for the part
+            self._timer.schedule(deadline, functools.partial(self._expire, entries[start:end]))
+        return end
+
+    def _make_room(self, timeout: float) -> None:
+        """With ``_lock`` held: raises the refusal, or waits while the window is full."""
+        if self._refusal is not None:
+            raise self._refusal()
+        if self._inflight >= self._max_inflight:
+            self._wait_for_slot(timeout)
 
     def _wait_for_slot(self, timeout: float) -> None:
         """Waits, holding ``_lock``, until the window has a slot (see :meth:`admit`)."""
@@ -256,9 +294,13 @@ class AckWindow:
         for correlation_id in late:
             logger.debug("Dropping an ack for %r: timed out already", correlation_id)
         calls: list[tuple[AckHandler, Ack | None, BaseException | None]] = []
+        members: list[_Outcome] = []
         self._spent.keep([entry for entry, _ in matched])
         for entry, pb in matched:  # _deliver, inlined: once per publish
             ack, error = ack_outcome(pb)
+            if entry.batch is not None:  # gathered below, as one run per batch
+                members.append((entry, ack, error))
+                continue
             future = entry.future
             if future is not None:
                 if error is None:
@@ -267,6 +309,8 @@ class AckWindow:
                     future.set_exception(error)
             if entry.handler is not None:
                 calls.append((entry.handler, ack, error))
+        if members:
+            settle_members(members)
         if calls:
             self._runner.submit(_call_handlers, calls)
         self._release(len(matched))
@@ -353,22 +397,28 @@ class AckWindow:
             self._release(len(due))
         return upcoming
 
-    def _expire(self, entry: Pending) -> None:
-        """Fails a publish with a timeout of its own whose deadline passed,
-        if it is still pending (on the timer's heap)."""
+    def _expire(self, entries: list[Pending]) -> None:
+        """Fails publishes with a timeout of their own whose deadline passed
+        (one, or a batch's part), those still pending (on the timer's heap)."""
         with self._lock:
-            if self._pending.get(entry.correlation_id) is not entry:
-                return
-            del self._pending[entry.correlation_id]
-        self._deliver([(entry, None, _timeout_error(entry))])
-        self._release(1)
+            due = [e for e in entries if self._pending.get(e.correlation_id) is e]
+            for entry in due:
+                del self._pending[entry.correlation_id]
+        if due:
+            self._deliver([(entry, None, _timeout_error(entry)) for entry in due])
+            self._release(len(due))
 
     # ------------------------------------------------------- internals --
 
     def _deliver(self, outcomes: list[_Outcome]) -> None:
-        """Resolves futures; hands the handlers to the callbacks thread as one job."""
+        """Resolves futures and batches; hands the handlers to the callbacks
+        thread as one job."""
         calls: list[tuple[AckHandler, Ack | None, BaseException | None]] = []
+        members: list[_Outcome] = []
         for entry, ack, error in outcomes:
+            if entry.batch is not None:
+                members.append((entry, ack, error))
+                continue
             future = entry.future
             if future is not None:
                 if error is None:
@@ -377,6 +427,8 @@ class AckWindow:
                     future.set_exception(error)
             if entry.handler is not None:
                 calls.append((entry.handler, ack, error))
+        if members:
+            settle_members(members)
         if calls:
             self._runner.submit(_call_handlers, calls)
 

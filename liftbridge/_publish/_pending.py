@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from liftbridge._core._callbacks import Outcome
 from liftbridge._core._messages import Ack
 from liftbridge._errors import LiftbridgeError
+from liftbridge._publish._batch import Batch, settle_members
 from liftbridge_api import api_pb2
 
 
@@ -42,6 +43,8 @@ class Pending:
     leader: str | None = None  # the partition leader's address when submitted, if known
     suspect: bool = False  # sent while that leader was known to be down
     done: bool = False  # claimed for completion (under Publisher._lock)
+    batch: Batch | None = None  # the publish_many_async batch it settles, if any
+    index: int = 0  # its place in that batch
 
 
 def outcome(pending: Pending, ack: Ack | None, error: LiftbridgeError | None) -> Outcome:
@@ -50,6 +53,24 @@ def outcome(pending: Pending, ack: Ack | None, error: LiftbridgeError | None) ->
     until it sweeps it)."""
     future, pending.future = pending.future, None
     return future, pending.handler if pending.expects_ack else None, ack, error
+
+
+def claimed_outcomes(
+    claimed: list[tuple[Pending, Ack | None, LiftbridgeError | None]],
+) -> list[Outcome]:
+    """:func:`outcome` of each claimed publish, in order, but for those of a
+    ``publish_many_async`` batch: their outcomes go to their batch at once
+    (:func:`settle_members`: SDK code, no user code), with no outcome here."""
+    settled: list[Outcome] = []
+    members = []
+    for claim in claimed:
+        if claim[0].batch is None:
+            settled.append(outcome(*claim))
+        else:
+            members.append(claim)
+    if members:
+        settle_members(members)
+    return settled
 
 
 class Spent:
@@ -73,6 +94,13 @@ class Spent:
         if self._kept:
             with contextlib.suppress(IndexError):  # another publishing thread took the last
                 self._kept.popleft()
+
+    def free(self, count: int) -> None:
+        """:meth:`free_one` for each of ``count`` publishes (a batch's part)."""
+        kept = self._kept
+        with contextlib.suppress(IndexError):  # another publishing thread took the last
+            for _ in range(min(count, len(kept))):
+                kept.popleft()
 
     def clear(self) -> None:
         """Drops everything kept (flush, close): no Future outlives them."""

@@ -10,10 +10,11 @@ Life of a publish:
    blocks until an eighth of the window has freed up (or, at its timeout,
    until any slot has).
 2. gRPC's sender pulls requests from an :class:`~liftbridge._publish._outbox.Outbox`
-   for the current stream generation. A request pulled is "sent": if the
-   stream then breaks before its ack arrives, the publish fails promptly with
-   :class:`ConnectionLostError` (it may or may not be stored; the SDK never
-   re-sends it). Requests still queued when a stream breaks were never sent,
+   for the current stream generation (or, at low rates, the publishing thread
+   writes its request itself: see "Speed"). A request pulled or written is
+   "sent": if the stream then breaks before its ack arrives, the publish
+   fails promptly with :class:`ConnectionLostError` (it may or may not be
+   stored; the SDK never re-sends it). Requests still queued when a stream breaks were never sent,
    and go out on the next stream, in their order: nothing accepted is lost.
 3. The ack (or async error) resolves the publish's Future on the
    ``liftbridge-acks`` thread; a missing ack resolves it with
@@ -33,7 +34,9 @@ Life of a publish:
 
 Speed: every publish crosses three threads (the producer, the stream's
 sender, the acks thread), and under the GIL their per-message work adds up:
-the producer-sender queue is a ``SimpleQueue``; the sender takes the queued
+at low rates the producer writes its own request, saving the sender's
+wake-up (:mod:`liftbridge._publish._sending` says when); at higher ones the
+producer-sender queue is a ``SimpleQueue``; the sender takes the queued
 requests a run at a time (one round of its locks per run), and the acks
 thread the responses one read brought (one round of ``_lock`` and one
 hand-over to the callbacks thread per run); settled Futures are freed by the
@@ -48,12 +51,10 @@ timeout wait for the timer in a deque in deadline order, not a heap.
 from __future__ import annotations
 
 import collections
-import contextlib
 import functools
 import itertools
 import logging
 import os
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -75,9 +76,11 @@ from liftbridge._errors import (
     StreamRefusedError,
     naming,
 )
+from liftbridge._publish._batch_submit import BatchSubmit
 from liftbridge._publish._leaders import LeaderCheck, leader_lost
 from liftbridge._publish._outbox import Outbox
-from liftbridge._publish._pending import Pending, Spent, outcome
+from liftbridge._publish._pending import Pending, Spent, claimed_outcomes
+from liftbridge._publish._sending import DIRECT_BELOW, Sending, Unsent
 from liftbridge._publish._window import Window
 from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
@@ -90,8 +93,6 @@ AckHandler = Callable[[Ack | None, BaseException | None], None]
 _HUNG_AFTER = 2
 """A stream silent for this many ack timeouts while a publish on it times out is given up."""
 _NONE = api_pb2.NONE
-_DRAIN = 16
-"""Requests per run handed to the sender (then "sent"): 16 of up to 4 KiB fit its 64 KiB write."""
 _RUN = 64  # acks read together resolved in one round of the publisher's lock, at most
 _REOPEN_REFRESH = 1.0
 """The deadline of the metadata refresh between a stream breaking and the next
@@ -99,7 +100,7 @@ opening (no publish goes out meanwhile; a broker down or hung can hold up a
 healthy one's FetchMetadata until the caller's deadline, seconds past failover)."""
 
 
-class Publisher:
+class Publisher(Sending, BatchSubmit):
     """Owns the PublishAsync stream of one client. Thread-safe.
 
     Threads: ``liftbridge-acks`` (opens the stream, reads responses, reopens
@@ -141,7 +142,7 @@ class Publisher:
         self._heard_at = 0.0
 
         # Requests not pulled by a sender yet, in order (None: a wake-up call).
-        self._outbox: queue.SimpleQueue[Pending | None] = queue.SimpleQueue()
+        self._outbox = Unsent()
         # _send_lock is held by the one sender pulling from _outbox at a time
         # (a stream's sender and an outdated one may overlap), and guards
         # _carry: requests an outdated sender pulled after its stream broke
@@ -161,7 +162,7 @@ class Publisher:
         # publishes with the default timeout (nearly all) in _in_order, whose
         # deadlines never decrease; those with a timeout of their own one by one.
         self._in_order = timer.ordered(
-            self._expire, wait=ack_wait, compact_at=max(1024, 2 * max_inflight)
+            self._expire, wait=ack_wait, compact_at=max(1024, 2 * max_inflight), lock=self._lock
         )
 
         router.on_broker_down(self._broker_down)
@@ -246,11 +247,17 @@ class Publisher:
             # Every publish gets a deadline: for its ack, or (AckPolicy.NONE) to be sent by.
             pending.deadline = time.monotonic() + wait
             self._pending[correlation_id] = pending
-            self._outbox.put(pending)
-            if wait == self._ack_wait:
-                self._in_order.append(pending)  # in deadline order: under _lock
-                return outcome
-        self._timer.schedule(pending.deadline, functools.partial(self._expire, pending))
+            generation = self._generation
+            direct = self._outbox.idle == generation and len(self._pending) < DIRECT_BELOW
+            if not direct:
+                self._outbox.put(pending)
+            in_order = wait == self._ack_wait
+            if in_order:
+                self._in_order.append(pending)  # in deadline order: under _lock (lent to it)
+        if not in_order:
+            self._timer.schedule(pending.deadline, functools.partial(self._expire, pending))
+        if direct:
+            self._write(pending, generation)
         return outcome
 
     def borrow(self, wait: float) -> None:
@@ -271,49 +278,6 @@ class Publisher:
         """Frees a slot taken by :meth:`borrow`."""
         with self._lock:
             self._window.give()
-
-    def _next_requests(self, generation: int, *, block: bool) -> list[api_pb2.PublishRequest]:
-        """Called by the stream's sender thread: this stream generation's
-        queued requests (up to ``_DRAIN``, in order) under one round of the
-        locks, waiting for one if ``block`` (else [] when none is queued);
-        StopIteration ends an outdated or closed stream."""
-        taken: list[Pending] = []
-        sent: list[Pending] = []
-        outbox, carry = self._outbox, self._carry
-        with self._send_lock:
-            while True:
-                while carry and len(taken) < _DRAIN:
-                    taken.append(carry.popleft())
-                with contextlib.suppress(queue.Empty):
-                    while len(taken) < _DRAIN:
-                        pending = outbox.get_nowait()
-                        if pending is not None:  # None: a wake-up call
-                            taken.append(pending)
-                if not taken and block:
-                    pending = outbox.get()
-                    if pending is not None:
-                        taken.append(pending)
-                        continue  # and whatever else is queued by now
-                with self._handover_lock:
-                    if self._generation != generation or self._closed:
-                        # Pulled too late for this stream: first in line for the next.
-                        carry.extendleft(reversed(taken))
-                        raise StopIteration
-                    for pending in taken:
-                        if pending.done:  # timed out while queued
-                            continue
-                        pending.generation = generation
-                        if pending.leader is not None and self._router.broker_down(pending.leader):
-                            pending.suspect = True
-                            self._leader_check.wake()
-                        sent.append(pending)
-                if sent or not block:
-                    break
-                taken.clear()
-        for pending in sent:
-            if not pending.expects_ack and self._claim(pending):  # AckPolicy.NONE: no answer
-                self._complete(pending, None, None)  # comes; done once handed to the sender
-        return [pending.request for pending in sent]
 
     # ---------------------------------------------------------- completion --
 
@@ -338,7 +302,8 @@ class Publisher:
             self._complete(pending, ack, error)
 
     def _complete(self, pending: Pending, ack: Ack | None, error: LiftbridgeError | None) -> None:
-        self._callbacks.settle(*outcome(pending, ack, error))
+        for settled in claimed_outcomes([(pending, ack, error)]):  # none for a batch's publish
+            self._callbacks.settle(*settled)
 
     def _resolve(self, responses: list[api_pb2.PublishResponse]) -> None:
         """Resolves a run of responses in order, claiming them in one round of ``_lock``."""
@@ -355,7 +320,7 @@ class Publisher:
             outcomes.append((pending, ack, error))
         with self._lock:
             claimed = [claim for claim in outcomes if self._claim_held(claim[0])]
-        settled = [outcome(*claim) for claim in claimed]
+        settled = claimed_outcomes(claimed)  # a batch's publishes settle their batch here
         self._spent.keep(settled)  # for the publishing threads to free; before they resolve
         self._callbacks.settle_run(settled)
 

@@ -49,6 +49,23 @@ class Window:
             self._wait(wait)
         self.used += 1
 
+    def take_some(self, wait: float, want: int) -> int:
+        """Takes up to ``want`` slots (a batch's next part): as many as are
+        free, at least one, waiting as :meth:`take` does while the window
+        is full. Never takes the window past its size.
+
+        Returns:
+            The slots taken.
+
+        Raises:
+            PublishWindowFullError, ClientClosedError: as :meth:`take`.
+        """
+        if self.used >= self.size:
+            self._wait(wait)
+        taken = min(want, self.size - self.used)
+        self.used += taken
+        return taken
+
     def give(self) -> None:
         """Frees a slot taken by :meth:`take`."""
         self.used -= 1

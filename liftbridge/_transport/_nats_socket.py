@@ -217,6 +217,14 @@ class NatsSocket:
             self._idle = False
             self._wake()
 
+    def send_frames(self, items: list[tuple[str, bytes, object]]) -> None:
+        """Queues many ``(subject, frame, entry)`` in order, as
+        :meth:`send_frame` each, in one hand-over (a batch's part)."""
+        self._outbox.extend(items)
+        if self._idle:
+            self._idle = False
+            self._wake()
+
     def drop_unsent(self) -> None:
         """Forgets envelopes not written yet (closing: the owner fails them)."""
         self._outbox.clear()

@@ -28,7 +28,9 @@ from liftbridge._core._deadlines import AckTimer
 from liftbridge._core._metadata import BrokerInfo, PartitionInfo
 from liftbridge._core._retry import DEFAULT_RETRY_POLICY
 from liftbridge._core._router import Deadline, Router
+from liftbridge._publish._outbox import Outbox
 from liftbridge._publish._publisher import Publisher
+from liftbridge._publish._sending import DIRECT_BELOW
 from liftbridge_api import api_pb2
 from tests.unit.fake_router import FakeRpcError
 
@@ -50,17 +52,32 @@ class FakeCall:
 
     def _consume(self) -> None:
         for request in self._requests:
+            gate = self.server.gates.get(request.correlationId)
+            if gate is not None:  # the sender is held up with this request in hand
+                gate.wait(5)
             if self._broken:
                 self.server.dropped.append(request.correlationId)
                 return
-            self.received.append(request)
-            self.server.log.append(request.correlationId)
-            if request.ackPolicy == api_pb2.NONE:
-                continue
-            if self.server.ack:
-                self.ack(request)
-            elif self.server.hold:
-                self.server.held.put((self, request))
+            self._take_in(request)
+
+    def _take_in(self, request: api_pb2.PublishRequest) -> None:
+        self.received.append(request)
+        self.server.log.append(request.correlationId)
+        if request.ackPolicy == api_pb2.NONE:
+            return
+        if self.server.ack:
+            self.ack(request)
+        elif self.server.hold:
+            self.server.held.put((self, request))
+
+    def write_now(self, request: api_pb2.PublishRequest) -> bool:
+        """A request written by the publishing thread, as the HTTP/2 call
+        takes it (unless ``server.direct`` is off, as when its window is short)."""
+        if self._broken or not self.server.direct:
+            return False
+        self.server.writers.append(threading.current_thread().name)
+        self._take_in(request)
+        return True
 
     def ack(self, request: api_pb2.PublishRequest) -> None:
         self._responses.put(self.ack_for(request))
@@ -140,6 +157,9 @@ class FakeServer:
         self.calls: list[FakeCall] = []
         self.log: list[str] = []
         self.dropped: list[str] = []
+        self.direct = True  # calls take requests the publishing thread writes (write_now)
+        self.writers: list[str] = []  # the threads that wrote with write_now, one per request
+        self.gates: dict[str, threading.Event] = {}  # the sender waits on one before its request
         # Partition leaders: stream -> address; brokers known down; what a
         # metadata refresh names as the leader (stream -> address, "" = none).
         self.leaders: dict[str, str] = {}
@@ -766,3 +786,117 @@ def test_a_leader_back_up_while_the_metadata_is_fetched_keeps_its_publishes() ->
     for future in kept:
         assert future.result(timeout=5) is not None
     p.close(_soon())
+
+
+def _until_idle(p: Publisher) -> None:
+    """Waits (bounded) until the stream's sender waits with nothing in hand."""
+    deadline = time.monotonic() + 5
+    while p._outbox.idle != p._generation:
+        assert time.monotonic() < deadline, "the sender never went idle"
+        time.sleep(0.005)
+
+
+def test_at_low_rates_the_publishing_thread_writes_and_never_overtakes_a_queued_publish() -> None:
+    server = FakeServer()
+    server.ack = False
+    p = make(server, ack_wait=30.0)
+    p.submit(request(0), None, None)  # the stream opens: queued for its sender
+    _until_idle(p)
+    p.submit(request(1), None, None)
+    assert server.writers == [threading.current_thread().name]  # written on this thread
+    assert server.log == ["c0", "c1"]  # at once, before submit returned
+
+    gate = server.gates["c2"] = threading.Event()
+    server.direct = False  # the windows do not take it: c2 goes to the sender after all,
+    p.submit(request(2), None, None)  # which holds it at the gate, unwritten
+    server.direct = True
+    p.submit(request(3), None, None)  # a request is queued and unwritten: these wait their turn
+    p.submit(request(4), None, None)
+    assert len(server.writers) == 1
+    gate.set()
+    _until_idle(p)
+    assert server.log == [f"c{i}" for i in range(5)]
+    none = p.submit(request(5, api_pb2.NONE), None, None)
+    assert none.result(timeout=5) is None  # AckPolicy.NONE, written: resolved
+    assert len(server.writers) == 2
+    p.close(_soon())
+
+
+def test_with_many_publishes_in_flight_the_sender_writes_them() -> None:
+    server = FakeServer()
+    server.ack = False
+    p = make(server, ack_wait=30.0)
+    p.submit(request(0), None, None)
+    _until_idle(p)
+    for i in range(1, 3 * DIRECT_BELOW):
+        p.submit(request(i), None, None)
+    # Written here while fewer than DIRECT_BELOW were in flight (c0 and itself
+    # included), then queued for the sender, in order.
+    assert len(server.writers) == DIRECT_BELOW - 2
+    _until_idle(p)
+    assert server.log == [f"c{i}" for i in range(3 * DIRECT_BELOW)]
+    p.close(_soon())
+
+
+class _IdleCall:
+    """A PublishAsync call whose sender is the test itself: it hands the
+    request iterator out and reads nothing until cancelled."""
+
+    def __init__(self) -> None:
+        self.cancelled = threading.Event()
+
+    def __iter__(self) -> Iterator[api_pb2.PublishResponse]:
+        self.cancelled.wait(10)
+        return iter(())
+
+    def next_ready(self) -> None:
+        return None
+
+    def cancel(self) -> bool:
+        self.cancelled.set()
+        return True
+
+
+class _HandOutServer(FakeServer):
+    """Gives the test the Outbox a stream's sender would iterate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outboxes: queue.SimpleQueue[Iterator[api_pb2.PublishRequest]] = queue.SimpleQueue()
+
+    def open_stream(  # type: ignore[override]
+        self, method: str, requests: Iterator[api_pb2.PublishRequest], **_: object
+    ) -> tuple[str, _IdleCall]:
+        self.outboxes.put(requests)
+        return "fake:1", _IdleCall()
+
+
+def test_a_sender_that_looked_just_before_close_ends_its_stream_after_it() -> None:
+    """The sender asked for ready requests (none) just before close(); the
+    wake-up close() queues is then the first thing its next blocking wait
+    takes. That wait must end the stream, not block for a request that can
+    never come (the sender thread outlived Client.close())."""
+    server = _HandOutServer()
+    p = make(server)
+    p.submit(request(1, api_pb2.NONE), None, None)
+    outbox = cast(Outbox, server.outboxes.get(timeout=5))
+    assert next(outbox).correlationId == "c1"
+    assert outbox.next_ready() is None  # nothing queued, not closed yet
+    p.close(_soon())
+    ended: queue.SimpleQueue[str] = queue.SimpleQueue()
+
+    def sender() -> None:
+        try:
+            next(outbox)
+            ended.put("a request")
+        except StopIteration:
+            ended.put("stopped")
+
+    thread = threading.Thread(target=sender, daemon=True, name="test-sender")
+    thread.start()
+    try:
+        assert ended.get(timeout=5) == "stopped"
+    finally:
+        server.outboxes.put(iter(()))  # nothing more to hand out
+        p._outbox.put(None)  # frees the sender should it still wait (the old defect)
+        thread.join(5)

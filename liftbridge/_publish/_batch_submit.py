@@ -1,0 +1,151 @@
+"""A ``publish_many_async`` batch on the client's PublishAsync stream.
+
+:class:`BatchSubmit` is the :class:`~liftbridge._publish._publisher.Publisher`'s
+batch entry point: a batch's requests, built and checked by
+:meth:`~liftbridge._publish._publishing.Publishing.publish_batch`, become
+pending publishes in one loop and enter the in-flight window a part at a
+time: as many as the window has room for (at least one, waiting as a
+single publish waits while it is full), registered, queued for the sender
+and given their ack deadline under one round of the publisher's lock per
+part. From there each is a publish like any other (sent, resent never,
+failed by a broken stream, a leader lost, its deadline or close), except
+that its outcome goes to its :class:`~liftbridge._publish._batch.Batch`
+(settled on the thread that resolves it: no handler call per message on
+``liftbridge-callbacks``).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from liftbridge._core._deadlines import AckTimer, OrderedDeadlines
+from liftbridge._core._router import Router
+from liftbridge._errors import ClientClosedError, LiftbridgeError
+from liftbridge._publish._batch import Batch
+from liftbridge._publish._pending import Pending, Spent
+from liftbridge._publish._sending import Unsent
+from liftbridge._publish._window import Window
+from liftbridge_api import api_pb2
+
+
+class BatchSubmit:
+    """``submit_many``, for the Publisher (whose state it uses, under its lock)."""
+
+    _router: Router
+    _timer: AckTimer
+    _ack_wait: float
+    _lock: threading.Lock
+    _window: Window
+    _pending: dict[str, Pending]
+    _closed: bool
+    _threads_started: bool
+    _dispatcher: threading.Thread
+    _outbox: Unsent  # its put ends producers' own writes (see _sending.py)
+    _in_order: OrderedDeadlines[Any]
+    _spent: Spent
+    _expire: Callable[[Pending], None]
+
+    def submit_many(
+        self,
+        requests: list[api_pb2.PublishRequest],
+        batch: Batch,
+        timeout: float | None,
+        *,
+        one_partition: bool,
+    ) -> None:
+        """Queues a batch's publishes (requests with their correlation ids,
+        each expecting an ack), in order, each settling ``batch`` with its
+        index.
+
+        Args:
+            requests: the checked requests (at least one) of one stream, in
+                the order of the values.
+            batch: gathers their outcomes.
+            timeout: ack timeout of each (from when it enters the window) and
+                the longest wait for room in a full window; None for ``ack_wait``.
+            one_partition: all go to the first one's partition (its leader
+                is looked up once).
+
+        Raises:
+            ClientClosedError: the publisher is closed.
+            PublishWindowFullError: no window slot freed up within the
+                timeout. Either way the part already admitted stays (sent).
+        """
+        wait = self._ack_wait if timeout is None else timeout
+        first = requests[0]
+        leader_address, stream = self._router.leader_address, first.stream
+        # partition -> its leader's address, when they may differ
+        leaders: dict[int, str | None] | None = None if one_partition else {}
+        leader = leader_address(stream, first.partition)
+        pendings = []
+        for index, request in enumerate(requests):
+            if leaders is not None:
+                partition = request.partition
+                if partition not in leaders:
+                    leaders[partition] = leader_address(stream, partition)
+                leader = leaders[partition]
+            pendings.append(
+                Pending(
+                    request.correlationId,
+                    request,
+                    None,
+                    None,
+                    True,
+                    0.0,
+                    -1,
+                    leader,
+                    False,
+                    False,
+                    batch,
+                    index,
+                )
+            )
+        start, count = 0, len(pendings)
+        in_order = wait == self._ack_wait
+        while start < count:
+            try:
+                end = self._admit_part(pendings, start, wait)
+            except LiftbridgeError as error:  # closed, or the window stayed full
+                batch.fail_rest(start, error)
+                raise
+            if not in_order:
+                part = pendings[start:end]
+                self._timer.schedule(
+                    part[0].deadline, functools.partial(_expire_each, self._expire, part)
+                )
+            self._spent.free(end - start)
+            start = end
+
+    def _admit_part(self, pendings: list[Pending], start: int, wait: float) -> int:
+        """Admits ``pendings[start:]`` as far as the window has room (at
+        least one, waiting while it is full), in one round of the lock;
+        returns the index after the last one admitted."""
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("the client is closed; the publish was not sent")
+            end = start + self._window.take_some(wait, len(pendings) - start)
+            if not self._threads_started:
+                self._threads_started = True
+                self._dispatcher.start()
+            deadline = time.monotonic() + wait
+            registered, put, part = self._pending, self._outbox.put, pendings[start:end]
+            for pending in part:
+                pending.deadline = deadline
+                registered[pending.correlation_id] = pending
+                put(pending)
+            if wait == self._ack_wait:
+                append = self._in_order.append  # in deadline order: under _lock
+                for pending in part:
+                    append(pending)
+        return end
+
+
+def _expire_each(expire: Callable[[Pending], None], part: list[Pending]) -> None:
+    """On liftbridge-ack-timer: a part of a batch with a timeout of its own
+    reached its deadline (one timer entry per part, not per message)."""
+    for pending in part:
+        expire(pending)

@@ -1,0 +1,157 @@
+"""The sending side of the PublishAsync stream, for the
+:class:`~liftbridge._publish._publisher.Publisher` (whose state it uses).
+
+Producers queue their publishes in order; the stream's sender (gRPC's, or
+``liftbridge-h2-send``) pulls them a run at a time through the stream
+generation's :class:`~liftbridge._publish._outbox.Outbox`, and each
+request pulled is "sent". Requests an outdated sender pulled after its
+stream broke are carried over, first in line for the next stream.
+
+A producer may write its own request instead (``_write``), saving the
+sender's wake-up, which at low rates is a thread hop per publish: only
+while the sender waits for a request with everything it took written and
+nothing queued (:attr:`Unsent.idle`: queueing anything ends it, so
+nothing queued before goes after), fewer than
+:data:`DIRECT_BELOW` publishes are in flight (at higher rates the sender's
+runs carry many requests per write: fewer writes for both sides), and the
+stream takes the request at once (``Stream.write_now``: the SDK's own
+HTTP/2 call when its flow-control windows have room; grpcio's never).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import queue
+import threading
+from collections.abc import Callable
+
+from liftbridge._core._messages import Ack
+from liftbridge._core._router import Router
+from liftbridge._errors import LiftbridgeError
+from liftbridge._publish._leaders import LeaderCheck
+from liftbridge._publish._pending import Pending
+from liftbridge._transport._stream import Stream
+from liftbridge_api import api_pb2
+
+_DRAIN = 16
+"""Requests per run handed to the sender (then "sent"): 16 of up to 4 KiB fit its 64 KiB write."""
+DIRECT_BELOW = 16
+"""A producer writes its own request only while fewer publishes than this
+are in flight: then a sender's run would carry it alone anyway."""
+
+
+class Unsent:
+    """The publishes queued for the sender, in order (None: a wake-up call
+    that makes it look at the stream's state), and whether it waits with
+    nothing in hand. Producers put under the publisher's ``_lock``."""
+
+    __slots__ = ("_queue", "empty", "get", "get_nowait", "idle")
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Pending | None] = queue.SimpleQueue()
+        self.get = self._queue.get
+        self.get_nowait = self._queue.get_nowait
+        self.empty = self._queue.empty
+        # The generation whose sender waits for a request with everything it
+        # took written and nothing queued (set under the publisher's _lock);
+        # -1: none. While it is the stream's, producers may write their own.
+        self.idle = -1
+
+    def put(self, pending: Pending | None) -> None:
+        """Queues a publish (or a wake-up): producers write no more of their
+        own until the sender has caught up with it."""
+        self.idle = -1
+        self._queue.put(pending)
+
+
+class Sending:
+    """Queueing, the sender's runs and producers' own writes. Lock order:
+    ``_send_lock``, ``_handover_lock``, ``_lock``."""
+
+    _router: Router
+    _leader_check: LeaderCheck[Pending]
+    _lock: threading.Lock  # the publisher's: guards _generation, _closed, _pending
+    _handover_lock: threading.Lock
+    _send_lock: threading.Lock  # held by the one sender pulling; guards _carry
+    _outbox: Unsent
+    _carry: collections.deque[Pending]
+    _generation: int
+    _closed: bool
+    _call: Stream[api_pb2.PublishResponse] | None
+    _claim: Callable[[Pending], bool]
+    _complete: Callable[[Pending, Ack | None, LiftbridgeError | None], None]
+
+    def _next_requests(self, generation: int, *, block: bool) -> list[api_pb2.PublishRequest]:
+        """Called by the stream's sender thread: this stream generation's
+        queued requests (up to ``_DRAIN``, in order) under one round of the
+        locks, waiting for one if ``block`` (else [] when none is queued);
+        StopIteration ends an outdated or closed stream."""
+        taken: list[Pending] = []
+        sent: list[Pending] = []
+        outbox, carry = self._outbox, self._carry
+        with self._send_lock:
+            while True:
+                while carry and len(taken) < _DRAIN:
+                    taken.append(carry.popleft())
+                woken = False  # a wake-up call (None) was taken: look before waiting
+                with contextlib.suppress(queue.Empty):
+                    while len(taken) < _DRAIN:
+                        pending = outbox.get_nowait()
+                        if pending is None:
+                            woken = True
+                        else:
+                            taken.append(pending)
+                if not taken and block and not woken:
+                    with self._lock:  # all taken is written: producers may write their own
+                        if outbox.empty():
+                            outbox.idle = generation
+                    pending = outbox.get()
+                    if pending is not None:
+                        taken.append(pending)
+                        continue  # and whatever else is queued by now
+                with self._handover_lock:
+                    if self._generation != generation or self._closed:
+                        # Pulled too late for this stream: first in line for the next.
+                        carry.extendleft(reversed(taken))
+                        raise StopIteration
+                    for pending in taken:
+                        if pending.done:  # timed out while queued
+                            continue
+                        self._mark_sent(pending, generation)
+                        sent.append(pending)
+                if sent or not block:
+                    break
+                taken.clear()
+        for pending in sent:
+            if not pending.expects_ack and self._claim(pending):  # AckPolicy.NONE: no answer
+                self._complete(pending, None, None)  # comes; done once handed to the sender
+        return [pending.request for pending in sent]
+
+    def _mark_sent(self, pending: Pending, generation: int) -> None:  # _handover_lock held
+        pending.generation = generation
+        if pending.leader is not None and self._router.broker_down(pending.leader):
+            pending.suspect = True  # sent to a leader known down: liftbridge-leader-check decides
+            self._leader_check.wake()
+
+    def _write(self, pending: Pending, generation: int) -> None:
+        """Writes a publish on the producer's thread, the sender of
+        ``generation`` waiting with everything it took written and nothing
+        queued (so nothing queued before it goes after it), when the stream's
+        flow-control windows take it at once; else queues it for the sender."""
+        with self._handover_lock:  # the stream cannot break nor the publish time out meanwhile
+            call = self._call
+            written = (
+                call is not None
+                and self._generation == generation
+                and not self._closed
+                and not pending.done
+                and call.write_now(pending.request)
+            )
+            if written:
+                self._mark_sent(pending, generation)
+        if not written:
+            with self._lock:
+                self._outbox.put(pending)
+        elif not pending.expects_ack and self._claim(pending):  # AckPolicy.NONE: done
+            self._complete(pending, None, None)

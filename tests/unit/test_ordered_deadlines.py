@@ -1,0 +1,65 @@
+"""The ack timer's in-order queue (:meth:`AckTimer.ordered`) on a lock lent by
+its owner: appending under the owner's lock takes no lock of its own, and the
+timer looks at the queue under the owner's lock."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from liftbridge._core._deadlines import AckTimer
+
+TIMEOUT = 5.0
+
+
+@dataclass(eq=False)
+class _Due:
+    deadline: float
+    done: bool = False
+
+
+class _OwnerLock:
+    """A lock that names every thread that took it and refuses to be taken
+    again by the thread holding it (a plain Lock would hang there)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holder: int | None = None
+        self.takers: set[str] = set()
+
+    def __enter__(self) -> bool:
+        if self._holder == threading.get_ident():
+            raise AssertionError("the lock was taken again by the thread holding it")
+        self._lock.acquire()
+        self._holder = threading.get_ident()
+        self.takers.add(threading.current_thread().name)
+        return True
+
+    def __exit__(self, *exc: object) -> None:
+        self._holder = None
+        self._lock.release()
+
+
+def test_a_queue_on_a_lent_lock_appends_under_it_and_is_expired_under_it() -> None:
+    lock = _OwnerLock()
+    expired: list[_Due] = []
+    seen = threading.Event()
+
+    def expire(item: _Due) -> None:
+        expired.append(item)
+        seen.set()
+
+    timer = AckTimer()
+    queue = timer.ordered(expire, wait=60.0, lock=lock)
+    try:
+        gone, due = _Due(0.0, done=True), _Due(time.monotonic() - 1.0)
+        with lock:  # as its owner appends: holding the lock it lent
+            queue.append(gone)
+            queue.append(due)
+        assert seen.wait(TIMEOUT)
+        assert expired == [due]  # the resolved one dropped, the due one expired once
+        assert "liftbridge-ack-timer" in lock.takers  # the timer looked under the owner's lock
+        assert len(queue) == 0
+    finally:
+        timer.close(time.monotonic() + TIMEOUT)
