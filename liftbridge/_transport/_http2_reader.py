@@ -92,6 +92,16 @@ DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024
 """grpcio's default limit on a received message, and the client's."""
 
 
+_NOT_PLAIN = PADDED | END_STREAM
+"""DATA flags that take a frame off :meth:`FrameReader._frames`' own loop."""
+
+
+def _past_window() -> StreamError:
+    return connection_error(
+        FLOW_CONTROL_ERROR, "the server sent past the receive window we granted"
+    )
+
+
 def connection_error(code: int, details: str, status: grpc.StatusCode | None = None) -> StreamError:
     """A protocol violation by the peer that ends the whole connection: a
     GOAWAY with ``code`` goes back; the call fails with INTERNAL (gRPC's
@@ -184,8 +194,9 @@ class FrameReader(Generic[T]):
         self._continuing = False  # the last frame was HEADERS/CONTINUATION without END_HEADERS
         self._block_end_stream = False
         self._headers_seen = False
-        self._unacked = 0  # DATA bytes read since the windows were last reopened
-        self._window = RECEIVE_WINDOW  # what the peer may still send us (stream = connection)
+        # What the peer may still send us (stream = connection); what it sent
+        # since the windows were last reopened is RECEIVE_WINDOW minus this.
+        self._window = RECEIVE_WINDOW
         self._decoder = hpack.Decoder()
         self._decoder.max_header_list_size = MAX_HEADER_LIST
 
@@ -194,7 +205,9 @@ class FrameReader(Generic[T]):
 
         Responses are sliced out as ``bytes`` (protobuf parses those several
         times faster than memoryviews) and parsed as their frame is read, so
-        the ones before a frame ending the call come out.
+        the ones before a frame ending the call come out. A frame begun in an
+        earlier read is completed from the start of ``data`` and read alone:
+        the rest of ``data`` is read where it lies, never copied behind it.
 
         Raises:
             StreamError: the peer broke the protocol (``goaway`` set: a
@@ -206,11 +219,19 @@ class FrameReader(Generic[T]):
         if len(rest) + len(data) < self._need:  # still no whole frame: keep it
             rest += data
             return
-        if rest:
-            data = b"".join((rest, data))
-            rest.clear()
         try:
-            self._frames(data)
+            pos = 0
+            while rest and not self.ended:  # its head first, then (its size known) its body
+                take = self._need - len(rest)
+                rest += data[pos : pos + take]
+                pos += take
+                if len(rest) < self._need:
+                    return
+                self._rest = bytearray()
+                self._frames(bytes(rest), 0)
+                rest = self._rest
+            if not self.ended:
+                self._frames(data, pos)
         except StreamError as e:
             self._end(e)
             raise
@@ -227,15 +248,25 @@ class FrameReader(Generic[T]):
             self._body = bytearray()
             self._block = bytearray()
 
-    def _frames(self, data: bytes) -> None:
-        pos, end, need = 0, len(data), FRAME_HEAD.size
-        body, parse, ready = self._body, self._parse, self.ready.append
+    def _frames(self, data: bytes, pos: int) -> None:
+        """Reads the whole frames of ``data`` from ``pos``; keeps the start of
+        a frame not wholly there in ``_rest`` (empty on entry).
+
+        Most frames are DATA on our stream between the response headers and
+        the trailers, each starting with a whole message (the server sends a
+        message per frame): those are read by the loop itself, their checks
+        on locals (the receive window included). Every other frame goes
+        through :meth:`_frame`, which checks what it may be and do.
+        """
+        end, need = len(data), FRAME_HEAD.size
+        parse, ready = self._parse, self.ready.append
         head, prefix, limit = FRAME_HEAD.unpack_from, MESSAGE_PREFIX.unpack_from, self._max_message
+        window = self._window
+        plain = self._plain()
         try:
-            while end - pos >= 9 and not self.ended:
+            while end - pos >= 9:
                 word, flags, stream = head(data, pos)
-                size, kind = word >> 8, word & 0xFF
-                stream &= 0x7FFF_FFFF
+                size = word >> 8
                 if size > MAX_FRAME_IN:
                     raise connection_error(
                         FRAME_SIZE_ERROR,
@@ -247,50 +278,74 @@ class FrameReader(Generic[T]):
                     need = stop - pos  # its head was checked: wait for the whole frame
                     break
                 pos = stop
-                if self._continuing and (kind != CONTINUATION or stream != STREAM):
-                    raise connection_error(
-                        PROTOCOL_ERROR, f"a frame of type {kind} inside a header block"
-                    )
-                if kind != DATA:
-                    self._control(kind, flags, stream, data[start:stop])
+                if not (
+                    plain and word & 0xFF == DATA and stream == STREAM and not flags & _NOT_PLAIN
+                ):
+                    self._window = window
+                    self._frame(word & 0xFF, flags, stream & 0x7FFF_FFFF, data, start, stop)
+                    window = self._window
+                    if self.ended:
+                        break
+                    plain = self._plain()
                     continue
-                self._data_allowed(stream, size)
-                if flags & PADDED:
-                    if size < 1 or data[start] >= size:
-                        raise connection_error(PROTOCOL_ERROR, "DATA padding past its frame")
-                    stop -= data[start]
-                    start += 1
-                if not body:  # the usual case: messages parsed straight from the frame
-                    while stop - start >= 5:
-                        compressed, length = prefix(data, start)
-                        if length > limit:
-                            raise self._too_large(length)
-                        if stop - start - 5 < length:
-                            break
-                        if compressed:
-                            raise compressed_error()
-                        start += 5 + length
-                        ready(parse(data[start - length : start]))
+                window -= size
+                if window < 0:
+                    raise _past_window()
+                while stop - start >= 5:
+                    compressed, length = prefix(data, start)
+                    if length > limit:
+                        raise self._too_large(length)
+                    if stop - start - 5 < length:
+                        break
+                    if compressed:
+                        raise compressed_error()
+                    start += 5 + length
+                    ready(parse(data[start - length : start]))
                 if start < stop:  # part of a message: gathered until it is whole
-                    body += data[start:stop]
+                    self._body += data[start:stop]
                     self._messages()
-                if flags & END_STREAM:
-                    self._end(
-                        StreamError(
-                            grpc.StatusCode.INTERNAL, "the stream ended without a gRPC status"
-                        )
-                    )
+                    plain = not self._body
         finally:
             if not self.ended:
+                self._window = window
                 self._rest += memoryview(data)[pos:]
                 self._need = need
-        if self._unacked >= REOPEN_AT and not self.ended:
-            self._window += self._unacked
-            increment = self._unacked.to_bytes(4, "big")
-            self._unacked = 0
+        unacked = RECEIVE_WINDOW - self._window
+        if unacked >= REOPEN_AT and not self.ended:
+            self._window = RECEIVE_WINDOW
+            increment = unacked.to_bytes(4, "big")
             self._reply(
                 frame_bytes(WINDOW_UPDATE, 0, 0, increment)
                 + frame_bytes(WINDOW_UPDATE, 0, STREAM, increment)
+            )
+
+    def _plain(self) -> bool:
+        """Whether a DATA frame on our stream may be read by :meth:`_frames`'
+        own loop: the response headers came, no header block is open, no
+        message is part-gathered."""
+        return self._headers_seen and not self._continuing and not self._body and not self.ended
+
+    def _frame(
+        self, kind: int, flags: int, stream: int, data: bytes, start: int, stop: int
+    ) -> None:
+        """Checks and handles one frame other than a plain DATA frame."""
+        if self._continuing and (kind != CONTINUATION or stream != STREAM):
+            raise connection_error(PROTOCOL_ERROR, f"a frame of type {kind} inside a header block")
+        if kind != DATA:
+            self._control(kind, flags, stream, data[start:stop])
+            return
+        self._data_allowed(stream, stop - start)
+        if flags & PADDED:
+            if stop == start or data[start] >= stop - start:
+                raise connection_error(PROTOCOL_ERROR, "DATA padding past its frame")
+            stop -= data[start]
+            start += 1
+        if start < stop:
+            self._body += data[start:stop]
+            self._messages()
+        if flags & END_STREAM:
+            self._end(
+                StreamError(grpc.StatusCode.INTERNAL, "the stream ended without a gRPC status")
             )
 
     def _data_allowed(self, stream: int, size: int) -> None:
@@ -300,10 +355,7 @@ class FrameReader(Generic[T]):
             raise connection_error(PROTOCOL_ERROR, "DATA before the response headers")
         self._window -= size
         if self._window < 0:
-            raise connection_error(
-                FLOW_CONTROL_ERROR, "the server sent past the receive window we granted"
-            )
-        self._unacked += size
+            raise _past_window()
 
     def _too_large(self, length: int) -> StreamError:
         return StreamError(

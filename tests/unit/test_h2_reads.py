@@ -5,6 +5,7 @@ socket pair, the records then cut as a socket could deliver them)."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import socket
 import ssl
@@ -17,10 +18,21 @@ from dataclasses import dataclass
 import pytest
 import trustme
 
+from chaos import fuzz_http2
 from liftbridge._transport._http2 import Http2Call
+from liftbridge._transport._http2_reader import REOPEN_AT, FrameReader, PeerWindows
 from liftbridge._transport._http2_tls import _PLAIN_BUFFER, TlsLayer, TlsSettings
 from liftbridge_api import api_pb2
-from tests.unit.h2_peer import DATA, STREAM, WAIT, Peer, frame, grpc_message
+from tests.unit.h2_peer import (
+    DATA,
+    PADDED,
+    STREAM,
+    WAIT,
+    WINDOW_UPDATE,
+    Peer,
+    frame,
+    grpc_message,
+)
 
 
 @dataclass
@@ -179,3 +191,58 @@ def test_small_reads_allocate_no_read_sized_object_each() -> None:
         call.cancel()
         peer.close()
         listener.close()
+
+
+def _reader(replies: list[bytes]) -> FrameReader[int]:
+    """A reader past the server's SETTINGS and headers; responses parse to their size."""
+    reader: FrameReader[int] = FrameReader(
+        len,
+        max_message=1 << 20,
+        windows=PeerWindows(),
+        flow=threading.Condition(),
+        reply=replies.append,
+    )
+    reader.feed(fuzz_http2.head())
+    replies.clear()  # the SETTINGS ack
+    return reader
+
+
+def test_a_read_completing_an_earlier_frame_is_not_copied_behind_it() -> None:
+    """The frame a read cut is completed from the next read's start and read
+    alone; the rest of that read is parsed where it lies (joining the two
+    copied every byte a second time)."""
+    reader = _reader([])
+    one = frame(DATA, 0, STREAM, grpc_message(b"m" * 1000))
+    data = one * 200
+    first, second = data[:500], data[500:]  # half a frame, then the rest
+    reader.feed(first)
+    tracemalloc.start()
+    try:
+        reader.feed(second)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert list(reader.ready) == [1000] * 200
+    assert peak < len(data) // 4, peak
+
+
+def test_the_windows_reopen_by_every_data_byte_read_padding_included() -> None:
+    """DATA frames read by the reader's own loop and padded ones (checked
+    apart) count alike: once REOPEN_AT bytes came, both windows reopen by
+    exactly what came (RFC 9113 §6.9.1: the whole frame payload counts)."""
+    replies: list[bytes] = []
+    reader = _reader(replies)
+    plain = frame(DATA, 0, STREAM, grpc_message(b"p" * 16_000))
+    padded = frame(DATA, PADDED, STREAM, bytes((200,)) + grpc_message(b"q" * 10_000) + bytes(200))
+    sent = 0
+    for one in itertools.cycle((plain, padded)):
+        reader.feed(one)
+        sent += len(one) - 9
+        if sent >= REOPEN_AT:
+            break
+    assert not reader.ended
+    assert reader.ready.count(16_000) + reader.ready.count(10_000) == len(reader.ready)
+    increment = sent.to_bytes(4, "big")
+    assert replies == [
+        frame(WINDOW_UPDATE, 0, 0, increment) + frame(WINDOW_UPDATE, 0, STREAM, increment)
+    ]
