@@ -80,7 +80,7 @@ from liftbridge._publish._batch_submit import BatchSubmit
 from liftbridge._publish._leaders import LeaderCheck, leader_lost
 from liftbridge._publish._outbox import Outbox
 from liftbridge._publish._pending import Pending, Spent, claimed_outcomes
-from liftbridge._publish._sending import DIRECT_BELOW, Sending, Unsent
+from liftbridge._publish._sending import Sending, Unsent
 from liftbridge._publish._window import Window
 from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
@@ -143,6 +143,7 @@ class Publisher(Sending, BatchSubmit):
 
         # Requests not pulled by a sender yet, in order (None: a wake-up call).
         self._outbox = Unsent()
+        self._last_submit = 0.0  # time.monotonic() of the last publish submitted
         # _send_lock is held by the one sender pulling from _outbox at a time
         # (a stream's sender and an outdated one may overlap), and guards
         # _carry: requests an outdated sender pulled after its stream broke
@@ -245,10 +246,11 @@ class Publisher(Sending, BatchSubmit):
                 self._threads_started = True
                 self._dispatcher.start()
             # Every publish gets a deadline: for its ack, or (AckPolicy.NONE) to be sent by.
-            pending.deadline = time.monotonic() + wait
+            now = time.monotonic()
+            pending.deadline = now + wait
             self._pending[correlation_id] = pending
             generation = self._generation
-            direct = self._outbox.idle == generation and len(self._pending) < DIRECT_BELOW
+            direct = self._direct(generation, now)
             if not direct:
                 self._outbox.put(pending)
             in_order = wait == self._ack_wait

@@ -8,14 +8,15 @@ request pulled is "sent". Requests an outdated sender pulled after its
 stream broke are carried over, first in line for the next stream.
 
 A producer may write its own request instead (``_write``), saving the
-sender's wake-up, which at low rates is a thread hop per publish: only
-while the sender waits for a request with everything it took written and
-nothing queued (:attr:`Unsent.idle`: queueing anything ends it, so
-nothing queued before goes after), fewer than
-:data:`DIRECT_BELOW` publishes are in flight (at higher rates the sender's
-runs carry many requests per write: fewer writes for both sides), and the
-stream takes the request at once (``Stream.write_now``: the SDK's own
-HTTP/2 call when its flow-control windows have room; grpcio's never).
+sender's wake-up, which at moderate rates is a thread hop per publish:
+only while the sender waits for a request with everything it took written
+and nothing queued (:attr:`Unsent.idle`: queueing anything ends it, so
+nothing queued before goes after), when no run would form anyway
+(:meth:`Sending._direct`: nothing else in flight, or the publishing threads
+paused since the last publish; in a burst the sender's runs carry many
+requests per write: fewer writes for both sides), and when the stream takes
+the request at once (``Stream.write_now``: the SDK's own HTTP/2 call when
+its flow-control windows have room; grpcio's never).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import collections
 import contextlib
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 from liftbridge._core._messages import Ack
@@ -37,12 +39,18 @@ from liftbridge_api import api_pb2
 _DRAIN = 16
 """Requests per run handed to the sender (then "sent"): 16 of up to 4 KiB fit its 64 KiB write."""
 DIRECT_BELOW = 2
-"""A producer writes its own request only while fewer publishes than this
-are in flight (itself included): with none before it, a sender's run would
-carry it alone anyway; with any, it may be one of a burst (a window's worth
-after its acks came in one read), which the sender writes in one go. With 16,
-a window of 32 wrote 0.4 requests per message one by one: more client and
-server CPU per message."""
+"""A producer may write its own request while fewer publishes than this are
+in flight (itself included), however soon after the last: with none before
+it, a sender's run would carry it alone."""
+BURST_GAP = 50e-6
+"""Seconds: a publish submitted this soon after the one before is part of a
+burst (a loop publishing back to back, or a window's worth after its acks
+came in one read), which the sender writes a run at a time, one write for
+many requests (written one by one, a window of 32 cost 0.4 writes per
+message: more client and server CPU). One further apart is written by its
+own thread when the sender is idle: the sender, taking tens of
+microseconds to wake under the GIL, would carry it alone, and its wake-up
+costs more CPU than the write. (10,000 msgs/s evenly paced: 100 us apart.)"""
 
 
 class Unsent:
@@ -79,9 +87,14 @@ class Sending:
     _handover_lock: threading.Lock
     _send_lock: threading.Lock  # held by the one sender pulling; guards _carry
     _outbox: Unsent
+    # time.monotonic() the last publish was submitted (under _lock), or its
+    # own thread wrote it (after the write, without a lock: a race between
+    # producers only moves when one publish counts as apart from the last).
+    _last_submit: float
     _carry: collections.deque[Pending]
     _generation: int
     _closed: bool
+    _pending: dict[str, Pending]
     _call: Stream[api_pb2.PublishResponse] | None
     _claim: Callable[[Pending], bool]
     _complete: Callable[[Pending, Ack | None, LiftbridgeError | None], None]
@@ -138,6 +151,18 @@ class Sending:
             pending.suspect = True  # sent to a leader known down: liftbridge-leader-check decides
             self._leader_check.wake()
 
+    def _direct(self, generation: int, now: float) -> bool:  # _lock held
+        """Whether the producer submitting a publish at ``now`` (with it in
+        ``_pending``) writes it on its own thread: the sender of
+        ``generation`` is idle, and no run would form: nothing else in
+        flight, or the publishing threads were away :data:`BURST_GAP` or
+        more since the last publish (since its write, if they wrote it: a
+        loop publishing back to back is a burst however long a write takes)."""
+        last, self._last_submit = self._last_submit, now
+        return self._outbox.idle == generation and (
+            now - last >= BURST_GAP or len(self._pending) < DIRECT_BELOW
+        )
+
     def _write(self, pending: Pending, generation: int) -> None:
         """Writes a publish on the producer's thread, the sender of
         ``generation`` waiting with everything it took written and nothing
@@ -154,6 +179,7 @@ class Sending:
             )
             if written:
                 self._mark_sent(pending, generation)
+                self._last_submit = time.monotonic()
         if not written:
             with self._lock:
                 self._outbox.put(pending)
