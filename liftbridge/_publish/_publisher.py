@@ -141,13 +141,15 @@ class Publisher(Sending, BatchSubmit):
         # monotonic time of the stream's last response (or opening): acks thread writes.
         self._heard_at = 0.0
 
-        # Requests not pulled by a sender yet, in order (None: a wake-up call).
+        # Requests not pulled by a sender yet, in order (a list: a batch's part;
+        # None: a wake-up call).
         self._outbox = Unsent()
         self._last_submit = 0.0  # time.monotonic() of the last publish submitted
         # _send_lock is held by the one sender pulling from _outbox at a time
         # (a stream's sender and an outdated one may overlap), and guards
-        # _carry: requests an outdated sender pulled after its stream broke
-        # (never sent: they go first on the next stream).
+        # _carry: requests pulled from _outbox but not handed over (the rest
+        # of a batch's part a run had no room for; what an outdated sender
+        # pulled after its stream broke): never sent, first in line.
         self._send_lock = threading.Lock()
         self._carry: collections.deque[Pending] = collections.deque()
         self._spent = Spent()  # settled Futures the publishing threads free

@@ -1,11 +1,14 @@
 """The sending side of the PublishAsync stream, for the
 :class:`~liftbridge._publish._publisher.Publisher` (whose state it uses).
 
-Producers queue their publishes in order; the stream's sender (gRPC's, or
-``liftbridge-h2-send``) pulls them a run at a time through the stream
-generation's :class:`~liftbridge._publish._outbox.Outbox`, and each
-request pulled is "sent". Requests an outdated sender pulled after its
-stream broke are carried over, first in line for the next stream.
+Producers queue their publishes in order (a ``publish_many_async``
+batch's part as one item: one queue round for many requests); the
+stream's sender (gRPC's, or ``liftbridge-h2-send``) pulls them a run at a
+time through the stream generation's
+:class:`~liftbridge._publish._outbox.Outbox`, and each request pulled is
+"sent". What a run had no room for of a batch's part, and requests an
+outdated sender pulled after its stream broke, are carried over, first in
+line for the next run (on the next stream for the latter).
 
 A producer may write its own request instead (``_write``), saving the
 sender's wake-up, which at moderate rates is a thread hop per publish:
@@ -54,14 +57,15 @@ costs more CPU than the write. (10,000 msgs/s evenly paced: 100 us apart.)"""
 
 
 class Unsent:
-    """The publishes queued for the sender, in order (None: a wake-up call
-    that makes it look at the stream's state), and whether it waits with
-    nothing in hand. Producers put under the publisher's ``_lock``."""
+    """The publishes queued for the sender, in order (a list: a batch's
+    part; None: a wake-up call that makes it look at the stream's state),
+    and whether it waits with nothing in hand. Producers put under the
+    publisher's ``_lock``."""
 
     __slots__ = ("_queue", "empty", "get", "get_nowait", "idle")
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Pending | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Pending | list[Pending] | None] = queue.SimpleQueue()
         self.get = self._queue.get
         self.get_nowait = self._queue.get_nowait
         self.empty = self._queue.empty
@@ -70,11 +74,11 @@ class Unsent:
         # -1: none. While it is the stream's, producers may write their own.
         self.idle = -1
 
-    def put(self, pending: Pending | None) -> None:
-        """Queues a publish (or a wake-up): producers write no more of their
-        own until the sender has caught up with it."""
+    def put(self, item: Pending | list[Pending] | None) -> None:
+        """Queues a publish, a batch's part (or a wake-up): producers write
+        no more of their own until the sender has caught up with it."""
         self.idle = -1
-        self._queue.put(pending)
+        self._queue.put(item)
 
 
 class Sending:
@@ -114,18 +118,25 @@ class Sending:
                 woken = False  # a wake-up call (None) was taken: look before waiting
                 with contextlib.suppress(queue.Empty):
                     while len(taken) < _DRAIN:
-                        pending = outbox.get_nowait()
-                        if pending is None:
+                        item = outbox.get_nowait()
+                        if item is None:
                             woken = True
+                        elif isinstance(item, list):  # a batch's part: the rest waits first in line
+                            room = _DRAIN - len(taken)  # (carry is empty: it went first)
+                            taken += item[:room]
+                            carry.extend(item[room:])
                         else:
-                            taken.append(pending)
+                            taken.append(item)
                 if not taken and block and not woken:
                     with self._lock:  # all taken is written: producers may write their own
                         if outbox.empty():
                             outbox.idle = generation
-                    pending = outbox.get()
-                    if pending is not None:
-                        taken.append(pending)
+                    item = outbox.get()
+                    if item is not None:
+                        if isinstance(item, list):
+                            carry.extend(item)
+                        else:
+                            taken.append(item)
                         continue  # and whatever else is queued by now
                 with self._handover_lock:
                     if self._generation != generation or self._closed:
