@@ -162,16 +162,18 @@ class Sending:
             pending.suspect = True  # sent to a leader known down: liftbridge-leader-check decides
             self._leader_check.wake()
 
-    def _direct(self, generation: int, now: float) -> bool:  # _lock held
+    def _direct(self, generation: int, now: float, *, waited: bool) -> bool:  # _lock held
         """Whether the producer submitting a publish at ``now`` (with it in
         ``_pending``) writes it on its own thread: the sender of
         ``generation`` is idle, and no run would form: nothing else in
         flight, or the publishing threads were away :data:`BURST_GAP` or
         more since the last publish (since its write, if they wrote it: a
-        loop publishing back to back is a burst however long a write takes)."""
+        loop publishing back to back is a burst however long a write takes)
+        other than waiting for room in a full window (``waited``: the
+        window's worth of acks just read frees a burst of publishes)."""
         last, self._last_submit = self._last_submit, now
         return self._outbox.idle == generation and (
-            now - last >= BURST_GAP or len(self._pending) < DIRECT_BELOW
+            len(self._pending) < DIRECT_BELOW or (now - last >= BURST_GAP and not waited)
         )
 
     def _write(self, pending: Pending, generation: int) -> None:
