@@ -238,9 +238,7 @@ class Publisher(Sending, BatchSubmit):
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the client is closed; the publish was not sent")
-            window = self._window
-            waited = window.used >= window.size  # for room: a backlog, so a burst follows
-            window.take(wait)
+            self._window.take(wait)
             if correlation_id in self._pending:
                 self._window.give()
                 raise InvalidArgumentError(
@@ -254,7 +252,7 @@ class Publisher(Sending, BatchSubmit):
             pending.deadline = now + wait
             self._pending[correlation_id] = pending
             generation = self._generation
-            direct = self._direct(generation, now, waited=waited)
+            direct = self._direct(generation, now)
             if not direct:
                 self._outbox.put(pending)
             in_order = wait == self._ack_wait

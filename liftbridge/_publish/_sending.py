@@ -36,6 +36,7 @@ from liftbridge._core._router import Router
 from liftbridge._errors import LiftbridgeError
 from liftbridge._publish._leaders import LeaderCheck
 from liftbridge._publish._pending import Pending
+from liftbridge._publish._window import Window
 from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
 
@@ -45,6 +46,12 @@ DIRECT_BELOW = 2
 """A producer may write its own request while fewer publishes than this are
 in flight (itself included), however soon after the last: with none before
 it, a sender's run would carry it alone."""
+BACKLOG_FRACTION = 8
+"""More than 1/BACKLOG_FRACTION of the ``max_inflight`` window awaiting acks
+is a backlog (a producer faster than its acks: at the window's limit it is
+woken per eighth of it): the sender writes such publishes in runs, however
+far apart they come (a producer losing the GIL to the acks thread mid-burst
+looks paused). A paced producer keeps far fewer in flight."""
 BURST_GAP = 50e-6
 """Seconds: a publish submitted this soon after the one before is part of a
 burst (a loop publishing back to back, or a window's worth after its acks
@@ -99,6 +106,7 @@ class Sending:
     _generation: int
     _closed: bool
     _pending: dict[str, Pending]
+    _window: Window
     _call: Stream[api_pb2.PublishResponse] | None
     _claim: Callable[[Pending], bool]
     _complete: Callable[[Pending, Ack | None, LiftbridgeError | None], None]
@@ -162,18 +170,20 @@ class Sending:
             pending.suspect = True  # sent to a leader known down: liftbridge-leader-check decides
             self._leader_check.wake()
 
-    def _direct(self, generation: int, now: float, *, waited: bool) -> bool:  # _lock held
+    def _direct(self, generation: int, now: float) -> bool:  # _lock held
         """Whether the producer submitting a publish at ``now`` (with it in
         ``_pending``) writes it on its own thread: the sender of
         ``generation`` is idle, and no run would form: nothing else in
-        flight, or the publishing threads were away :data:`BURST_GAP` or
-        more since the last publish (since its write, if they wrote it: a
-        loop publishing back to back is a burst however long a write takes)
-        other than waiting for room in a full window (``waited``: the
-        window's worth of acks just read frees a burst of publishes)."""
+        flight, or no backlog (at most 1/:data:`BACKLOG_FRACTION` of the
+        window in flight) and the publishing threads were away
+        :data:`BURST_GAP` or more since the last publish (since its write, if
+        they wrote it: a loop publishing back to back is a burst however long
+        a write takes)."""
         last, self._last_submit = self._last_submit, now
+        in_flight = len(self._pending)
         return self._outbox.idle == generation and (
-            len(self._pending) < DIRECT_BELOW or (now - last >= BURST_GAP and not waited)
+            in_flight < DIRECT_BELOW
+            or (now - last >= BURST_GAP and in_flight <= self._window.size // BACKLOG_FRACTION)
         )
 
     def _write(self, pending: Pending, generation: int) -> None:
