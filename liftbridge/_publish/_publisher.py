@@ -238,7 +238,9 @@ class Publisher(Sending, BatchSubmit):
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the client is closed; the publish was not sent")
-            self._window.take(wait)
+            window = self._window
+            waited = window.used >= window.size  # for room: a run of acks frees a burst
+            window.take(wait)
             if correlation_id in self._pending:
                 self._window.give()
                 raise InvalidArgumentError(
@@ -252,7 +254,7 @@ class Publisher(Sending, BatchSubmit):
             pending.deadline = now + wait
             self._pending[correlation_id] = pending
             generation = self._generation
-            direct = self._direct(generation, now)
+            direct = self._direct(generation, now, waited=waited)
             if not direct:
                 self._outbox.put(pending)
             in_order = wait == self._ack_wait

@@ -170,20 +170,25 @@ class Sending:
             pending.suspect = True  # sent to a leader known down: liftbridge-leader-check decides
             self._leader_check.wake()
 
-    def _direct(self, generation: int, now: float) -> bool:  # _lock held
+    def _direct(self, generation: int, now: float, *, waited: bool) -> bool:  # _lock held
         """Whether the producer submitting a publish at ``now`` (with it in
         ``_pending``) writes it on its own thread: the sender of
         ``generation`` is idle, and no run would form: nothing else in
         flight, or no backlog (at most 1/:data:`BACKLOG_FRACTION` of the
-        window in flight) and the publishing threads were away
-        :data:`BURST_GAP` or more since the last publish (since its write, if
-        they wrote it: a loop publishing back to back is a burst however long
-        a write takes)."""
+        window in flight, and the publish did not wait for room: ``waited``;
+        acks read in one run free a burst of publishes) and the publishing
+        threads were away :data:`BURST_GAP` or more since the last publish
+        (since its write, if they wrote it: a loop publishing back to back
+        is a burst however long a write takes)."""
         last, self._last_submit = self._last_submit, now
         in_flight = len(self._pending)
         return self._outbox.idle == generation and (
             in_flight < DIRECT_BELOW
-            or (now - last >= BURST_GAP and in_flight <= self._window.size // BACKLOG_FRACTION)
+            or (
+                not waited
+                and now - last >= BURST_GAP
+                and in_flight <= self._window.size // BACKLOG_FRACTION
+            )
         )
 
     def _write(self, pending: Pending, generation: int) -> None:

@@ -1051,3 +1051,30 @@ def test_with_a_backlog_in_flight_the_sender_writes_even_publishes_apart(
     assert server.writers == [threading.current_thread().name]
     assert server.log == ["c0", "c1", "c2"]
     p.close(_soon())
+
+
+def test_a_publish_that_waited_for_window_room_goes_to_the_sender(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Acks read in one run empty a full window at once: the publishes it
+    frees are a burst, however few are left in flight when they go."""
+    monkeypatch.setattr(_sending, "BURST_GAP", 0.0)
+    server = FakeServer()
+    server.ack, server.hold = False, True
+    p = make(server, ack_wait=30.0, max_inflight=16)  # a backlog: more than 2 in flight
+    for i in range(16):
+        p.submit(request(i), None, None)
+    held = [server.held.get(timeout=5) for _ in range(16)]
+    producer = threading.Thread(target=p.submit, args=(request(16), None, None), name="c16")
+    producer.start()
+    deadline = time.monotonic() + 5
+    while p._window._waiters == 0:
+        assert time.monotonic() < deadline, "c16 never waited for room"
+        time.sleep(0.005)
+    call = held[0][0]
+    call.answer_together([call.ack_for(request) for _, request in held[:15]])  # one run
+    producer.join(5)
+    server.held.get(timeout=5)  # c16 is written
+    assert "c16" not in server.writers
+    assert server.log == [f"c{i}" for i in range(17)]
+    p.close(_soon())
