@@ -21,7 +21,7 @@ import threading
 import time
 
 import liftbridge
-from bench.e2e import latency_of, stamped_value, wait_for
+from bench.e2e import Arrivals, stamped_value, wait_for
 from bench.future_probe import _per_message, thread_cpu
 from bench.stats import percentile
 from liftbridge._publish._pending import Pending
@@ -72,18 +72,8 @@ def _own_writes() -> list[int]:
 def run(client: liftbridge.Client, stream: str, size: int, rate: float, count: int) -> str:
     """``count`` publishes paced at ``rate`` msgs/s; a few lines of figures."""
     written = _own_writes()
-    latencies: list[float] = []
-    all_in = threading.Event()
-
-    def handler(message: liftbridge.Message | None, error: BaseException | None) -> None:
-        if message is None:
-            all_in.set()
-            return
-        latencies.append(latency_of(message.value))
-        if len(latencies) == count:
-            all_in.set()
-
-    subscription = client.subscribe(stream, handler)
+    arrivals = Arrivals(count)
+    subscription = client.subscribe(stream, arrivals)
     try:
         time.sleep(0.2)  # the subscription is in place
         wakes, cpu = thread_wakes(), thread_cpu()
@@ -91,7 +81,7 @@ def run(client: liftbridge.Client, stream: str, size: int, rate: float, count: i
         for i in range(count):
             wait_for(start + i / rate)
             client.publish_async(stream, stamped_value(size))
-        all_in.wait(_WAIT)
+        arrivals.all_in.wait(_WAIT)
         split = _per_message(cpu, thread_cpu(), count)
         after = thread_wakes()
     finally:
@@ -101,7 +91,7 @@ def run(client: liftbridge.Client, stream: str, size: int, rate: float, count: i
         for name in sorted(after)
         if after[name] - wakes.get(name, 0) >= 0.02 * count
     )
-    ms = sorted(x * 1e3 for x in latencies)
+    ms = sorted(x * 1e3 for x in arrivals.latencies)
     return (
         f"{rate:,.0f} msgs/s: p50 {percentile(ms, 50):.2f} p99 {percentile(ms, 99):.2f} ms, "
         f"own writes {written[0] / count:.2f}\n  CPU us/msg: {split}\n  wake-ups/msg: {woke}"

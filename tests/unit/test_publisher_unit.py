@@ -914,18 +914,28 @@ def test_a_sender_that_looked_just_before_close_ends_its_stream_after_it() -> No
         thread.join(5)
 
 
+def _sender_idle_after_c0(
+    monkeypatch: pytest.MonkeyPatch, max_inflight: int = 1024
+) -> tuple[FakeServer, Publisher, Future[liftbridge.Ack | None]]:
+    """A publisher whose every publish counts as apart from the last, no
+    acks coming, c0 written by the sender (its stream was not open yet),
+    and the sender idle again."""
+    monkeypatch.setattr(_sending, "BURST_GAP", 0.0)
+    server = FakeServer()
+    server.ack = False
+    p = make(server, ack_wait=30.0, max_inflight=max_inflight)
+    first = p.submit(request(0), None, None)
+    _until_idle(p)
+    return server, p, first
+
+
 def test_a_publish_apart_from_the_last_is_written_by_its_thread_with_others_in_flight(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """At 10,000 msgs/s a few publishes await their acks at any time: one
     submitted apart from the last, with the sender idle, goes out on the
     publishing thread (no sender wake-up per publish)."""
-    monkeypatch.setattr(_sending, "BURST_GAP", 0.0)  # every publish is apart from the last
-    server = FakeServer()
-    server.ack = False
-    p = make(server, ack_wait=30.0)
-    p.submit(request(0), None, None)  # the sender's: its stream was not open yet
-    _until_idle(p)
+    server, p, _ = _sender_idle_after_c0(monkeypatch)
     for i in range(1, 6):
         p.submit(request(i), None, None)
     assert server.writers == [threading.current_thread().name] * 5
@@ -936,13 +946,8 @@ def test_a_publish_apart_from_the_last_is_written_by_its_thread_with_others_in_f
 def test_own_writes_and_the_senders_interleave_in_submission_order(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_sending, "BURST_GAP", 0.0)
-    server = FakeServer()
-    server.ack = False
-    p = make(server, ack_wait=30.0)
+    server, p, _ = _sender_idle_after_c0(monkeypatch)
     me = threading.current_thread().name
-    p.submit(request(0), None, None)
-    _until_idle(p)
     p.submit(request(1), None, None)  # written here, c0 in flight
     gate = server.gates["c2"] = threading.Event()
     server.direct = False  # the window is short: c2 goes to the sender, which holds it
@@ -989,12 +994,7 @@ def test_publishing_threads_keep_their_order_whoever_writes(
 def test_close_waits_for_an_own_write_under_way_and_fails_its_publish(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_sending, "BURST_GAP", 0.0)
-    server = FakeServer()
-    server.ack = False
-    p = make(server, ack_wait=30.0)
-    first = p.submit(request(0), None, None)
-    _until_idle(p)
+    server, p, first = _sender_idle_after_c0(monkeypatch)
     gate = server.write_gates["c1"] = threading.Event()
     submitted: list[Future[liftbridge.Ack | None]] = []
     producer = threading.Thread(target=lambda: submitted.append(p.submit(request(1), None, None)))
@@ -1014,12 +1014,7 @@ def test_close_waits_for_an_own_write_under_way_and_fails_its_publish(
 def test_a_publish_closed_before_its_own_write_is_not_written(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_sending, "BURST_GAP", 0.0)
-    server = FakeServer()
-    server.ack = False
-    p = make(server, ack_wait=30.0)
-    p.submit(request(0), None, None)
-    _until_idle(p)
+    server, p, _ = _sender_idle_after_c0(monkeypatch)
     write = p._write
 
     def close_first(pending: Pending, generation: int) -> None:
@@ -1039,12 +1034,7 @@ def test_with_a_backlog_in_flight_the_sender_writes_even_publishes_apart(
     """More than an eighth of the window awaiting acks is a backlog (a
     producer faster than its acks, or one woken by a run of them): the
     sender writes those publishes in runs, not one by one."""
-    monkeypatch.setattr(_sending, "BURST_GAP", 0.0)  # every publish is apart from the last
-    server = FakeServer()
-    server.ack = False
-    p = make(server, ack_wait=30.0, max_inflight=16)  # a backlog: more than 2 in flight
-    p.submit(request(0), None, None)
-    _until_idle(p)
+    server, p, _ = _sender_idle_after_c0(monkeypatch, 16)  # a backlog: more than 2 in flight
     p.submit(request(1), None, None)  # written here: 2 in flight
     p.submit(request(2), None, None)  # 3: queued for the sender
     _until_idle(p)
