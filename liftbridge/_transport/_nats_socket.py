@@ -440,12 +440,11 @@ class NatsSocket:
                         raise
                     frames, size = [], 0
             while outbox:
-                item = outbox.popleft()
-                frame = item[1]
+                subject, frame, entry = outbox.popleft()
                 length = len(frame)
-                if item[2] is None:
+                if entry is None:
                     unacked += 1
-                if length > limit and self._over_limit(item, limit):
+                if length > limit and self._over_limit((subject, frame, entry), limit):
                     continue
                 frames.append(frame)
                 size += length
