@@ -382,7 +382,8 @@ class NatsStreamPublisher(NatsBatchMethods):
                 f"ack_policy must be an AckPolicy ({', '.join(p.name for p in AckPolicy)}), "
                 f"got {type(ack_policy).__name__}"
             )
-        check_future(future, ack_handler, ack_policy)
+        if future is not True and (future is not False or ack_handler is None):
+            check_future(future, ack_handler, ack_policy)  # not one of the two always fine
         if expected_offset is not None:
             _validate.positive_int(expected_offset, arg="expected_offset", minimum=0)
         if correlation_id is None:
