@@ -153,10 +153,9 @@ class FrameParser:
                     if length > limit:
                         raise self._too_large("MSG", length)
                     stop = end + 2 + length
-                    # One call for both checks: False while the payload is on its way, too.
-                    if not buf.startswith(b"\r\n", stop):
-                        if stop + 2 > size:
-                            return payloads, pos, stop + 2 - pos
+                    if stop + 2 > size:
+                        return payloads, pos, stop + 2 - pos
+                    if buf[stop] != 13 or buf[stop + 1] != 10:  # CRLF, by byte: the cheapest check
                         raise self._unended("MSG")
                     payloads.append(buf[end + 2 : stop])
                     pos = stop + 2
@@ -167,9 +166,9 @@ class FrameParser:
                 if len(fields) not in (3, 4):
                     raise ProtocolError(f"{self._where} sent a bad MSG line: {buf[pos:end][:80]!r}")
                 stop = end + 2 + self._size(fields[-1], "MSG")
-                if not buf.startswith(b"\r\n", stop):  # on its way, or no CRLF
-                    if stop + 2 > size:
-                        return payloads, pos, stop + 2 - pos
+                if stop + 2 > size:
+                    return payloads, pos, stop + 2 - pos
+                if buf[stop] != 13 or buf[stop + 1] != 10:  # CRLF, by byte: the cheapest check
                     raise self._unended("MSG")
                 if fields[1] == self._sid:
                     payloads.append(buf[end + 2 : stop])
@@ -188,9 +187,9 @@ class FrameParser:
                         f"(at most {MAX_HEADERS}, and never more than the message)"
                     )
                 stop = end + 2 + total
-                if not buf.startswith(b"\r\n", stop):  # on its way, or no CRLF
-                    if stop + 2 > size:
-                        return payloads, pos, stop + 2 - pos
+                if stop + 2 > size:
+                    return payloads, pos, stop + 2 - pos
+                if buf[stop] != 13 or buf[stop + 1] != 10:  # CRLF, by byte: the cheapest check
                     raise self._unended("HMSG")
                 if fields[1] == self._sid:
                     payloads.append(buf[end + 2 + headers : stop])

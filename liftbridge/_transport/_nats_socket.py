@@ -440,11 +440,12 @@ class NatsSocket:
                         raise
                     frames, size = [], 0
             while outbox:
-                subject, frame, entry = outbox.popleft()
+                item = outbox.popleft()
+                frame = item[1]
                 length = len(frame)
-                if entry is None:
+                if item[2] is None:
                     unacked += 1
-                if length > limit and self._over_limit((subject, frame, entry), limit):
+                if length > limit and self._over_limit(item, limit):
                     continue
                 frames.append(frame)
                 size += length
