@@ -74,9 +74,6 @@ FRAME_HEAD = struct.Struct(">IBI")
 """A frame's 9-byte header: length (24 bits) and type in one word, flags, stream."""
 MESSAGE_PREFIX = struct.Struct(">BI")
 """A gRPC message's 5-byte prefix: the compressed flag and the length."""
-HEAD_AND_PREFIX = struct.Struct(">IBIBI")
-"""A frame's header and the 5 bytes after it, read at once: a DATA frame
-that starts with a message carries its prefix there."""
 
 
 def compressed_error() -> StreamError:
