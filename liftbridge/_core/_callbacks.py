@@ -81,29 +81,27 @@ class CallbackRunner:
         """Gives a publish its outcome: fails or completes ``future`` (unless
         None, or the user cancelled it) and hands ``handler`` (unless None)
         the outcome on the callbacks thread."""
-        if future is not None:
-            try:
-                if error is not None:
-                    future.set_exception(error)
-                else:
-                    future.set_result(result)
-            except InvalidStateError:  # the user cancelled the future
-                pass
-        if handler is not None:
-            self.submit(handler, result, error)
+        self.settle_run(((future, handler, result, error),))
 
     def settle_run(self, outcomes: Iterable[Outcome]) -> None:
         """:meth:`settle` for each ``(future, handler, result, error)`` in
         order, the run's handlers handed to the callbacks thread as one item
         (one queue round and wake-up per run, not per outcome). Each handler
         still runs on its own: one that raises is logged, the next one runs."""
-        calls: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
+        calls: list[tuple[_Handler, Any, BaseException | None]] = []
         for future, handler, result, error in outcomes:
-            self.settle(future, None, result, error)
+            if future is not None:
+                try:
+                    if error is None:
+                        future.set_result(result)
+                    else:
+                        future.set_exception(error)
+                except InvalidStateError:  # the user cancelled the future
+                    pass
             if handler is not None:
-                calls.append((handler, (result, error)))
+                calls.append((handler, result, error))
         if len(calls) == 1:
-            self.submit(calls[0][0], *calls[0][1])
+            self.submit(*calls[0])
         elif calls:
             self.submit(_run_each, calls)
 
@@ -184,6 +182,9 @@ def _run(fn: Callable[..., object], args: tuple[Any, ...]) -> None:
         _log.exception("callback %r raised; ignored", fn)
 
 
-def _run_each(calls: list[tuple[Callable[..., object], tuple[Any, ...]]]) -> None:
-    for fn, args in calls:
-        _run(fn, args)
+def _run_each(calls: list[tuple[_Handler, Any, BaseException | None]]) -> None:
+    for handler, result, error in calls:
+        try:
+            handler(result, error)
+        except Exception:
+            _log.exception("callback %r raised; ignored", handler)

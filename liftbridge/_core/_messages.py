@@ -437,6 +437,8 @@ _set_ack_policy = vars(Ack)["_policy"].__set__
 _set_ack_error = vars(Ack)["_error"].__set__
 _ACK_POLICIES = {policy.value: policy for policy in AckPolicy}
 _ACK_OK = api_pb2.Ack.OK
+# The class's HasField: half the cost of looking it up on each message.
+_has_field = api_pb2.PublishResponse.HasField
 
 
 def wire_enum_name(name_of: Callable[[Any], str], number: int) -> str:
@@ -515,6 +517,37 @@ def checked_messages(value: object, *, arg: str = "messages") -> list[Message]:
         if not isinstance(item, Message):
             raise ArgumentTypeError(f"{arg} must hold Message, got {type(item).__name__}")
     return items
+
+
+def response_outcomes(
+    responses: Iterable[api_pb2.PublishResponse],
+) -> list[tuple[str, Ack | None, LiftbridgeError | None]]:
+    """:func:`response_outcome` of each response of a run, in order.
+
+    The acks thread's hot path: a plain ack (no async error, no ack error,
+    an ack policy this SDK knows, a correlation id on the response) costs
+    five field reads and an Ack; a protobuf field read costs about as much
+    as a dozen lines of Python, so none is read twice, and anything else
+    takes :func:`response_outcome`'s way.
+    """
+    outcomes: list[tuple[str, Ack | None, LiftbridgeError | None]] = []
+    append = outcomes.append
+    policies = _ACK_POLICIES
+    for response in responses:
+        correlation_id = response.correlationId
+        if correlation_id and not _has_field(response, "asyncError"):
+            pb = response.ack
+            if pb.ackError == _ACK_OK:
+                policy = policies.get(pb.ackPolicy)
+                if policy is not None:
+                    ack = _new(Ack)
+                    _set_ack_pb(ack, pb)
+                    _set_ack_policy(ack, policy)
+                    _set_ack_error(ack, None)
+                    append((correlation_id, ack, None))
+                    continue
+        append(response_outcome(response))
+    return outcomes
 
 
 def response_outcome(

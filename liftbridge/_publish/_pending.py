@@ -47,25 +47,22 @@ class Pending:
     index: int = 0  # its place in that batch
 
 
-def outcome(pending: Pending, ack: Ack | None, error: LiftbridgeError | None) -> Outcome:
-    """A claimed publish's outcome for :meth:`CallbackRunner.settle`; the
-    publish lets go of its Future (the ack timer's deque keeps the entry
-    until it sweeps it)."""
-    future, pending.future = pending.future, None
-    return future, pending.handler if pending.expects_ack else None, ack, error
-
-
 def claimed_outcomes(
     claimed: list[tuple[Pending, Ack | None, LiftbridgeError | None]],
 ) -> list[Outcome]:
-    """:func:`outcome` of each claimed publish, in order, but for those of a
+    """Each claimed publish's outcome for :meth:`CallbackRunner.settle_run`,
+    in order, the publish letting go of its Future (the ack timer's deque
+    keeps the entry until it sweeps it); but for those of a
     ``publish_many_async`` batch: their outcomes go to their batch at once
     (:func:`settle_members`: SDK code, no user code), with no outcome here."""
     settled: list[Outcome] = []
     members = []
     for claim in claimed:
-        if claim[0].batch is None:
-            settled.append(outcome(*claim))
+        pending = claim[0]
+        if pending.batch is None:
+            future, pending.future = pending.future, None
+            handler = pending.handler if pending.expects_ack else None
+            settled.append((future, handler, claim[1], claim[2]))
         else:
             members.append(claim)
     if members:

@@ -64,7 +64,7 @@ from typing import Literal, overload
 
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._deadlines import AckTimer
-from liftbridge._core._messages import Ack, response_outcome
+from liftbridge._core._messages import Ack, response_outcomes
 from liftbridge._core._router import ANY, Deadline, Router
 from liftbridge._errors import (
     AckTimeoutError,
@@ -89,6 +89,8 @@ _log = logging.getLogger(__name__)
 
 AckHandler = Callable[[Ack | None, BaseException | None], None]
 """``handler(ack, error)``: exactly one of the two is None. See ``Client.publish_async``."""
+Claim = tuple[Pending, Ack | None, LiftbridgeError | None]
+"""A publish and its outcome, to claim and settle."""
 
 _HUNG_AFTER = 2
 """A stream silent for this many ack timeouts while a publish on it times out is given up."""
@@ -284,17 +286,27 @@ class Publisher(Sending, BatchSubmit):
     def _claim(self, pending: Pending) -> bool:
         """Marks a publish resolved, freeing its window slot; False if another thread did."""
         with self._lock:
-            return self._claim_held(pending)
+            return bool(self._claim_run([(pending, None, None)]))
 
-    def _claim_held(self, pending: Pending) -> bool:  # _claim, with _lock held
-        if pending.done:
-            return False
-        pending.done = True
-        if self._pending.pop(pending.correlation_id, None) is not None:
-            self._window.give()
-        if self._flushers:
+    def _claim_run(self, outcomes: list[Claim]) -> list[Claim]:
+        """With ``_lock`` held: marks each outcome's publish resolved, freeing
+        their window slots in one release; returns those no other thread had."""
+        claimed = []
+        pop = self._pending.pop
+        freed = 0
+        for claim in outcomes:
+            pending = claim[0]
+            if pending.done:
+                continue
+            pending.done = True
+            if pop(pending.correlation_id, None) is not None:
+                freed += 1
+            claimed.append(claim)
+        if freed:
+            self._window.give(freed)
+        if self._flushers and claimed:
             self._claimed.notify_all()
-        return True
+        return claimed
 
     def _finish(self, pending: Pending, ack: Ack | None, error: LiftbridgeError | None) -> None:
         """Resolves a publish exactly once, on the calling thread."""
@@ -307,11 +319,11 @@ class Publisher(Sending, BatchSubmit):
 
     def _resolve(self, responses: list[api_pb2.PublishResponse]) -> None:
         """Resolves a run of responses in order, claiming them in one round of ``_lock``."""
-        outcomes = []
-        for response in responses:
-            correlation_id, ack, error = response_outcome(response)
-            # Read without _lock: a dict lookup is atomic, and _claim_held decides under it.
-            pending = self._pending.get(correlation_id)
+        outcomes: list[Claim] = []
+        pending_of = self._pending.get
+        for correlation_id, ack, error in response_outcomes(responses):
+            # Read without _lock: a dict lookup is atomic, and _claim_run decides under it.
+            pending = pending_of(correlation_id)
             if pending is None:
                 _log.debug("outcome for unknown or timed-out publish %r: %s", correlation_id, error)
                 continue
@@ -319,7 +331,7 @@ class Publisher(Sending, BatchSubmit):
                 error = naming(error, pending.request.stream, pending.request.partition)
             outcomes.append((pending, ack, error))
         with self._lock:
-            claimed = [claim for claim in outcomes if self._claim_held(claim[0])]
+            claimed = self._claim_run(outcomes)
         settled = claimed_outcomes(claimed)  # a batch's publishes settle their batch here
         self._spent.keep(settled)  # for the publishing threads to free; before they resolve
         self._callbacks.settle_run(settled)

@@ -66,11 +66,13 @@ class Window:
         self.used += taken
         return taken
 
-    def give(self) -> None:
-        """Frees a slot taken by :meth:`take`."""
-        self.used -= 1
+    def give(self, count: int = 1) -> None:
+        """Frees ``count`` slots taken by :meth:`take` (a run of acks frees
+        its slots at once), waking a waiter for each slot freed at or below
+        the resume mark, as freeing them one by one would."""
+        self.used -= count
         if self._waiters and self.used <= self._resume_at:
-            self._free.notify()
+            self._free.notify(min(count, self._resume_at - self.used + 1))
 
     def close(self) -> None:
         """Wakes every waiter with :class:`ClientClosedError`."""

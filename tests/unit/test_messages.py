@@ -10,7 +10,12 @@ import threading
 import pytest
 
 import liftbridge
-from liftbridge._core._messages import ack_from_proto, message_from_proto
+from liftbridge._core._messages import (
+    ack_from_proto,
+    message_from_proto,
+    response_outcome,
+    response_outcomes,
+)
 from liftbridge_api import api_pb2
 from tests.unit.wire import wire_ack
 
@@ -199,3 +204,38 @@ def test_ack_partition_comes_from_the_subjects(
     )
     assert ack.partition == partition
     assert f"partition={partition}," in repr(ack)
+
+
+def _responses() -> list[api_pb2.PublishResponse]:
+    """One of each kind of PublishAsync response, plain acks between them."""
+    error = api_pb2.PublishAsyncError(code=api_pb2.PublishAsyncError.NOT_FOUND, message="no such")
+    return [
+        api_pb2.PublishResponse(ack=wire_ack(correlationId="a"), correlationId="a"),
+        api_pb2.PublishResponse(asyncError=error, correlationId="b"),
+        api_pb2.PublishResponse(ack=wire_ack(ackPolicy=api_pb2.LEADER), correlationId="c"),
+        api_pb2.PublishResponse(
+            ack=wire_ack(ackError=api_pb2.Ack.INCORRECT_OFFSET), correlationId="d"
+        ),
+        api_pb2.PublishResponse(ack=wire_ack(ackPolicy=99), correlationId="e"),
+        api_pb2.PublishResponse(ack=wire_ack(correlationId="f")),  # only the ack names it
+        api_pb2.PublishResponse(
+            ack=wire_ack(ackError=api_pb2.Ack.TOO_LARGE), asyncError=error, correlationId="g"
+        ),
+        api_pb2.PublishResponse(ack=wire_ack(correlationId="h"), correlationId="h"),
+    ]
+
+
+def test_a_run_of_responses_has_each_response_s_own_outcome_in_order() -> None:
+    run = response_outcomes(_responses())
+    one_by_one = [response_outcome(response) for response in _responses()]
+    assert [cid for cid, _, _ in run] == ["a", "b", "c", "d", "e", "f", "g", "h"]
+    for (cid, ack, error), (cid1, ack1, error1) in zip(run, one_by_one, strict=True):
+        assert (cid, ack) == (cid1, ack1)
+        assert (ack is None) == (error is not None)
+        assert type(error) is type(error1) and str(error) == str(error1)
+    assert run[0][1] is not None and run[0][1].ack_policy is liftbridge.AckPolicy.ALL
+    assert run[2][1] is not None and run[2][1].ack_policy is liftbridge.AckPolicy.LEADER
+    assert isinstance(run[1][2], liftbridge.NoSuchPartitionError)
+    assert isinstance(run[3][2], liftbridge.IncorrectOffsetError)
+    assert isinstance(run[4][2], liftbridge.ServerError)
+    assert run[5][1] is not None and run[5][1].correlation_id == "f"

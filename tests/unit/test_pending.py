@@ -8,7 +8,7 @@ from concurrent.futures import Future
 
 from liftbridge._core._callbacks import Outcome
 from liftbridge._core._messages import Ack
-from liftbridge._publish._pending import Pending, Spent, outcome
+from liftbridge._publish._pending import Pending, Spent, claimed_outcomes
 from liftbridge_api import api_pb2
 
 
@@ -22,10 +22,10 @@ def _pending(future: Future[Ack | None] | None, *, expects_ack: bool = True) -> 
 def test_an_outcome_lets_go_of_the_future_and_names_the_handler_only_for_an_ack() -> None:
     future: Future[Ack | None] = Future()
     pending = _pending(future)
-    settled = outcome(pending, None, None)
+    [settled] = claimed_outcomes([(pending, None, None)])
     assert settled[0] is future and settled[1] is pending.handler
     assert pending.future is None
-    assert outcome(_pending(None, expects_ack=False), None, None)[1] is None
+    assert claimed_outcomes([(_pending(None, expects_ack=False), None, None)])[0][1] is None
 
 
 def test_spent_futures_are_freed_one_per_call_oldest_first_and_all_on_clear() -> None:

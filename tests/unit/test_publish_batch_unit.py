@@ -345,3 +345,33 @@ def test_a_refused_nats_window_fails_the_rest_of_the_batch(
     batch.fail_rest(2, ClientClosedError("closed"))  # as the publisher does
     window.fail_all(lambda entry: ClientClosedError(f"closed before {entry.correlation_id}"))
     assert isinstance(batch.future.exception(WAIT), ClientClosedError)
+
+
+def test_a_run_of_acks_freeing_slots_at_once_wakes_a_waiter_per_slot_below_the_mark() -> None:
+    # give(count) is what a run of acks frees: it must wake as many waiting
+    # producers as count gives one by one would, or the second one below
+    # would sleep until its 30 s timeout.
+    lock = threading.Lock()
+    window = Window(lock, 8)  # resumes at 7 used
+    with lock:
+        window.take_some(WAIT, 8)
+    took: list[str] = []
+
+    def take(name: str) -> None:
+        with lock:
+            window.take(30.0)
+            took.append(name)
+
+    threads = [threading.Thread(target=take, args=(f"p{i}",), name=f"test-p{i}") for i in (1, 2)]
+    for thread in threads:
+        thread.start()
+    while True:  # both wait for the window
+        with lock:
+            if window._waiters == 2:
+                break
+        time.sleep(0.001)
+    with lock:
+        window.give(3)  # 5 used: 8 -> 7 and 7 -> 6 pass the mark, 6 -> 5 too
+    for thread in threads:
+        thread.join(WAIT)
+    assert sorted(took) == ["p1", "p2"] and window.used == 7
