@@ -295,7 +295,7 @@ class AckWindow:
             logger.debug("Dropping an ack for %r: timed out already", correlation_id)
         calls: list[tuple[AckHandler, Ack | None, BaseException | None]] = []
         members: list[_Outcome] = []
-        self._spent.keep([entry for entry, _ in matched])
+        self._spent.keep(matched)  # each (entry, ack protobuf): the entry holds its Future
         for entry, pb in matched:  # _deliver, inlined: once per publish
             ack, error = ack_outcome(pb)
             if entry.batch is not None:  # gathered below, as one run per batch

@@ -87,10 +87,15 @@ class Spent:
         self._kept.extend(settled)
 
     def free_one(self) -> None:
-        """On a publishing thread: drops the oldest kept, if any."""
-        if self._kept:
-            with contextlib.suppress(IndexError):  # another publishing thread took the last
-                self._kept.popleft()
+        """On a publishing thread: drops the oldest kept, if any. Once per
+        publish: a ``try`` costs nothing unless it catches, where
+        ``contextlib.suppress`` cost three Python calls (~0.5 us)."""
+        kept = self._kept
+        if kept:
+            try:  # noqa: SIM105 (contextlib.suppress: the cost this avoids)
+                kept.popleft()
+            except IndexError:  # another publishing thread took the last
+                pass
 
     def free(self, count: int) -> None:
         """:meth:`free_one` for each of ``count`` publishes (a batch's part)."""

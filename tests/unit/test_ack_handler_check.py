@@ -9,7 +9,7 @@ import pytest
 
 from liftbridge import ArgumentTypeError
 from liftbridge._core import _validate
-from liftbridge._publish._options import check_ack_handler
+from liftbridge._publish._options import ack_handler_checks, check_ack_handler
 
 
 def _good(ack: Any, error: Any) -> None:
@@ -37,7 +37,7 @@ def _counted(monkeypatch: pytest.MonkeyPatch) -> list[object]:
         return real(value, **kwargs)
 
     monkeypatch.setattr(_validate, "callback", counting)
-    monkeypatch.setattr(check_ack_handler, "_passed", None)
+    monkeypatch.setattr(ack_handler_checks, "passed", None)
     return seen
 
 
