@@ -116,6 +116,10 @@ class Subscription:
         self._handler: Handler = handler
         self._closed = threading.Event()
         self._done = threading.Event()
+        # The same two facts as plain fields, set just before their events:
+        # the per-message paths read these (a field, not a method call).
+        self._closing = False
+        self._ending = False
         self._lock = threading.Lock()  # guards _call, _broker and _last_broker
         self._call: Stream[api_pb2.Message] | None = None
         self._broker: str | None = None
@@ -204,6 +208,7 @@ class Subscription:
         close_all([self], time.monotonic() + (_JOIN_TIMEOUT if timeout is None else timeout))
 
     def _signal_close(self) -> None:
+        self._closing = True
         self._closed.set()
         with self._lock:
             call = self._call
@@ -235,9 +240,9 @@ class Subscription:
             raise TypeError(
                 "this subscription delivers to its handler; iterate one made without a handler"
             )
-        while not self._closed.is_set():
+        while not self._closing:
             # Once done, everything the thread will ever hand over is buffered.
-            done = self._done.is_set()
+            done = self._ending
             try:
                 item = buffered.get(0 if done else _POLL)
             except Empty:
@@ -266,7 +271,7 @@ class Subscription:
         """Hands an item to the iterating thread, waiting while the buffer is
         full (and dropping it once the subscription is closed)."""
         assert self._queue is not None
-        while not self._closed.is_set():
+        while not self._closing:
             if self._queue.put(item, _POLL):
                 return
 
@@ -360,6 +365,7 @@ class Subscription:
             self._broker = None
         if self._queue is not None:
             self._put(None)
+        self._ending = True
         self._done.set()
 
     def _open_with_retry(
@@ -449,7 +455,6 @@ class Subscription:
             floor = self._request.base.startOffset - 1
         else:
             floor = -1
-        closed = self._closed.is_set
         buffered = self._queue
         name, partition = self._request.stream, self._request.partition
         try:
@@ -482,7 +487,7 @@ class Subscription:
                 self._read_to = floor = offset
                 if buffered is None:
                     self._last_offset = offset
-                if closed():
+                if self._closing:
                     return None
             error: LiftbridgeError = ConnectionLostError("the server ended the subscription stream")
         except LiftbridgeError as e:

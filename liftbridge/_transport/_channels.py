@@ -19,10 +19,10 @@ import grpc
 import grpc.experimental
 
 from liftbridge._errors import ClientClosedError
-from liftbridge._transport._http2 import Http2Call, Keepalive
+from liftbridge._transport._http2 import Http2Call
 from liftbridge._transport._http2_reader import DEFAULT_MAX_MESSAGE
 from liftbridge._transport._http2_tls import TlsSettings
-from liftbridge._transport._http2_wire import StreamError
+from liftbridge._transport._http2_wire import Keepalive, StreamError
 from liftbridge._transport._probe import PROBE_OPTIONS, Probe
 from liftbridge._transport._status import from_rpc_error
 from liftbridge._transport._stream import GrpcStream, Stream

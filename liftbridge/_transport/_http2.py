@@ -40,7 +40,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
@@ -72,6 +71,7 @@ from liftbridge._transport._http2_wire import (
     SETTINGS_INITIAL_WINDOW_SIZE,
     STREAM,
     WINDOW_UPDATE,
+    Keepalive,
     StreamError,
     frame_bytes,
     host_port,
@@ -97,16 +97,6 @@ _LOCK_BUSY_WAIT = 0.05
 """Seconds a reader with bytes to send waits for readable data while the
 sender holds the socket (the sender writes what is queued before it lets go)."""
 _KEEPALIVE_PAYLOAD = b"lb-alive"
-
-
-@dataclass(frozen=True)
-class Keepalive:
-    """HTTP/2 PINGs after ``interval`` seconds of silence from the server;
-    no ack within ``timeout`` ends the call with UNAVAILABLE (a broker hung
-    though its kernel still answers TCP)."""
-
-    interval: float
-    timeout: float
 
 
 class Http2Call(ReadyResponses[T]):
@@ -246,7 +236,17 @@ class Http2Call(ReadyResponses[T]):
     # ------------------------------------------------------------- StreamCall --
 
     def __iter__(self) -> Iterator[T]:
-        return self
+        # A generator: resuming it per response costs less than a __next__ call.
+        ready = self._ready
+        popleft = ready.popleft
+        while True:
+            while ready:
+                yield popleft()
+            try:
+                response = next(self)  # reads more, or raises how the call ended
+            except StopIteration:
+                return
+            yield response
 
     def __next__(self) -> T:
         ready = self._ready

@@ -1,7 +1,8 @@
 """The wire pieces of the SDK's HTTP/2 calls (:mod:`liftbridge._transport._http2`):
 frame types, flags and settings (RFC 9113), how an HTTP/2 ending maps to a
 gRPC status (gRPC's doc/PROTOCOL-HTTP2.md and http-grpc-status-mapping.md),
-the error a call ends with, and the socket options of its connection.
+the error a call ends with, the socket options of its connection and its
+keepalive PING settings.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import select
 import socket
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import grpc
 
@@ -76,6 +78,16 @@ MESSAGE_PREFIX = struct.Struct(">BI")
 
 def compressed_error() -> StreamError:
     return StreamError(grpc.StatusCode.INTERNAL, "a compressed response, never asked for")
+
+
+@dataclass(frozen=True)
+class Keepalive:
+    """HTTP/2 PINGs after ``interval`` seconds of silence from the server;
+    no ack within ``timeout`` ends the call with UNAVAILABLE (a broker hung
+    though its kernel still answers TCP)."""
+
+    interval: float
+    timeout: float
 
 
 def keep_alive(sock: socket.socket) -> None:

@@ -29,7 +29,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import liftbridge
-from liftbridge._transport._http2 import Http2Call, Keepalive
+from liftbridge._transport._http2 import Http2Call
+from liftbridge._transport._http2_wire import Keepalive
 from liftbridge_api import api_pb2
 from tests.unit.fake_broker import serving
 from tests.unit.h2_front import H2Front

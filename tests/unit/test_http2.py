@@ -25,8 +25,8 @@ import pytest
 import liftbridge
 from liftbridge._errors import LiftbridgeError
 from liftbridge._transport import _http2_wire
-from liftbridge._transport._http2 import Http2Call, Keepalive
-from liftbridge._transport._http2_wire import StreamError
+from liftbridge._transport._http2 import Http2Call
+from liftbridge._transport._http2_wire import Keepalive, StreamError
 from liftbridge._transport._status import from_rpc_error
 from liftbridge_api import api_pb2
 from tests.unit.h2_peer import (
@@ -896,6 +896,28 @@ def _sender_thread() -> threading.Thread:
     senders = [t for t in threading.enumerate() if t.name == "liftbridge-h2-send"]
     assert len(senders) == 1
     return senders[0]
+
+
+def test_a_for_loop_yields_the_responses_of_every_read_then_raises_the_end(
+    connection: Connection,
+) -> None:
+    """``for`` over a call (how subscriptions read it) takes the responses of
+    one read, waits for the next read, and raises the call's end; a new loop
+    over the ended call raises it again."""
+    call, peer, _ = connection.open()
+    peer.accept()
+    peer.write(frame(DATA, 0, STREAM, grpc_message(b"a") + grpc_message(b"b")))
+    got: list[bytes] = []
+    with pytest.raises(liftbridge.UnavailableError) as ended:
+        for response in call:
+            got.append(response)
+            if response == b"b":  # the next read has this and the end
+                peer.write(frame(DATA, 0, STREAM, grpc_message(b"c")) + peer.trailers(14, "bye"))
+    assert got == [b"a", b"b", b"c"]
+    with pytest.raises(liftbridge.UnavailableError) as again:
+        for _ in call:
+            raise AssertionError("an ended call yields nothing more")
+    assert again.value is ended.value
 
 
 def test_done_sees_the_server_end_without_iterating(connection: Connection) -> None:
