@@ -7,7 +7,10 @@ clock (``time.perf_counter_ns``) serves both ends.
 from __future__ import annotations
 
 import struct
+import threading
 import time
+
+import liftbridge
 
 _STAMP = struct.Struct("<q")
 
@@ -28,3 +31,22 @@ def wait_for(when: float) -> None:
     delay = when - time.perf_counter()
     if delay > 0:
         time.sleep(delay)
+
+
+class Arrivals:
+    """A ``subscribe`` handler that records each message's latency
+    (:func:`latency_of`); ``all_in`` is set once ``count`` came, or when the
+    subscription ends."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.latencies: list[float] = []
+        self.all_in = threading.Event()
+
+    def __call__(self, message: liftbridge.Message | None, error: BaseException | None) -> None:
+        if message is None:
+            self.all_in.set()
+            return
+        self.latencies.append(latency_of(message.value))
+        if len(self.latencies) == self.count:
+            self.all_in.set()

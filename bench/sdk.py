@@ -10,7 +10,7 @@ import threading
 import time
 
 import liftbridge
-from bench.e2e import latency_of, stamped_value, wait_for
+from bench.e2e import Arrivals, stamped_value, wait_for
 from bench.stats import Run, Stopwatch
 
 _WAIT = 60.0
@@ -265,28 +265,19 @@ class SdkEndToEnd:
         self._rate = rate
 
     def run(self, count: int) -> Run:
-        latencies: list[float] = []
-        all_in = threading.Event()
-
-        def handler(message: liftbridge.Message | None, error: BaseException | None) -> None:
-            if message is None:
-                all_in.set()
-                return
-            latencies.append(latency_of(message.value))
-            if len(latencies) == count:
-                all_in.set()
-
-        subscription = self._client.subscribe(self._stream, handler)  # new messages only
+        arrivals = Arrivals(count)
+        subscription = self._client.subscribe(self._stream, arrivals)  # new messages only
         try:
             watch = Stopwatch()
             start = time.perf_counter()
             for i in range(count):
                 wait_for(start + i / self._rate)
                 self._client.publish_async(self._stream, stamped_value(self._value_size))
-            all_in.wait(_WAIT)
+            arrivals.all_in.wait(_WAIT)
             seconds, cpu = watch.stop()
         finally:
             subscription.close()
+        latencies = arrivals.latencies
         if len(latencies) != count:
             raise SdkError(
                 f"received {len(latencies)} of {count} messages ({subscription.error!r})"

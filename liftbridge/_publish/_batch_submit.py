@@ -6,8 +6,8 @@ batch entry point: a batch's requests, built and checked by
 pending publishes in one loop and enter the in-flight window a part at a
 time: as many as the window has room for (at least one, waiting as a
 single publish waits while it is full), registered, queued for the sender
-and given their ack deadline under one round of the publisher's lock per
-part. From there each is a publish like any other (sent, resent never,
+(the part as one item) and given their ack deadline under one round of
+the publisher's lock per part. From there each is a publish like any other (sent, resent never,
 failed by a broken stream, a leader lost, its deadline or close), except
 that its outcome goes to its :class:`~liftbridge._publish._batch.Batch`
 (settled on the thread that resolves it: no handler call per message on
@@ -132,11 +132,11 @@ class BatchSubmit:
                 self._threads_started = True
                 self._dispatcher.start()
             deadline = time.monotonic() + wait
-            registered, put, part = self._pending, self._outbox.put, pendings[start:end]
+            registered, part = self._pending, pendings[start:end]
             for pending in part:
                 pending.deadline = deadline
                 registered[pending.correlation_id] = pending
-                put(pending)
+            self._outbox.put(part)  # one item: the sender takes it a run at a time
             if wait == self._ack_wait:
                 append = self._in_order.append  # in deadline order: under _lock
                 for pending in part:

@@ -80,7 +80,7 @@ from liftbridge._publish._batch_submit import BatchSubmit
 from liftbridge._publish._leaders import LeaderCheck, leader_lost
 from liftbridge._publish._outbox import Outbox
 from liftbridge._publish._pending import Pending, Spent, claimed_outcomes
-from liftbridge._publish._sending import DIRECT_BELOW, Sending, Unsent
+from liftbridge._publish._sending import Sending, Unsent
 from liftbridge._publish._window import Window
 from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
@@ -143,12 +143,15 @@ class Publisher(Sending, BatchSubmit):
         # monotonic time of the stream's last response (or opening): acks thread writes.
         self._heard_at = 0.0
 
-        # Requests not pulled by a sender yet, in order (None: a wake-up call).
+        # Requests not pulled by a sender yet, in order (a list: a batch's part;
+        # None: a wake-up call).
         self._outbox = Unsent()
+        self._last_submit = 0.0  # time.monotonic() of the last publish submitted
         # _send_lock is held by the one sender pulling from _outbox at a time
         # (a stream's sender and an outdated one may overlap), and guards
-        # _carry: requests an outdated sender pulled after its stream broke
-        # (never sent: they go first on the next stream).
+        # _carry: requests pulled from _outbox but not handed over (the rest
+        # of a batch's part a run had no room for; what an outdated sender
+        # pulled after its stream broke): never sent, first in line.
         self._send_lock = threading.Lock()
         self._carry: collections.deque[Pending] = collections.deque()
         self._spent = Spent()  # settled Futures the publishing threads free
@@ -237,7 +240,9 @@ class Publisher(Sending, BatchSubmit):
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the client is closed; the publish was not sent")
-            self._window.take(wait)
+            window = self._window
+            waited = window.used >= window.size  # for room: a run of acks frees a burst
+            window.take(wait)
             if correlation_id in self._pending:
                 self._window.give()
                 raise InvalidArgumentError(
@@ -247,10 +252,11 @@ class Publisher(Sending, BatchSubmit):
                 self._threads_started = True
                 self._dispatcher.start()
             # Every publish gets a deadline: for its ack, or (AckPolicy.NONE) to be sent by.
-            pending.deadline = time.monotonic() + wait
+            now = time.monotonic()
+            pending.deadline = now + wait
             self._pending[correlation_id] = pending
             generation = self._generation
-            direct = self._outbox.idle == generation and len(self._pending) < DIRECT_BELOW
+            direct = self._direct(generation, now, waited=waited)
             if not direct:
                 self._outbox.put(pending)
             in_order = wait == self._ack_wait

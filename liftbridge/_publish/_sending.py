@@ -1,21 +1,25 @@
 """The sending side of the PublishAsync stream, for the
 :class:`~liftbridge._publish._publisher.Publisher` (whose state it uses).
 
-Producers queue their publishes in order; the stream's sender (gRPC's, or
-``liftbridge-h2-send``) pulls them a run at a time through the stream
-generation's :class:`~liftbridge._publish._outbox.Outbox`, and each
-request pulled is "sent". Requests an outdated sender pulled after its
-stream broke are carried over, first in line for the next stream.
+Producers queue their publishes in order (a ``publish_many_async``
+batch's part as one item: one queue round for many requests); the
+stream's sender (gRPC's, or ``liftbridge-h2-send``) pulls them a run at a
+time through the stream generation's
+:class:`~liftbridge._publish._outbox.Outbox`, and each request pulled is
+"sent". What a run had no room for of a batch's part, and requests an
+outdated sender pulled after its stream broke, are carried over, first in
+line for the next run (on the next stream for the latter).
 
 A producer may write its own request instead (``_write``), saving the
-sender's wake-up, which at low rates is a thread hop per publish: only
-while the sender waits for a request with everything it took written and
-nothing queued (:attr:`Unsent.idle`: queueing anything ends it, so
-nothing queued before goes after), fewer than
-:data:`DIRECT_BELOW` publishes are in flight (at higher rates the sender's
-runs carry many requests per write: fewer writes for both sides), and the
-stream takes the request at once (``Stream.write_now``: the SDK's own
-HTTP/2 call when its flow-control windows have room; grpcio's never).
+sender's wake-up, which at moderate rates is a thread hop per publish:
+only while the sender waits for a request with everything it took written
+and nothing queued (:attr:`Unsent.idle`: queueing anything ends it, so
+nothing queued before goes after), when no run would form anyway
+(:meth:`Sending._direct`: nothing else in flight, or the publishing threads
+paused since the last publish; in a burst the sender's runs carry many
+requests per write: fewer writes for both sides), and when the stream takes
+the request at once (``Stream.write_now``: the SDK's own HTTP/2 call when
+its flow-control windows have room; grpcio's never).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import collections
 import contextlib
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 from liftbridge._core._messages import Ack
@@ -31,29 +36,43 @@ from liftbridge._core._router import Router
 from liftbridge._errors import LiftbridgeError
 from liftbridge._publish._leaders import LeaderCheck
 from liftbridge._publish._pending import Pending
+from liftbridge._publish._window import Window
 from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
 
 _DRAIN = 16
 """Requests per run handed to the sender (then "sent"): 16 of up to 4 KiB fit its 64 KiB write."""
 DIRECT_BELOW = 2
-"""A producer writes its own request only while fewer publishes than this
-are in flight (itself included): with none before it, a sender's run would
-carry it alone anyway; with any, it may be one of a burst (a window's worth
-after its acks came in one read), which the sender writes in one go. With 16,
-a window of 32 wrote 0.4 requests per message one by one: more client and
-server CPU per message."""
+"""A producer may write its own request while fewer publishes than this are
+in flight (itself included), however soon after the last: with none before
+it, a sender's run would carry it alone."""
+BACKLOG_FRACTION = 8
+"""More than 1/BACKLOG_FRACTION of the ``max_inflight`` window awaiting acks
+is a backlog (a producer faster than its acks: at the window's limit it is
+woken per eighth of it): the sender writes such publishes in runs, however
+far apart they come (a producer losing the GIL to the acks thread mid-burst
+looks paused). A paced producer keeps far fewer in flight."""
+BURST_GAP = 50e-6
+"""Seconds: a publish submitted this soon after the one before is part of a
+burst (a loop publishing back to back, or a window's worth after its acks
+came in one read), which the sender writes a run at a time, one write for
+many requests (written one by one, a window of 32 cost 0.4 writes per
+message: more client and server CPU). One further apart is written by its
+own thread when the sender is idle: the sender, taking tens of
+microseconds to wake under the GIL, would carry it alone, and its wake-up
+costs more CPU than the write. (10,000 msgs/s evenly paced: 100 us apart.)"""
 
 
 class Unsent:
-    """The publishes queued for the sender, in order (None: a wake-up call
-    that makes it look at the stream's state), and whether it waits with
-    nothing in hand. Producers put under the publisher's ``_lock``."""
+    """The publishes queued for the sender, in order (a list: a batch's
+    part; None: a wake-up call that makes it look at the stream's state),
+    and whether it waits with nothing in hand. Producers put under the
+    publisher's ``_lock``."""
 
     __slots__ = ("_queue", "empty", "get", "get_nowait", "idle")
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Pending | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Pending | list[Pending] | None] = queue.SimpleQueue()
         self.get = self._queue.get
         self.get_nowait = self._queue.get_nowait
         self.empty = self._queue.empty
@@ -62,11 +81,11 @@ class Unsent:
         # -1: none. While it is the stream's, producers may write their own.
         self.idle = -1
 
-    def put(self, pending: Pending | None) -> None:
-        """Queues a publish (or a wake-up): producers write no more of their
-        own until the sender has caught up with it."""
+    def put(self, item: Pending | list[Pending] | None) -> None:
+        """Queues a publish, a batch's part (or a wake-up): producers write
+        no more of their own until the sender has caught up with it."""
         self.idle = -1
-        self._queue.put(pending)
+        self._queue.put(item)
 
 
 class Sending:
@@ -79,9 +98,15 @@ class Sending:
     _handover_lock: threading.Lock
     _send_lock: threading.Lock  # held by the one sender pulling; guards _carry
     _outbox: Unsent
+    # time.monotonic() the last publish was submitted (under _lock), or its
+    # own thread wrote it (after the write, without a lock: a race between
+    # producers only moves when one publish counts as apart from the last).
+    _last_submit: float
     _carry: collections.deque[Pending]
     _generation: int
     _closed: bool
+    _pending: dict[str, Pending]
+    _window: Window
     _call: Stream[api_pb2.PublishResponse] | None
     _claim: Callable[[Pending], bool]
     _complete: Callable[[Pending, Ack | None, LiftbridgeError | None], None]
@@ -101,18 +126,25 @@ class Sending:
                 woken = False  # a wake-up call (None) was taken: look before waiting
                 with contextlib.suppress(queue.Empty):
                     while len(taken) < _DRAIN:
-                        pending = outbox.get_nowait()
-                        if pending is None:
+                        item = outbox.get_nowait()
+                        if item is None:
                             woken = True
+                        elif isinstance(item, list):  # a batch's part: the rest waits first in line
+                            room = _DRAIN - len(taken)  # (carry is empty: it went first)
+                            taken += item[:room]
+                            carry.extend(item[room:])
                         else:
-                            taken.append(pending)
+                            taken.append(item)
                 if not taken and block and not woken:
                     with self._lock:  # all taken is written: producers may write their own
                         if outbox.empty():
                             outbox.idle = generation
-                    pending = outbox.get()
-                    if pending is not None:
-                        taken.append(pending)
+                    item = outbox.get()
+                    if item is not None:
+                        if isinstance(item, list):
+                            carry.extend(item)
+                        else:
+                            taken.append(item)
                         continue  # and whatever else is queued by now
                 with self._handover_lock:
                     if self._generation != generation or self._closed:
@@ -138,6 +170,27 @@ class Sending:
             pending.suspect = True  # sent to a leader known down: liftbridge-leader-check decides
             self._leader_check.wake()
 
+    def _direct(self, generation: int, now: float, *, waited: bool) -> bool:  # _lock held
+        """Whether the producer submitting a publish at ``now`` (with it in
+        ``_pending``) writes it on its own thread: the sender of
+        ``generation`` is idle, and no run would form: nothing else in
+        flight, or no backlog (at most 1/:data:`BACKLOG_FRACTION` of the
+        window in flight, and the publish did not wait for room: ``waited``;
+        acks read in one run free a burst of publishes) and the publishing
+        threads were away :data:`BURST_GAP` or more since the last publish
+        (since its write, if they wrote it: a loop publishing back to back
+        is a burst however long a write takes)."""
+        last, self._last_submit = self._last_submit, now
+        in_flight = len(self._pending)
+        return self._outbox.idle == generation and (
+            in_flight < DIRECT_BELOW
+            or (
+                not waited
+                and now - last >= BURST_GAP
+                and in_flight <= self._window.size // BACKLOG_FRACTION
+            )
+        )
+
     def _write(self, pending: Pending, generation: int) -> None:
         """Writes a publish on the producer's thread, the sender of
         ``generation`` waiting with everything it took written and nothing
@@ -154,6 +207,7 @@ class Sending:
             )
             if written:
                 self._mark_sent(pending, generation)
+                self._last_submit = time.monotonic()
         if not written:
             with self._lock:
                 self._outbox.put(pending)

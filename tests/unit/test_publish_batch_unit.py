@@ -220,6 +220,49 @@ def test_a_broken_stream_fails_the_batch_sent_on_it_and_resends_one_never_sent()
     p.close(_soon())
 
 
+def _until(done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not done():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.005)
+
+
+def test_a_batch_part_is_queued_as_one_item_and_goes_out_in_order_in_runs() -> None:
+    server = FakeServer()
+    server.ack = False
+    p = make(server, ack_wait=30.0)
+    gate = server.gates["c0"] = threading.Event()
+    p.submit(request(0), None, None)  # the sender holds it at the gate
+    _until(p._outbox.empty, "the sender never took c0")
+    batch = _batch(40)
+    p.submit_many([request(i) for i in range(1, 41)], batch, None, one_partition=True)
+    p.submit(request(41), None, None)
+    assert p._outbox._queue.qsize() == 2  # the batch's part, then c41
+    gate.set()
+    _until(lambda: len(server.log) == 42, "not everything was written")
+    assert server.log == [f"c{i}" for i in range(42)]
+    p.close(_soon())
+
+
+def test_the_rest_of_a_part_a_broken_stream_left_unsent_goes_first_on_the_next() -> None:
+    server = FakeServer()
+    server.ack = False
+    p = make(server, ack_wait=30.0)
+    gate = server.gates["c5"] = threading.Event()
+    batch = _batch(40)  # the sender takes c0..c15 (a run), the rest waits first in line
+    p.submit_many([request(i) for i in range(40)], batch, None, one_partition=True)
+    _until(lambda: len(server.log) == 5, "the sender never reached c5")
+    server.up = False
+    server.calls[0].break_()
+    gate.set()
+    assert server.stream_failed.wait(WAIT)  # c0..c15 failed: sent on the broken stream
+    server.ack = server.up = True
+    assert isinstance(batch.future.exception(WAIT), liftbridge.ConnectionLostError)
+    assert p.flush(WAIT)
+    assert server.log == [f"c{i}" for i in (*range(5), *range(16, 40))]  # once each, in order
+    p.close(_soon())
+
+
 def test_close_while_a_batch_waits_for_the_window_settles_every_message() -> None:
     server = FakeServer()
     server.ack = False

@@ -28,7 +28,9 @@ from liftbridge._core._deadlines import AckTimer
 from liftbridge._core._metadata import BrokerInfo, PartitionInfo
 from liftbridge._core._retry import DEFAULT_RETRY_POLICY
 from liftbridge._core._router import Deadline, Router
+from liftbridge._publish import _sending
 from liftbridge._publish._outbox import Outbox
+from liftbridge._publish._pending import Pending
 from liftbridge._publish._publisher import Publisher
 from liftbridge._publish._sending import DIRECT_BELOW
 from liftbridge_api import api_pb2
@@ -75,6 +77,10 @@ class FakeCall:
         takes it (unless ``server.direct`` is off, as when its window is short)."""
         if self._broken or not self.server.direct:
             return False
+        gate = self.server.write_gates.get(request.correlationId)
+        if gate is not None:  # the publishing thread is held up mid-write
+            self.server.writing.set()
+            gate.wait(5)
         self.server.writers.append(threading.current_thread().name)
         self._take_in(request)
         return True
@@ -160,6 +166,8 @@ class FakeServer:
         self.direct = True  # calls take requests the publishing thread writes (write_now)
         self.writers: list[str] = []  # the threads that wrote with write_now, one per request
         self.gates: dict[str, threading.Event] = {}  # the sender waits on one before its request
+        self.write_gates: dict[str, threading.Event] = {}  # as gates, for write_now
+        self.writing = threading.Event()  # set when write_now waits at a write gate
         # Partition leaders: stream -> address; brokers known down; what a
         # metadata refresh names as the leader (stream -> address, "" = none).
         self.leaders: dict[str, str] = {}
@@ -823,7 +831,10 @@ def test_at_low_rates_the_publishing_thread_writes_and_never_overtakes_a_queued_
     p.close(_soon())
 
 
-def test_with_publishes_in_flight_the_sender_writes_them() -> None:
+def test_with_publishes_in_flight_the_sender_writes_a_burst(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_sending, "BURST_GAP", 3600.0)  # every publish follows the last soon
     server = FakeServer()
     server.ack = False
     p = make(server, ack_wait=30.0)
@@ -901,3 +912,159 @@ def test_a_sender_that_looked_just_before_close_ends_its_stream_after_it() -> No
         server.outboxes.put(iter(()))  # nothing more to hand out
         p._outbox.put(None)  # frees the sender should it still wait (the old defect)
         thread.join(5)
+
+
+def _sender_idle_after_c0(
+    monkeypatch: pytest.MonkeyPatch, max_inflight: int = 1024
+) -> tuple[FakeServer, Publisher, Future[liftbridge.Ack | None]]:
+    """A publisher whose every publish counts as apart from the last, no
+    acks coming, c0 written by the sender (its stream was not open yet),
+    and the sender idle again."""
+    monkeypatch.setattr(_sending, "BURST_GAP", 0.0)
+    server = FakeServer()
+    server.ack = False
+    p = make(server, ack_wait=30.0, max_inflight=max_inflight)
+    first = p.submit(request(0), None, None)
+    _until_idle(p)
+    return server, p, first
+
+
+def test_a_publish_apart_from_the_last_is_written_by_its_thread_with_others_in_flight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At 10,000 msgs/s a few publishes await their acks at any time: one
+    submitted apart from the last, with the sender idle, goes out on the
+    publishing thread (no sender wake-up per publish)."""
+    server, p, _ = _sender_idle_after_c0(monkeypatch)
+    for i in range(1, 6):
+        p.submit(request(i), None, None)
+    assert server.writers == [threading.current_thread().name] * 5
+    assert server.log == [f"c{i}" for i in range(6)]
+    p.close(_soon())
+
+
+def test_own_writes_and_the_senders_interleave_in_submission_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server, p, _ = _sender_idle_after_c0(monkeypatch)
+    me = threading.current_thread().name
+    p.submit(request(1), None, None)  # written here, c0 in flight
+    gate = server.gates["c2"] = threading.Event()
+    server.direct = False  # the window is short: c2 goes to the sender, which holds it
+    p.submit(request(2), None, None)
+    server.direct = True
+    p.submit(request(3), None, None)  # c2 is unwritten: these queue behind it
+    p.submit(request(4), None, None)
+    assert server.writers == [me]
+    gate.set()
+    _until_idle(p)
+    p.submit(request(5), None, None)  # the sender caught up: written here again
+    assert server.writers == [me, me]
+    assert server.log == [f"c{i}" for i in range(6)]
+    p.close(_soon())
+
+
+def test_publishing_threads_keep_their_order_whoever_writes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Four threads publish while the call takes own writes only now and
+    then: each thread's requests reach the wire once each, in its order."""
+    monkeypatch.setattr(_sending, "BURST_GAP", 0.0)
+    server = FakeServer()
+    p = make(server, ack_wait=30.0)
+
+    def publish(thread: int) -> None:
+        for i in range(150):
+            server.direct = i % 3 != 0  # some own writes refused: those go to the sender
+            p.submit(api_pb2.PublishRequest(stream="s", correlationId=f"t{thread}-{i}"), None, None)
+
+    producers = [threading.Thread(target=publish, args=(t,)) for t in range(4)]
+    for producer in producers:
+        producer.start()
+    for producer in producers:
+        producer.join(30)
+    assert p.flush(10)
+    for t in range(4):
+        mine = [c for c in server.log if c.startswith(f"t{t}-")]
+        assert mine == [f"t{t}-{i}" for i in range(150)]
+    assert len(server.log) == 600
+    p.close(_soon())
+
+
+def test_close_waits_for_an_own_write_under_way_and_fails_its_publish(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server, p, first = _sender_idle_after_c0(monkeypatch)
+    gate = server.write_gates["c1"] = threading.Event()
+    submitted: list[Future[liftbridge.Ack | None]] = []
+    producer = threading.Thread(target=lambda: submitted.append(p.submit(request(1), None, None)))
+    producer.start()
+    assert server.writing.wait(5), "c1 was not written by its own thread"
+    closer = threading.Thread(target=p.close, args=(_soon(),))
+    closer.start()
+    gate.set()
+    producer.join(5)
+    closer.join(10)
+    assert not closer.is_alive()
+    assert server.log == ["c0", "c1"]
+    for future in (first, submitted[0]):
+        assert isinstance(future.exception(timeout=5), liftbridge.ClientClosedError)
+
+
+def test_a_publish_closed_before_its_own_write_is_not_written(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server, p, _ = _sender_idle_after_c0(monkeypatch)
+    write = p._write
+
+    def close_first(pending: Pending, generation: int) -> None:
+        p.close(_soon())  # between the decision to write it here and the write
+        write(pending, generation)
+
+    monkeypatch.setattr(p, "_write", close_first)
+    late = p.submit(request(1), None, None)
+    assert isinstance(late.exception(timeout=5), liftbridge.ClientClosedError)
+    assert server.log == ["c0"]
+    assert server.writers == []
+
+
+def test_with_a_backlog_in_flight_the_sender_writes_even_publishes_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """More than an eighth of the window awaiting acks is a backlog (a
+    producer faster than its acks, or one woken by a run of them): the
+    sender writes those publishes in runs, not one by one."""
+    server, p, _ = _sender_idle_after_c0(monkeypatch, 16)  # a backlog: more than 2 in flight
+    p.submit(request(1), None, None)  # written here: 2 in flight
+    p.submit(request(2), None, None)  # 3: queued for the sender
+    _until_idle(p)
+    assert server.writers == [threading.current_thread().name]
+    assert server.log == ["c0", "c1", "c2"]
+    p.close(_soon())
+
+
+def test_a_publish_that_waited_for_window_room_goes_to_the_sender(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Acks read in one run empty a full window at once: the publishes it
+    frees are a burst, however few are left in flight when they go."""
+    monkeypatch.setattr(_sending, "BURST_GAP", 0.0)
+    server = FakeServer()
+    server.ack, server.hold = False, True
+    p = make(server, ack_wait=30.0, max_inflight=16)  # a backlog: more than 2 in flight
+    for i in range(16):
+        p.submit(request(i), None, None)
+    held = [server.held.get(timeout=5) for _ in range(16)]
+    producer = threading.Thread(target=p.submit, args=(request(16), None, None), name="c16")
+    producer.start()
+    deadline = time.monotonic() + 5
+    while p._window._waiters == 0:
+        assert time.monotonic() < deadline, "c16 never waited for room"
+        time.sleep(0.005)
+    call = held[0][0]
+    call.answer_together([call.ack_for(request) for _, request in held[:15]])  # one run
+    producer.join(5)
+    server.held.get(timeout=5)  # c16 is written
+    assert "c16" not in server.writers
+    assert server.log == [f"c{i}" for i in range(17)]
+    p.close(_soon())
