@@ -72,7 +72,6 @@ from liftbridge._publish._nats_window import AckHandler, AckWindow, Pending
 from liftbridge._publish._options import (
     STREAM_OPTIONS,
     StreamPublishOptions,
-    ack_handler_checks,
     check_ack_handler,
     check_correlation_id,
     check_names,
@@ -336,8 +335,7 @@ class NatsStreamPublisher(NatsBatchMethods):
             ClientClosedError: the publisher is closed.
             ConnectionLostError: NATS gave up reconnecting.
         """
-        if ack_handler is not None and ack_handler is not ack_handler_checks.passed:
-            check_ack_handler(ack_handler)  # not the last one that passed: read it
+        check_ack_handler(ack_handler)
         if options:
             check_names(options, STREAM_OPTIONS, "publish_async")
             key = options.get("key")
@@ -382,8 +380,7 @@ class NatsStreamPublisher(NatsBatchMethods):
                 f"ack_policy must be an AckPolicy ({', '.join(p.name for p in AckPolicy)}), "
                 f"got {type(ack_policy).__name__}"
             )
-        if future is not True and (future is not False or ack_handler is None):
-            check_future(future, ack_handler, ack_policy)  # not one of the two always fine
+        check_future(future, ack_handler, ack_policy)
         if expected_offset is not None:
             _validate.positive_int(expected_offset, arg="expected_offset", minimum=0)
         if correlation_id is None:
