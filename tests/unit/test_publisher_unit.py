@@ -17,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from types import SimpleNamespace
 from typing import cast
 
 import grpc
@@ -962,10 +963,46 @@ def test_a_producer_catching_up_after_a_pause_writes_its_own_publishes(
     assert server.writers == [me] * CATCH_UP  # c1 (the pause) and CATCH_UP - 1 after it
     _until_idle(p)
     p._last_submit = time.monotonic() - 7200.0
-    p.submit(request(count + 1), None, None)
+    p.submit(request(count + 1), None, None)  # apart: written here
+    p.submit(request(count + 2), None, None)  # the run before the pause was a burst: no catch-up
     assert server.writers == [me] * (CATCH_UP + 1)
-    assert server.log == [f"c{i}" for i in range(count + 2)]
+    _until_idle(p)
+    assert server.log == [f"c{i}" for i in range(count + 3)]
     p.close(_soon())
+
+
+def test_the_own_write_rule_step_by_step() -> None:
+    """``Sending._direct`` alone, on a publisher's fields: a pause, a
+    catch-up of CATCH_UP, a burst, a pause after a burst (no catch-up), a
+    pause after a catch-up (one again), and a wait for window room (neither
+    written here nor a pause)."""
+    state = SimpleNamespace(
+        _last_submit=0.0,
+        _in_a_row=0,
+        _paced=True,
+        _pending=dict.fromkeys(range(5)),  # others in flight, far below the backlog bound
+        _outbox=SimpleNamespace(idle=0),
+        _window=SimpleNamespace(size=1024),
+    )
+    now = [100.0]
+
+    def direct(after: float, *, waited: bool = False) -> bool:
+        now[0] += after
+        return bool(_sending.Sending._direct(state, 0, now[0], waited=waited))  # type: ignore[arg-type]
+
+    pause, soon = 1.0, _sending.BURST_GAP / 10
+    assert direct(pause)
+    assert all(direct(soon) for _ in range(CATCH_UP - 1))  # a catch-up
+    assert not direct(soon)  # a burst: to the sender
+    assert direct(pause)  # apart: written here
+    assert not direct(soon)  # but the run before was a burst
+    assert direct(pause) and direct(soon)  # the run before was short: a catch-up again
+    assert direct(pause)
+    assert not direct(pause, waited=True)  # waited for room: the sender's, and no pause:
+    assert all(direct(soon) for _ in range(CATCH_UP - 2))  # it counts in the run
+    assert not direct(soon)
+    state._outbox.idle = -1
+    assert not direct(pause)  # the sender is not idle
 
 
 def test_a_catch_up_stops_at_the_backlog_bound(monkeypatch: pytest.MonkeyPatch) -> None:
