@@ -4,14 +4,16 @@ by stage.
 Drives :mod:`bench.e2e_probe`'s loop (``publish_async`` with a Future per
 message at a fixed rate, a ``subscribe`` handler in the same process, one
 ``LocalServer``) and times each message at every step it passes, all on
-``time.perf_counter_ns`` (the server's append time, wall-clock, moved onto
-it by one offset taken at the start):
+``time.time_ns``: the clock of the server's append time (``Message.timestamp_ns``),
+so no offset between two clocks drifts into the figures. A write is timed
+when it returned, so the server may have appended before it (a GIL wait
+after the syscall): ``to server`` can be negative.
 
 - ``call``: the stamp (just before ``publish_async``) to its return;
 - ``queued``: the return to the sender taking the request (0 for a publish
   its own thread wrote);
-- ``write``: taken (or, written by its own thread, the call's return) to
-  its bytes handed to the socket;
+- ``write``: taken to its bytes handed to the socket (written by its own
+  thread: the stamp to that, inside ``call``);
 - ``to server``: the write to the server's append (``Message.timestamp_ns``:
   the socket, the server reading and appending);
 - ``to reader``: the append to the subscription thread's read that brought
@@ -40,22 +42,20 @@ from typing import Any
 
 import liftbridge
 from bench.e2e import wait_for
-from bench.e2e_probe import thread_wakes
+from bench.e2e_probe import each_rate, thread_wakes
 from bench.future_probe import _per_message, thread_cpu
 from bench.stats import percentile
 from liftbridge._publish._outbox import Outbox
 from liftbridge._transport import _http2, _http2_reader
 from liftbridge._transport._http2_wire import WINDOW_UPDATE
-from liftbridge.testing import LocalServer
 
-_WAIT = 60.0
 _MARK = b"\xe2\xe5lat"  # starts each value: found again in a request's bytes
-_STAMP = struct.Struct("<4sqq")  # the mark, perf_counter_ns at the stamp, the message's index
+_STAMP = struct.Struct("<4sqq")  # the mark, time_ns at the stamp, the message's index
 _STAGES = ("call", "queued", "write", "to server", "to reader", "to handler")
 
 
 class Trace:
-    """Every step's time per message index (perf_counter_ns; 0: not seen),
+    """Every step's time per message index (time_ns; 0: not seen),
     filled by the patched SDK functions below."""
 
     def __init__(self, count: int) -> None:
@@ -76,20 +76,19 @@ class Trace:
         self.arrived = 0
 
     def handler(self, message: liftbridge.Message | None, error: BaseException | None) -> None:
-        now = time.perf_counter_ns()
+        now = time.time_ns()
         if message is None:
             self.all_in.set()
             return
         _, _, index = _STAMP.unpack_from(message.value)
         self.handled[index] = now
         self.read[index] = self.last_read
-        self.appended[index] = message.timestamp_ns - _OFFSET[0]
+        self.appended[index] = message.timestamp_ns
         self.arrived += 1
         if self.arrived == self.count:
             self.all_in.set()
 
 
-_OFFSET = [0]  # time.time_ns() - time.perf_counter_ns()
 _TRACE: list[Trace] = []
 
 
@@ -111,7 +110,7 @@ def _patch() -> None:
     def taken(request: Any) -> None:
         if request is not None and _TRACE:
             index = _index(request)
-            _TRACE[-1].taken[index] = time.perf_counter_ns()
+            _TRACE[-1].taken[index] = time.time_ns()
             taken_here.__dict__.setdefault("run", []).append(index)
 
     def outbox_next(self: Outbox) -> Any:
@@ -130,7 +129,7 @@ def _patch() -> None:
                 least = min(self._peer.stream, self._peer.conn)
             _TRACE[-1].least_window = min(_TRACE[-1].least_window, least)
         ok: bool = send_data(self, payload, end_stream=end_stream)
-        now = time.perf_counter_ns()
+        now = time.time_ns()
         run = taken_here.__dict__.pop("run", [])
         if _TRACE:
             for index in run:
@@ -143,7 +142,7 @@ def _patch() -> None:
             trace = _TRACE[-1]
             if ok:
                 index = _index(request)
-                trace.written[index] = time.perf_counter_ns()
+                trace.written[index] = time.time_ns()
                 trace.own[index] = True
                 with self._flow:
                     least = min(self._peer.stream, self._peer.conn)
@@ -161,7 +160,7 @@ def _patch() -> None:
 
     def fed(self: Any, data: bytes) -> None:
         if _TRACE and threading.current_thread().name.startswith("liftbridge-sub-"):
-            _TRACE[-1].last_read = time.perf_counter_ns()
+            _TRACE[-1].last_read = time.time_ns()
         feed(self, data)
 
     Outbox.__next__ = outbox_next  # type: ignore[method-assign]
@@ -185,9 +184,10 @@ def _fmt(values: list[float]) -> str:
     return f"{percentile(ordered, 50):6.2f} {percentile(ordered, 99):6.2f}"
 
 
-def run(client: liftbridge.Client, stream: str, size: int, rate: float, gil: bool) -> str:
-    """One paced run at ``rate`` msgs/s for the given count; its figures."""
-    count = int(rate * _SECS[0])
+def run(
+    client: liftbridge.Client, stream: str, size: int, rate: float, count: int, gil: bool
+) -> str:
+    """``count`` publishes paced at ``rate`` msgs/s; its figures."""
     trace = Trace(count)
     _TRACE.append(trace)
     padding = b"x" * max(0, size - _STAMP.size)
@@ -206,12 +206,12 @@ def run(client: liftbridge.Client, stream: str, size: int, rate: float, gil: boo
         for i in range(count):
             due = start + i / rate
             wait_for(due)
-            now = time.perf_counter_ns()
-            lateness.append(now / 1e6 - due * 1e3)
+            lateness.append((time.perf_counter() - due) * 1e3)
+            now = time.time_ns()
             stamp[i] = now
             publish(stream, _STAMP.pack(_MARK, now, i) + padding)
-            returned[i] = time.perf_counter_ns()
-        trace.all_in.wait(_WAIT)
+            returned[i] = time.time_ns()
+        trace.all_in.wait(60.0)
         split = _per_message(cpu, thread_cpu(), count)
         after = thread_wakes()
     finally:
@@ -239,7 +239,7 @@ def _report(
     steps: list[tuple[str, Callable[[int], int], Callable[[int], int]]] = [
         ("call", trace.stamp.__getitem__, trace.returned.__getitem__),
         ("queued", trace.returned.__getitem__, lambda i: trace.taken[i] or trace.returned[i]),
-        ("write", lambda i: trace.taken[i] or trace.returned[i], trace.written.__getitem__),
+        ("write", lambda i: trace.taken[i] or trace.stamp[i], trace.written.__getitem__),
         ("to server", trace.written.__getitem__, trace.appended.__getitem__),
         ("to reader", trace.appended.__getitem__, trace.read.__getitem__),
         ("to handler", trace.read.__getitem__, trace.handled.__getitem__),
@@ -273,9 +273,6 @@ def _report(
     return "\n".join(lines)
 
 
-_SECS = [3.0]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rates", default="1000,10000")
@@ -284,19 +281,15 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--gil", action="store_true", help="run the 1 ms sleeper")
     args = parser.parse_args()
-    _SECS[0] = args.secs
     _patch()
-    _OFFSET[0] = time.time_ns() - time.perf_counter_ns()
-    with (
-        LocalServer(log_level="warn") as server,
-        liftbridge.Client(server.addresses, ack_wait=_WAIT, max_inflight=1024) as client,
-    ):
-        for rep in range(args.reps):
-            for rate in (float(r) for r in args.rates.split(",")):
-                stream = f"e2e-stages-{rep}-{rate:.0f}"
-                client.create_stream(stream)
-                print(run(client, stream, args.size, rate, args.gil), flush=True)
-                client.delete_stream(stream)
+    each_rate(
+        args.rates,
+        args.reps,
+        "e2e-stages",
+        lambda client, stream, rate: run(
+            client, stream, args.size, rate, int(rate * args.secs), args.gil
+        ),
+    )
 
 
 if __name__ == "__main__":
