@@ -80,6 +80,7 @@ from liftbridge._publish._batch_submit import BatchSubmit
 from liftbridge._publish._leaders import LeaderCheck, leader_lost
 from liftbridge._publish._outbox import Outbox
 from liftbridge._publish._pending import Pending, Spent, claimed_outcomes
+from liftbridge._publish._request_bytes import Request
 from liftbridge._publish._sending import Sending, Unsent
 from liftbridge._publish._window import Window
 from liftbridge._transport._stream import Stream
@@ -189,7 +190,7 @@ class Publisher(Sending, BatchSubmit):
     @overload
     def submit(
         self,
-        request: api_pb2.PublishRequest,
+        request: Request,
         handler: AckHandler | None,
         timeout: float | None,
         *,
@@ -199,7 +200,7 @@ class Publisher(Sending, BatchSubmit):
     @overload
     def submit(
         self,
-        request: api_pb2.PublishRequest,
+        request: Request,
         handler: AckHandler | None,
         timeout: float | None,
         *,
@@ -208,7 +209,7 @@ class Publisher(Sending, BatchSubmit):
 
     def submit(
         self,
-        request: api_pb2.PublishRequest,
+        request: Request,
         handler: AckHandler | None,
         timeout: float | None,
         *,

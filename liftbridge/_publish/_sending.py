@@ -36,6 +36,7 @@ from liftbridge._core._router import Router
 from liftbridge._errors import LiftbridgeError
 from liftbridge._publish._leaders import LeaderCheck
 from liftbridge._publish._pending import Pending
+from liftbridge._publish._request_bytes import Request
 from liftbridge._publish._window import Window
 from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
@@ -111,7 +112,7 @@ class Sending:
     _claim: Callable[[Pending], bool]
     _complete: Callable[[Pending, Ack | None, LiftbridgeError | None], None]
 
-    def _next_requests(self, generation: int, *, block: bool) -> list[api_pb2.PublishRequest]:
+    def _next_requests(self, generation: int, *, block: bool) -> list[Request]:
         """Called by the stream's sender thread: this stream generation's
         queued requests (up to ``_DRAIN``, in order) under one round of the
         locks, waiting for one if ``block`` (else [] when none is queued);
