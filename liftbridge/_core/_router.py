@@ -108,6 +108,10 @@ class Router:
     ) -> None:
         self._channels = Channels(tls, max_receive=max_receive, keepalive=keepalive)
         self._watch = BrokerWatch(self._channels.open_probe)
+        # Whether a watched broker (see leader_address) is known down: by address, and
+        # any at all (a look per run of publishes, not per publish). Bound: a call the less.
+        self.broker_down: Callable[[str], bool] = self._watch.is_down
+        self.any_broker_down: Callable[[], bool] = self._watch.any_down
         self._cache = MetadataCache(seeds)
         self._rpc_timeout = rpc_timeout
         self._retry_policy = retry_policy
@@ -423,10 +427,6 @@ class Router:
     def off_broker_down(self, listener: DownListener) -> None:
         """Stops calling a listener added by :meth:`on_broker_down`."""
         self._watch.remove_listener(listener)
-
-    def broker_down(self, address: str) -> bool:
-        """True while a watched broker is known to be down."""
-        return self._watch.is_down(address)
 
     # ---------------------------------------------------------------- calls --
 

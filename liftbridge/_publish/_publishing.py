@@ -149,14 +149,19 @@ class Publishing:
         """
         if options:
             check_names(options, CLIENT_OPTIONS, method)
-        key = options.get("key")
-        headers = options.get("headers")
-        expected_offset = options.get("expected_offset")
-        correlation_id = options.get("correlation_id")
-        ack_inbox = options.get("ack_inbox")
-        timeout = options.get("timeout")
-        if timeout is not None:
-            check.seconds(timeout, arg="timeout")
+            key = options.get("key")
+            headers = options.get("headers")
+            expected_offset = options.get("expected_offset")
+            correlation_id = options.get("correlation_id")
+            ack_inbox = options.get("ack_inbox")
+            partition = options.get("partition")
+            partitioner = options.get("partitioner")
+            timeout = options.get("timeout")
+            if timeout is not None:
+                check.seconds(timeout, arg="timeout")
+        else:  # the commonest publish: no options (eight lookups the less)
+            key = headers = expected_offset = correlation_id = ack_inbox = None
+            partition = partitioner = None
         field = self._stream_fields.get(stream) if type(stream) is str else None
         if field is None:
             check.stream_name(stream)
@@ -182,8 +187,6 @@ class Publishing:
             correlation_id = self._publisher.next_correlation_id()
         else:
             check.optional_text(correlation_id, arg="correlation_id")
-        partition = options.get("partition")
-        partitioner = options.get("partitioner")
         if partition is not None or partitioner is not None or key:
             partition = choose_partition(
                 stream,
@@ -210,10 +213,10 @@ class Publishing:
             field,
             value,
             correlation_id,
-            key=key,
-            partition=partition or 0,
-            ack_policy=WIRE_POLICIES[ack_policy],
-            expected_offset=-1 if expected_offset is None else expected_offset,
+            key,
+            partition or 0,
+            WIRE_POLICIES[ack_policy],
+            -1 if expected_offset is None else expected_offset,
         )
         if len(request.wire) > self._wire_limit:
             check.message_size(request, limit=self._max_message_size)
@@ -314,10 +317,10 @@ class Publishing:
                     field,
                     value,
                     correlation_id,
-                    key=first.key,
-                    partition=partition_of(value),
-                    ack_policy=first.ackPolicy,
-                    expected_offset=first.expectedOffset,
+                    first.key,
+                    partition_of(value),
+                    first.ackPolicy,
+                    first.expectedOffset,
                 )
                 if len(request.wire) > self._wire_limit:
                     check.message_size(request, limit=self._max_message_size)

@@ -53,10 +53,10 @@ def ours(
         stream_field(stream),
         value,
         correlation_id,
-        key=key,
-        partition=partition,
-        ack_policy=policy,
-        expected_offset=offset,
+        key,
+        partition,
+        policy,
+        offset,
     )
 
 
