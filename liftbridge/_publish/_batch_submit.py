@@ -138,7 +138,7 @@ class BatchSubmit:
                 registered[pending.correlation_id] = pending
             self._outbox.put(part)  # one item: the sender takes it a run at a time
             if wait == self._ack_wait:
-                append = self._in_order.append  # in deadline order: under _lock
+                append = self._in_order.append_held  # in deadline order: under _lock
                 for pending in part:
                     append(pending)
         return end

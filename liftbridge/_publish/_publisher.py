@@ -244,7 +244,10 @@ class Publisher(Sending, BatchSubmit):
                 raise ClientClosedError("the client is closed; the publish was not sent")
             window = self._window
             waited = window.used >= window.size  # for room: a run of acks frees a burst
-            window.take(wait)
+            if waited:
+                window.take(wait)
+            else:  # a free slot: take() without its call
+                window.used += 1
             if correlation_id in self._pending:
                 self._window.give()
                 raise InvalidArgumentError(
@@ -263,7 +266,7 @@ class Publisher(Sending, BatchSubmit):
                 self._outbox.put(pending)
             in_order = wait == self._ack_wait
             if in_order:
-                self._in_order.append(pending)  # in deadline order: under _lock (lent to it)
+                self._in_order.append_held(pending)  # in deadline order: under _lock (lent to it)
         if not in_order:
             self._timer.schedule(pending.deadline, functools.partial(self._expire, pending))
         if direct:
