@@ -14,11 +14,18 @@ timeout is deadline order: the timer looks at its oldest entries
 (:meth:`AckTimer.watch`) instead of each publish being queued for it a
 second time. Publishes with a timeout of their own go on the timer's heap.
 
-Publishes settled by their acks are let go of on the publishing thread, one
-per later admission (:meth:`AckWindow.admit`), not on the I/O thread that
-settled them: :class:`~liftbridge._publish._pending.Spent`, whose module
-says why (CPython's young-collection tally; measured here: ~330 collections
-per 20,000 Future publishes before, ~50 after).
+The Futures of publishes settled by their acks are let go of on the
+publishing thread, one per later admission (:meth:`AckWindow.admit`), not on
+the I/O thread that settled them: :class:`~liftbridge._publish._pending.Spent`,
+whose module says why (CPython's young-collection tally). The I/O thread lets
+go of the rest, each publish's entry, as it settles it, so what it frees
+matches what it makes: each ack's protobuf and :class:`Ack`, which the Future
+keeps. A read of a few hundred acks then grows the tally by about one object
+per ack rather than three: kept as (entry, protobuf) pairs, every read of
+more than ~230 acks set off a young collection, which walks every Future
+made since the last one. Measured (``gc.callbacks``, window 1,024): ~330
+collections per 20,000 Future publishes freed on the I/O thread, ~45 kept
+as pairs, 12-22 now.
 
 Thread-safe: callers' threads admit, the I/O thread (acks), the acks
 thread (failures) and the ack timer settle, any thread flushes.
@@ -276,7 +283,8 @@ class AckWindow:
         its correlation id; its :class:`Ack` is made only for a publish still
         pending (:func:`ack_outcome`, as the gRPC path does: an ack policy this
         SDK does not know fails the publish at once with a ServerError)."""
-        matched: list[tuple[Pending, api_pb2.Ack]] = []
+        entries: list[Pending] = []  # and their acks' protobufs: two lists, no tuple per ack
+        pbs: list[api_pb2.Ack] = []
         late: list[str] = []
         with self._lock:
             pop = self._pending.pop
@@ -290,30 +298,39 @@ class AckWindow:
                 if entry is None:
                     late.append(pb.correlationId)
                 else:
-                    matched.append((entry, pb))
+                    entries.append(entry)
+                    pbs.append(pb)
         for correlation_id in late:
             logger.debug("Dropping an ack for %r: timed out already", correlation_id)
+        settled = len(entries)
         calls: list[tuple[AckHandler, Ack | None, BaseException | None]] = []
         members: list[_Outcome] = []
-        self._spent.keep(matched)  # each (entry, ack protobuf): the entry holds its Future
-        for entry, pb in matched:  # _deliver, inlined: once per publish
+        futures: list[Future[Ack | None]] = []  # kept for the publishing threads to free
+        # Popped from the end, in ack order: each entry is let go of here as
+        # its publish settles (see the module docstring).
+        entries.reverse()
+        pbs.reverse()
+        while entries:  # _deliver, inlined: once per publish
+            entry, pb = entries.pop(), pbs.pop()
             ack, error = ack_outcome(pb)
             if entry.batch is not None:  # gathered below, as one run per batch
                 members.append((entry, ack, error))
                 continue
             future = entry.future
             if future is not None:
+                futures.append(future)
                 if error is None:
                     future.set_result(ack)
                 else:
                     future.set_exception(error)
             if entry.handler is not None:
                 calls.append((entry.handler, ack, error))
+        self._spent.keep(futures)
         if members:
             settle_members(members)
         if calls:
             self._runner.submit(_call_handlers, calls)
-        self._release(len(matched))
+        self._release(settled)
 
     def settle(self, entry: Pending, error: BaseException) -> None:
         """Fails one publish with ``error``, if it is still pending."""

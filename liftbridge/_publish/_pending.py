@@ -73,7 +73,7 @@ def claimed_outcomes(
 class Spent:
     """Settled publishes kept for the publishing threads to free, one per
     publish (see the module docstring): the gRPC publisher keeps each
-    outcome, the NATS window each entry, Future and Ack with them.
+    outcome, the NATS window each Future (its Ack with it).
     Thread-safe (deque operations)."""
 
     __slots__ = ("_kept",)

@@ -265,3 +265,33 @@ def test_a_settled_future_is_let_go_of_by_the_next_admission_or_a_flush(
     assert ack is not None and ack.offset == 3
     assert window.flush(time.monotonic() + TIMEOUT)  # lets go of the rest
     assert gone[1]() is None and gone[2]() is None
+
+
+def test_settling_a_batch_of_acks_frees_each_entry_and_keeps_only_its_future(
+    parts: tuple[AckTimer, CallbackRunner],
+) -> None:
+    # CPython starts a young collection once tracked allocations outnumber
+    # frees by 700. Settling an ack makes its protobuf and its Ack (the Future
+    # keeps them) and frees the publish's entry, about one tracked object more
+    # per ack; kept as (entry, protobuf) pairs it was three, so one socket
+    # read of ~230 acks set off a collection over every Future in flight.
+    count = 600
+    window = _window(parts, max_inflight=count)
+    futures = []
+    for i in range(count):
+        entry = _pending(parts[1], f"c{i}")
+        window.admit(entry)
+        futures.append(_f(entry))
+    del entry
+    acks = [_ack(f"c{i}", i) for i in range(count)]
+    gc.collect()
+    gc.disable()  # the tally still counts; no collection resets it meanwhile
+    try:
+        before = gc.get_count()[0]
+        window.settle_acks(acks)
+        grown = gc.get_count()[0] - before
+    finally:
+        gc.enable()
+    assert [f.result(0).offset for f in futures] == list(range(count))  # type: ignore[union-attr]
+    assert count // 2 < grown < count * 3 // 2
+    assert window.flush(time.monotonic() + TIMEOUT)
