@@ -79,16 +79,18 @@ class OrderedDeadlines(Generic[T]):
     def append(self, item: T) -> None:
         """Adds an item due at ``item.deadline`` (never earlier than any
         before it). With a lent lock, only while holding it."""
+        if self._lent:
+            self.append_held(item)
+            return
+        with self._lock:
+            self.append_held(item)
+
+    def append_held(self, item: T) -> None:
+        """:meth:`append` for a caller already holding the queue's lock
+        (the one it lent): one call per item, for the publisher's every publish."""
         if not self._started:
             self._started = True
             self._start()
-        if self._lent:
-            self._append(item)
-            return
-        with self._lock:
-            self._append(item)
-
-    def _append(self, item: T) -> None:  # with _lock held
         items = self._items
         while items and items[0].done:
             items.popleft()

@@ -77,6 +77,8 @@ class BrokerWatch:
         # _lock guards _watched, _listeners and _closed.
         self._lock = threading.Lock()
         self._watched: dict[str, _Watched] = {}
+        # How many watched brokers are down: written on the watch's thread, read anywhere.
+        self._down = 0
         self._listeners: list[DownListener] = []
         self._closed = False
         self._stop = threading.Event()
@@ -113,6 +115,11 @@ class BrokerWatch:
         """True while a watched broker's connection is failing."""
         watched = self._watched.get(address)
         return watched is not None and watched.down
+
+    def any_down(self) -> bool:
+        """True while any watched broker's connection is failing: a look
+        that spares a caller :meth:`is_down` per address while none is."""
+        return self._down > 0
 
     def close(self) -> None:
         """Stops watching every broker; waits (bounded) for the watch's
@@ -163,11 +170,13 @@ class BrokerWatch:
         if answered:
             if w.down:
                 w.down = False
+                self._down -= 1
                 _log.info("broker %s is reachable again", w.address)
             return
         if w.down:
             return
         w.down = True
+        self._down += 1
         _log.warning("broker %s is down (its connection failed)", w.address)
         with self._lock:
             listeners = [] if self._closed else list(self._listeners)

@@ -68,6 +68,8 @@ brokers learn of a new stream at slightly different times."""
 _MIN_REFRESH_ATTEMPT = 0.25
 """Seconds a metadata refresh gives a broker at least (within its deadline)
 before it moves on to the next."""
+_LEADERS_KEPT = 4096
+"""At most this many partitions' leaders are remembered (see leader_address)."""
 
 SUSPECT_FOR = 10.0
 """Seconds a broker that refused a connection, or let an attempt run out of
@@ -106,6 +108,10 @@ class Router:
     ) -> None:
         self._channels = Channels(tls, max_receive=max_receive, keepalive=keepalive)
         self._watch = BrokerWatch(self._channels.open_probe)
+        # Whether a watched broker (see leader_address) is known down: by address, and
+        # any at all (a look per run of publishes, not per publish). Bound: a call the less.
+        self.broker_down: Callable[[str], bool] = self._watch.is_down
+        self.any_broker_down: Callable[[], bool] = self._watch.any_down
         self._cache = MetadataCache(seeds)
         self._rpc_timeout = rpc_timeout
         self._retry_policy = retry_policy
@@ -120,6 +126,9 @@ class Router:
         # Held by the one refresh under way; others wait for it (see refresh()).
         self._refresh_lock = threading.Lock()
         self._generation = 0  # bumped by every completed refresh (under _refresh_lock)
+        # (stream, partition) -> (metadata snapshot, its leader's address): leader_address
+        # answers every publish, from its snapshot's answer while that is current.
+        self._leaders: dict[tuple[str, int], tuple[Metadata, str | None]] = {}
 
     # ------------------------------------------------------------ settings --
 
@@ -395,14 +404,18 @@ class Router:
             ClientClosedError: after :meth:`close`.
         """
         metadata = self._cache.current
+        known = self._leaders.get((stream, partition))
+        if known is not None and known[0] is metadata:  # asked of this snapshot before
+            return known[1]
         info = metadata.partition(stream, partition)
-        if info is None or not info.leader:
-            return None
-        broker = metadata.broker(info.leader)
-        if broker is None:
-            return None
-        self._watch.watch(broker.address)
-        return broker.address
+        broker = metadata.broker(info.leader) if info is not None and info.leader else None
+        address = None if broker is None else broker.address
+        if address is not None:
+            self._watch.watch(address)
+        if len(self._leaders) >= _LEADERS_KEPT:
+            self._leaders.clear()
+        self._leaders[stream, partition] = (metadata, address)
+        return address
 
     def on_broker_down(self, listener: DownListener) -> None:
         """Calls ``listener(address)`` when a broker watched (see
@@ -414,10 +427,6 @@ class Router:
     def off_broker_down(self, listener: DownListener) -> None:
         """Stops calling a listener added by :meth:`on_broker_down`."""
         self._watch.remove_listener(listener)
-
-    def broker_down(self, address: str) -> bool:
-        """True while a watched broker is known to be down."""
-        return self._watch.is_down(address)
 
     # ---------------------------------------------------------------- calls --
 

@@ -32,11 +32,17 @@ import time
 import warnings
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
-
-from google.protobuf.message import Message as _Protobuf
+from typing import Any, Protocol
 
 from liftbridge._errors import ArgumentTypeError, InvalidArgumentError, MessageTooLargeError
+
+
+class _Sized(Protocol):
+    """A request that knows its serialized size: a protobuf message, or a
+    publish request written byte by byte."""
+
+    def ByteSize(self) -> int: ...
+
 
 RESERVED_STREAMS = frozenset({"__cursors", "__activity"})
 
@@ -409,7 +415,7 @@ def message_size_limit(value: Any, *, arg: str = "max_message_size") -> int:
     return _int(value, arg, 4096, GRPC_MAX_MESSAGE)
 
 
-def message_size(request: _Protobuf, *, limit: int) -> None:
+def message_size(request: _Sized, *, limit: int) -> None:
     """Refuses a publish request too large for the server to store, before it
     is sent: on a PublishAsync stream an oversized request would break the
     stream and fail every other publish in flight on it.

@@ -27,9 +27,9 @@ from liftbridge._core._router import Router
 from liftbridge._errors import ClientClosedError, LiftbridgeError
 from liftbridge._publish._batch import Batch
 from liftbridge._publish._pending import Pending, Spent
+from liftbridge._publish._request_bytes import Request
 from liftbridge._publish._sending import Unsent
 from liftbridge._publish._window import Window
-from liftbridge_api import api_pb2
 
 
 class BatchSubmit:
@@ -51,7 +51,7 @@ class BatchSubmit:
 
     def submit_many(
         self,
-        requests: list[api_pb2.PublishRequest],
+        requests: list[Request],
         batch: Batch,
         timeout: float | None,
         *,
@@ -138,7 +138,7 @@ class BatchSubmit:
                 registered[pending.correlation_id] = pending
             self._outbox.put(part)  # one item: the sender takes it a run at a time
             if wait == self._ack_wait:
-                append = self._in_order.append  # in deadline order: under _lock
+                append = self._in_order.append_held  # in deadline order: under _lock
                 for pending in part:
                     append(pending)
         return end

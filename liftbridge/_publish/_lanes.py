@@ -62,6 +62,7 @@ from liftbridge._errors import (
     StreamRefusedError,
 )
 from liftbridge._publish._leaders import leader_lost, live_leader
+from liftbridge._publish._request_bytes import Request
 from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
 
@@ -75,7 +76,7 @@ _RECHECK = 0.1
 
 
 def _end_stream(
-    outbox: queue.SimpleQueue[api_pb2.PublishRequest | None],
+    outbox: queue.SimpleQueue[Request | None],
     call: Stream[api_pb2.PublishResponse],
 ) -> None:
     outbox.put(None)  # ends the request iterator: gRPC's sender thread exits
@@ -87,7 +88,7 @@ class _Lane:
     reads it; the timer and ``close`` only cancel it."""
 
     def __init__(self, router: Router, deadline: Deadline) -> None:
-        self._outbox: queue.SimpleQueue[api_pb2.PublishRequest | None] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[Request | None] = queue.SimpleQueue()
         self.address, self._call = router.open_stream(
             "PublishAsync", iter(self._outbox.get, None), target=ANY, deadline=deadline
         )
@@ -105,7 +106,7 @@ class _Lane:
         """False once the lane failed, or its stream ended (nothing was sent on it then)."""
         return not self.broken and not self._call.done()
 
-    def publish(self, request: api_pb2.PublishRequest) -> Ack:
+    def publish(self, request: Request) -> Ack:
         """Sends ``request`` and reads its outcome, due by ``self.deadline``
         (set first, so the timer sees it). Raises its typed error.
 
@@ -144,7 +145,7 @@ class _Lane:
         assert ack is not None
         return ack
 
-    def _failure(self, request: api_pb2.PublishRequest, cause: LiftbridgeError) -> LiftbridgeError:
+    def _failure(self, request: Request, cause: LiftbridgeError) -> LiftbridgeError:
         where = f"{request.stream!r} partition {request.partition}"
         with self._lock:
             closed, timed_out, lost = self.closed, self.timed_out, self.leader_lost
@@ -221,7 +222,7 @@ class Lanes:
         self._closed = False
         router.on_broker_down(self._broker_down)
 
-    def publish(self, request: api_pb2.PublishRequest, timeout: float | None) -> Ack | None:
+    def publish(self, request: Request, timeout: float | None) -> Ack | None:
         """Publishes on this thread's lane and returns the Ack; None when no
         lane is available (too many threads), so the caller uses the shared
         stream. Raises like :meth:`_Lane.publish`."""
@@ -264,7 +265,7 @@ class Lanes:
             time.sleep(min(_RECHECK, max(0.0, due - time.monotonic())))
             lane.deadline = due  # the timer's entry for ``due`` still stands
 
-    def _listed(self, request: api_pb2.PublishRequest, due: float) -> bool:
+    def _listed(self, request: Request, due: float) -> bool:
         """Whether fresh metadata lists the partition a broker just said it
         does not have, with time left before ``due`` to send it again. Just
         after ``create_stream`` a broker other than the one that created the

@@ -32,6 +32,7 @@ from typing import Generic, Protocol, TypeVar
 
 from liftbridge._core._router import Deadline, Router
 from liftbridge._errors import DeadlineExceededError, LeaderLostError, LiftbridgeError
+from liftbridge._publish._request_bytes import Request
 from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)
@@ -46,9 +47,7 @@ _CHECK_IDLE = 5.0
 """Seconds liftbridge-leader-check idles between looks (a suspect publish wakes it)."""
 
 
-def leader_lost(
-    request: api_pb2.PublishRequest, address: str, correlation_id: str
-) -> LeaderLostError:
+def leader_lost(request: Request, address: str, correlation_id: str) -> LeaderLostError:
     """The error of a publish whose partition leader at ``address`` went down
     before its ack came."""
     where = f"{request.stream!r} partition {request.partition}"
@@ -59,7 +58,7 @@ def leader_lost(
     )
 
 
-def leads(router: Router, address: str, request: api_pb2.PublishRequest, due: float) -> bool:
+def leads(router: Router, address: str, request: Request, due: float) -> bool:
     """Whether the broker the metadata names as the new leader says so
     itself: the cluster's metadata can name it before it serves the
     partition, and a publish forwarded to it then would be dropped."""
@@ -77,7 +76,7 @@ def leads(router: Router, address: str, request: api_pb2.PublishRequest, due: fl
     return True
 
 
-def live_leader(router: Router, request: api_pb2.PublishRequest, down: str, due: float) -> str:
+def live_leader(router: Router, request: Request, down: str, due: float) -> str:
     """The partition's leader once fresh metadata names one not known to be
     down, asked for every ``_RECHECK`` seconds until ``due``. A publish sent
     to the old leader could only wait out its ack timeout, so it is held
@@ -112,7 +111,7 @@ def live_leader(router: Router, request: api_pb2.PublishRequest, down: str, due:
 class Suspect(Protocol):
     """A publish sent to a partition whose cached leader was known down."""
 
-    request: api_pb2.PublishRequest
+    request: Request
     leader: str | None  # the address its ack would come from
     suspect: bool  # still undecided
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from liftbridge_api import api_pb2
+from liftbridge._publish._request_bytes import Request
 
-NextRequests = Callable[..., list[api_pb2.PublishRequest]]
+NextRequests = Callable[..., list[Request]]
 """``next_requests(generation, *, block)``: the requests queued for that
 stream generation, in order; empty when not blocking and none is queued.
 StopIteration when the generation ended."""
@@ -29,18 +29,18 @@ class Outbox:
     def __init__(self, next_requests: NextRequests, generation: int) -> None:
         self._next_requests = next_requests
         self._generation = generation
-        self._run: list[api_pb2.PublishRequest] = []  # the run taken, last request first
+        self._run: list[Request] = []  # the run taken, last request first
 
-    def __iter__(self) -> Iterator[api_pb2.PublishRequest]:
+    def __iter__(self) -> Iterator[Request]:
         return self
 
-    def __next__(self) -> api_pb2.PublishRequest:
+    def __next__(self) -> Request:
         run = self._run
         if not run:
             run = self._take(block=True)
         return run.pop()
 
-    def next_ready(self) -> api_pb2.PublishRequest | None:
+    def next_ready(self) -> Request | None:
         """The next request if one is queued, else None at once: lets a
         sender gather every ready request into one write."""
         run = self._run
@@ -50,7 +50,7 @@ class Outbox:
                 return None
         return run.pop()
 
-    def _take(self, *, block: bool) -> list[api_pb2.PublishRequest]:
+    def _take(self, *, block: bool) -> list[Request]:
         run = self._next_requests(self._generation, block=block)
         run.reverse()
         self._run = run

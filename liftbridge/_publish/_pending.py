@@ -26,7 +26,7 @@ from liftbridge._core._callbacks import Outcome
 from liftbridge._core._messages import Ack
 from liftbridge._errors import LiftbridgeError
 from liftbridge._publish._batch import Batch, settle_members
-from liftbridge_api import api_pb2
+from liftbridge._publish._request_bytes import Request
 
 
 @dataclass(eq=False, slots=True)
@@ -34,7 +34,7 @@ class Pending:
     """One publish waiting for its ack."""
 
     correlation_id: str
-    request: api_pb2.PublishRequest
+    request: Request
     future: Future[Ack | None] | None  # None: the outcome goes to the handler alone
     handler: Callable[[Ack | None, BaseException | None], None] | None
     expects_ack: bool

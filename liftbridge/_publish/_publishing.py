@@ -37,6 +37,7 @@ from liftbridge._errors import (
 )
 from liftbridge._publish import _inbox
 from liftbridge._publish._batch import Batch, correlation_ids
+from liftbridge._publish._bytes import WIRE_POLICIES
 from liftbridge._publish._lanes import Lanes
 from liftbridge._publish._options import (
     CLIENT_OPTIONS,
@@ -45,6 +46,7 @@ from liftbridge._publish._options import (
     check_names,
 )
 from liftbridge._publish._publisher import AckHandler, Publisher
+from liftbridge._publish._request_bytes import PublishBytes, Request, publish_bytes, stream_field
 from liftbridge_api import api_pb2
 
 _RESULT_MARGIN = 10.0
@@ -59,9 +61,6 @@ def _check_ack_policy(ack_policy: object) -> AckPolicy:
     return ack_policy
 
 
-_FIELD_OVERHEAD = 64
-"""Bytes a PublishRequest without headers adds to its parts at most: the
-field tags and length prefixes, the partition, ack policy and expected offset."""
 _CHECKED_STREAMS = 4096
 """At most this many stream names are remembered as checked."""
 _PublishRequest = api_pb2.PublishRequest
@@ -115,12 +114,11 @@ class Publishing:
         self._callbacks = callbacks
         self._ack_wait = ack_wait
         self._max_message_size = max_message_size
-        # Parts (value, key, stream and correlation id at 4 UTF-8 bytes a
-        # character) adding up to at most this make a request within the limit
-        # whatever their encoding; larger ones are measured.
-        self._unchecked_size = max_message_size - check.ENVELOPE_ALLOWANCE - _FIELD_OVERHEAD
-        # Stream names publishes have used that passed check.stream_name.
-        self._checked_streams: set[str] = set()
+        # Stream names publishes have used that passed check.stream_name, and
+        # the field their requests carry (see _request_bytes.stream_field).
+        self._stream_fields: dict[str, bytes] = {}
+        # The largest request (serialized) the server stores, with its envelope.
+        self._wire_limit = max_message_size - check.ENVELOPE_ALLOWANCE
 
     def _stream_metadata(self, stream: str) -> Metadata:
         """Metadata that knows the stream (refreshed if the cache does not).
@@ -138,9 +136,11 @@ class Publishing:
         ack_policy: AckPolicy,
         options: ClientPublishOptions,
         method: str,
-    ) -> api_pb2.PublishRequest:
+    ) -> Request:
         """The request for ``publish`` and ``publish_async`` (``method``, named
-        in errors), every argument checked.
+        in errors), every argument checked: written byte by byte
+        (:mod:`liftbridge._publish._request_bytes`) unless it has headers or
+        an ack inbox.
 
         Raises:
             InvalidArgumentError, ArgumentTypeError: bad input.
@@ -149,19 +149,25 @@ class Publishing:
         """
         if options:
             check_names(options, CLIENT_OPTIONS, method)
-        key = options.get("key")
-        headers = options.get("headers")
-        expected_offset = options.get("expected_offset")
-        correlation_id = options.get("correlation_id")
-        ack_inbox = options.get("ack_inbox")
-        timeout = options.get("timeout")
-        if timeout is not None:
-            check.seconds(timeout, arg="timeout")
-        if type(stream) is not str or stream not in self._checked_streams:
+            key = options.get("key")
+            headers = options.get("headers")
+            expected_offset = options.get("expected_offset")
+            correlation_id = options.get("correlation_id")
+            ack_inbox = options.get("ack_inbox")
+            partition = options.get("partition")
+            partitioner = options.get("partitioner")
+            timeout = options.get("timeout")
+            if timeout is not None:
+                check.seconds(timeout, arg="timeout")
+        else:  # the commonest publish: no options (eight lookups the less)
+            key = headers = expected_offset = correlation_id = ack_inbox = None
+            partition = partitioner = None
+        field = self._stream_fields.get(stream) if type(stream) is str else None
+        if field is None:
             check.stream_name(stream)
-            if len(self._checked_streams) >= _CHECKED_STREAMS:
-                self._checked_streams.clear()
-            self._checked_streams.add(stream)
+            if len(self._stream_fields) >= _CHECKED_STREAMS:
+                self._stream_fields.clear()
+            field = self._stream_fields[stream] = stream_field(stream)
         # The common case (bytes, no key, an AckPolicy) without a call per check.
         if type(value) is not bytes:
             value = check.data(value)
@@ -181,8 +187,6 @@ class Publishing:
             correlation_id = self._publisher.next_correlation_id()
         else:
             check.optional_text(correlation_id, arg="correlation_id")
-        partition = options.get("partition")
-        partitioner = options.get("partitioner")
         if partition is not None or partitioner is not None or key:
             partition = choose_partition(
                 stream,
@@ -192,6 +196,46 @@ class Publishing:
                 partitioner=partitioner,
                 metadata=lambda: self._stream_metadata(stream),
             )
+        if header_map or ack_inbox is not None:
+            return self._generated(
+                stream,
+                value,
+                correlation_id,
+                key,
+                partition,
+                ack_policy,
+                expected_offset,
+                header_map,
+                ack_inbox,
+            )
+        request = publish_bytes(
+            stream,
+            field,
+            value,
+            correlation_id,
+            key,
+            partition or 0,
+            WIRE_POLICIES[ack_policy],
+            -1 if expected_offset is None else expected_offset,
+        )
+        if len(request.wire) > self._wire_limit:
+            check.message_size(request, limit=self._max_message_size)
+        return request
+
+    def _generated(
+        self,
+        stream: str,
+        value: bytes,
+        correlation_id: str,
+        key: bytes | None,
+        partition: int | None,
+        ack_policy: AckPolicy,
+        expected_offset: int | None,
+        header_map: dict[str, bytes] | None,
+        ack_inbox: str | None,
+    ) -> api_pb2.PublishRequest:
+        """The request of a publish with headers or an ack inbox, as the
+        generated class (see _request_bytes), its size checked."""
         # Field by field, the zeros (partition 0, AckPolicy.LEADER) left unset:
         # about half the time keyword arguments take, the same bytes on the wire.
         request = _PublishRequest()
@@ -210,19 +254,12 @@ class Publishing:
             request.headers.update(header_map)
         if ack_inbox is not None:
             request.ackInbox = check.subject(ack_inbox, arg="ack_inbox")
-        # Serializing to count takes a while; the sizes of the parts bound it.
-        if (
-            header_map
-            or ack_inbox is not None
-            or len(value) + len(key or b"") + 4 * (len(stream) + len(correlation_id))
-            > self._unchecked_size
-        ):
-            check.message_size(request, limit=self._max_message_size)
+        check.message_size(request, limit=self._max_message_size)
         return request
 
     def publish_async(
         self,
-        request: api_pb2.PublishRequest,
+        request: Request,
         ack_handler: AckHandler | None,
         timeout: float | None,
         future: bool,
@@ -230,7 +267,7 @@ class Publishing:
         """Sends a checked request (and ``future``, see :func:`check_future`)
         without waiting for its ack; returns its Future, or None when
         ``future`` is False."""
-        if request.ackInbox:
+        if isinstance(request, _PublishRequest) and request.ackInbox:
             wait = self._ack_wait if timeout is None else timeout
             outcome = self._inbox.publish_async(request, wait, ack_handler)
             return outcome if future else None
@@ -257,38 +294,46 @@ class Publishing:
         first = self.request(stream, values[0], ack_policy, first_options, method)
         partitioner = options.get("partitioner")
         each = partitioner is not None and options.get("partition") is None
-        key, partition, policy = first.key, first.partition, first.ackPolicy
-        expected_offset, header_map = first.expectedOffset, dict(first.headers)
-        room = self._unchecked_size - len(key) - 4 * len(stream)
-        requests = [first]
-        # Field by field (keyword arguments or CopyFrom take about twice as
-        # long), the zeros left unset as in the first: the same bytes.
-        for value, correlation_id in zip(values[1:], ids[1:], strict=True):
-            request = api_pb2.PublishRequest()
-            request.stream = stream
-            request.value = value
-            request.correlationId = correlation_id
-            request.expectedOffset = expected_offset
-            if policy:
-                request.ackPolicy = policy
-            if key:
-                request.key = key
-            if header_map:
-                request.headers.update(header_map)
-            if each:
-                request.partition = choose_partition(
+        partition = first.partition
+
+        def partition_of(value: bytes) -> int:
+            if not each:
+                return partition
+            return choose_partition(
+                stream,
+                first.key or None,
+                value,
+                partition=None,
+                partitioner=partitioner,
+                metadata=lambda: self._stream_metadata(stream),
+            )
+
+        requests: list[Request] = [first]
+        if isinstance(first, PublishBytes):
+            field = stream_field(stream)
+            for value, correlation_id in zip(values[1:], ids[1:], strict=True):
+                request = publish_bytes(
                     stream,
-                    key or None,
+                    field,
                     value,
-                    partition=None,
-                    partitioner=partitioner,
-                    metadata=lambda: self._stream_metadata(stream),
+                    correlation_id,
+                    first.key,
+                    partition_of(value),
+                    first.ackPolicy,
+                    first.expectedOffset,
                 )
-            elif partition:
-                request.partition = partition
-            if header_map or len(value) + 4 * len(correlation_id) > room:
-                check.message_size(request, limit=self._max_message_size)
-            requests.append(request)
+                if len(request.wire) > self._wire_limit:
+                    check.message_size(request, limit=self._max_message_size)
+                requests.append(request)
+        else:  # with headers: the generated class, field by field as the first
+            for value, correlation_id in zip(values[1:], ids[1:], strict=True):
+                generated = api_pb2.PublishRequest()
+                generated.CopyFrom(first)
+                generated.value = value
+                generated.correlationId = correlation_id
+                generated.partition = partition_of(value)
+                check.message_size(generated, limit=self._max_message_size)
+                requests.append(generated)
         self._publisher.submit_many(requests, batch, options.get("timeout"), one_partition=not each)
 
     def close(self) -> None:
@@ -299,7 +344,7 @@ class Publishing:
         """Waits for the ack-inbox pool's threads until ``deadline`` at most."""
         self._inbox.join(deadline)
 
-    def publish(self, request: api_pb2.PublishRequest, timeout: float | None) -> Ack | None:
+    def publish(self, request: Request, timeout: float | None) -> Ack | None:
         """Sends a checked request and waits for its outcome.
 
         Raises:
@@ -313,9 +358,9 @@ class Publishing:
                 raise
             raise named from e
 
-    def _publish(self, request: api_pb2.PublishRequest, timeout: float | None) -> Ack | None:
+    def _publish(self, request: Request, timeout: float | None) -> Ack | None:
         wait = self._ack_wait if timeout is None else timeout
-        if request.ackInbox:
+        if isinstance(request, _PublishRequest) and request.ackInbox:
             return _inbox.publish(self._invoke_publish, request, wait)
         if request.ackPolicy != AckPolicy.NONE.value:
             ack = self._lanes.publish(request, timeout)

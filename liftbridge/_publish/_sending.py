@@ -36,6 +36,7 @@ from liftbridge._core._router import Router
 from liftbridge._errors import LiftbridgeError
 from liftbridge._publish._leaders import LeaderCheck
 from liftbridge._publish._pending import Pending
+from liftbridge._publish._request_bytes import Request
 from liftbridge._publish._window import Window
 from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
@@ -126,7 +127,7 @@ class Sending:
     _claim: Callable[[Pending], bool]
     _complete: Callable[[Pending, Ack | None, LiftbridgeError | None], None]
 
-    def _next_requests(self, generation: int, *, block: bool) -> list[api_pb2.PublishRequest]:
+    def _next_requests(self, generation: int, *, block: bool) -> list[Request]:
         """Called by the stream's sender thread: this stream generation's
         queued requests (up to ``_DRAIN``, in order) under one round of the
         locks, waiting for one if ``block`` (else [] when none is queued);
@@ -166,10 +167,14 @@ class Sending:
                         # Pulled too late for this stream: first in line for the next.
                         carry.extendleft(reversed(taken))
                         raise StopIteration
+                    # Leaders are looked at one by one only while some broker is down.
+                    anything_down = self._router.any_broker_down()
                     for pending in taken:
                         if pending.done:  # timed out while queued
                             continue
-                        self._mark_sent(pending, generation)
+                        pending.generation = generation
+                        if anything_down:
+                            self._suspect(pending)
                         sent.append(pending)
                 if sent or not block:
                     break
@@ -179,10 +184,10 @@ class Sending:
                 self._complete(pending, None, None)  # comes; done once handed to the sender
         return [pending.request for pending in sent]
 
-    def _mark_sent(self, pending: Pending, generation: int) -> None:  # _handover_lock held
-        pending.generation = generation
+    def _suspect(self, pending: Pending) -> None:  # _handover_lock held
+        """Marks a publish being sent to a leader known down: liftbridge-leader-check decides."""
         if pending.leader is not None and self._router.broker_down(pending.leader):
-            pending.suspect = True  # sent to a leader known down: liftbridge-leader-check decides
+            pending.suspect = True
             self._leader_check.wake()
 
     def _direct(self, generation: int, now: float, *, waited: bool) -> bool:  # _lock held
@@ -228,7 +233,9 @@ class Sending:
                 and call.write_now(pending.request)
             )
             if written:
-                self._mark_sent(pending, generation)
+                pending.generation = generation
+                if self._router.any_broker_down():
+                    self._suspect(pending)
                 self._last_submit = time.monotonic()
         if not written:
             with self._lock:

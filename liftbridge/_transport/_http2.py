@@ -81,7 +81,7 @@ from liftbridge._transport._http2_wire import (
     wait_ready,
 )
 from liftbridge._transport._status import from_rpc_error
-from liftbridge._transport._stream import ReadyResponses
+from liftbridge._transport._stream import ReadyResponses, Serializable
 
 _log = logging.getLogger(__name__)
 
@@ -478,7 +478,7 @@ class Http2Call(ReadyResponses[T]):
                 self._sending = False
             self._close_when_idle()
 
-    def write_now(self, request: Message) -> bool:
+    def write_now(self, request: Serializable) -> bool:
         """Sends one request from the calling thread, without a hand-over to
         ``liftbridge-h2-send``, when the server's flow-control windows take
         it whole at once; False (nothing sent) when they do not or the call

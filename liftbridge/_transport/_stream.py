@@ -15,13 +15,19 @@ from collections.abc import Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
-from google.protobuf.message import Message
 
 from liftbridge._errors import ClientClosedError
 from liftbridge._transport._status import from_rpc_error
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
+
+
+class Serializable(Protocol):
+    """A request a stream writes: a protobuf message, or anything that
+    serializes itself the same way (a publish request written byte by byte)."""
+
+    def SerializeToString(self) -> bytes: ...
 
 
 class Stream(Protocol[T_co]):
@@ -48,7 +54,7 @@ class Stream(Protocol[T_co]):
         """True once the call ended."""
         ...
 
-    def write_now(self, request: Message) -> bool:
+    def write_now(self, request: Serializable) -> bool:
         """Writes ``request`` on the calling thread if the transport can at
         once, never waiting; False when it did not (then put it in the
         request iterator). One writer at a time."""
@@ -87,7 +93,7 @@ class GrpcStream(Generic[T]):
     def done(self) -> bool:
         return bool(self._call.done())
 
-    def write_now(self, request: Message) -> bool:
+    def write_now(self, request: Serializable) -> bool:
         return False
 
     def next_ready(self) -> T | None:

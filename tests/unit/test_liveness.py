@@ -80,14 +80,17 @@ def test_a_broker_that_goes_away_is_down_once_then_up_when_back(watching: Watchi
         assert len(watching.channels) == 1
         _until(lambda: _ready(watching, address))
         assert not watching.watch.is_down(address)
+        assert not watching.watch.any_down()
     finally:
         server.stop(None).wait(5)
     assert watching.reported.wait(10), "the broker that went away was never reported"
     assert watching.down == [address]
     assert watching.watch.is_down(address)
+    assert watching.watch.any_down()  # the look before asking per address
     back, _ = _serve(address)
     try:
         _until(lambda: not watching.watch.is_down(address))
+        assert not watching.watch.any_down()
         assert watching.down == [address]  # reported once
     finally:
         back.stop(None).wait(5)

@@ -195,6 +195,9 @@ class FakeServer:
     def broker_down(self, address: str) -> bool:
         return address in self.down
 
+    def any_broker_down(self) -> bool:
+        return bool(self.down)
+
     def refresh(self, deadline: object = None, *, shared: bool = True) -> FakeMetadata:
         assert not shared
         self.refreshes += 1

@@ -221,3 +221,23 @@ def test_a_closed_router_refuses_calls(cluster: Cluster) -> None:
     with pytest.raises(liftbridge.ClientClosedError):
         router.call("CreateStream", api_pb2.CreateStreamRequest(name="x"), deadline=Deadline(1))
     assert router.closed and not router.retrying
+
+
+def test_leader_address_follows_each_metadata_refresh(cluster: Cluster) -> None:
+    """The leader's address is remembered per metadata snapshot: a refresh
+    that moves the leader is seen by the next publish's look-up."""
+    router = _router(cluster)
+    try:
+        a, b = (f"127.0.0.1:{cluster.brokers[name].port}" for name in ("a", "b"))
+        assert router.leader_address("s", 0) == a
+        assert router.leader_address("s", 0) == a  # the snapshot's answer, again
+        assert router.leader_address("s", 1) is None  # no such partition
+        assert router.leader_address("t", 0) is None  # no such stream
+        cluster.leader = "b"
+        router.refresh(Deadline(5))
+        assert router.leader_address("s", 0) == b
+        cluster.leader = ""  # an election under way: no leader
+        router.refresh(Deadline(5))
+        assert router.leader_address("s", 0) is None
+    finally:
+        router.close()

@@ -349,31 +349,3 @@ def test_messages_must_be_an_iterable_of_messages() -> None:
             checked_messages(bad)
     with pytest.raises(liftbridge.ArgumentTypeError, match=r"^messages must hold Message"):
         checked_messages([message, b"v"])
-
-
-@pytest.mark.parametrize("limit", [4096, 1024 * 1024, check.GRPC_MAX_MESSAGE])
-@pytest.mark.parametrize("stream", ["s", "ström-€𝄞" * 8])
-def test_a_publish_whose_parts_fit_the_unmeasured_bound_fits_the_limit(
-    limit: int, stream: str
-) -> None:
-    """Publishing.request measures a request only when its parts exceed a bound
-    (headers aside); the bound must leave every field encoding within the limit."""
-    from liftbridge._publish._publishing import _FIELD_OVERHEAD
-    from liftbridge_api import api_pb2
-
-    correlation_id = "é" * 40
-    unchecked = limit - check.ENVELOPE_ALLOWANCE - _FIELD_OVERHEAD
-    budget = unchecked - 4 * (len(stream) + len(correlation_id))
-    key = b"k" * (budget // 3)
-    value = b"v" * (budget - len(key))
-    request = api_pb2.PublishRequest(
-        stream=stream,
-        partition=2**31 - 1,
-        key=key,
-        value=value,
-        correlationId=correlation_id,
-        ackPolicy=api_pb2.ALL,
-        expectedOffset=-1,  # the longest varint there is
-    )
-    check.message_size(request, limit=limit)  # raises MessageTooLargeError if the bound lied
-    assert request.ByteSize() + check.ENVELOPE_ALLOWANCE > limit - _FIELD_OVERHEAD - 200

@@ -1,0 +1,145 @@
+"""A ``PublishRequest`` written byte by byte, for publishes on the
+PublishAsync stream without headers or an ack inbox (nearly all).
+
+The generated class costs a pipelined publish three times over: building
+the request field by field on the publishing thread, reading four of its
+fields back there (each read of a upb field is a dozen lines of Python's
+work), and serializing it on the sender. Joining the fields' bytes here
+once, next to the few values the publisher reads as plain attributes,
+costs a fraction of that (figures in ``/work/notes/issue-29.md``, stop 36).
+
+The bytes are what protobuf's own serializer writes for the same request
+(fields in number order, proto3 zeros left out), so the server reads them
+as any other: tests compare both for every shape. Publishes with headers
+(a map, whose order the serializer does not fix) or an ack inbox (sent by
+the unary Publish RPC, which takes the generated class) keep the generated
+class. Pure functions; thread-safe.
+"""
+
+from __future__ import annotations
+
+from liftbridge._publish._bytes import varint
+from liftbridge_api import api_pb2
+
+# Field keys of api.proto's PublishRequest: (number << 3) | wire type (0 varint, 2 bytes).
+_KEY = b"\x0a"  # 1: bytes key
+_VALUE = b"\x12"  # 2: bytes value
+_STREAM = b"\x1a"  # 3: string stream
+_PARTITION = b"\x20"  # 4: int32 partition
+_CORRELATION_ID = b"\x3a"  # 7: string correlationId
+_ACK_POLICY = b"\x40"  # 8: AckPolicy ackPolicy
+_EXPECTED_OFFSET = b"\x48"  # 9: int64 expectedOffset
+
+_NO_OFFSET = _EXPECTED_OFFSET + varint(-1)
+"""expectedOffset -1 ("no expectation", set on every publish without one): ten bytes."""
+_SMALL = tuple(bytes((n,)) for n in range(128))
+"""One-byte varints: the length of nearly every field."""
+_POLICIES = (b"", _ACK_POLICY + varint(1), _ACK_POLICY + varint(2))
+"""The ackPolicy field of each wire AckPolicy (LEADER, 0, is left out)."""
+
+
+class PublishBytes:
+    """A publish request already serialized (``wire``), with the fields the
+    publisher, its error messages and a batch's later requests read, under
+    the generated class's names (its value is in ``wire`` alone). Made by
+    :func:`publish_bytes`; not changed after."""
+
+    __slots__ = (
+        "ackPolicy",
+        "correlationId",
+        "expectedOffset",
+        "key",
+        "partition",
+        "stream",
+        "wire",
+    )
+
+    ackInbox = ""  # never one: a publish naming an ack inbox keeps the generated class
+
+    stream: str
+    partition: int
+    correlationId: str
+    ackPolicy: int
+    key: bytes | None
+    expectedOffset: int
+    wire: bytes
+
+    def SerializeToString(self) -> bytes:
+        """The request's bytes."""
+        return self.wire
+
+    def ByteSize(self) -> int:
+        """The request's size in bytes."""
+        return len(self.wire)
+
+    def __repr__(self) -> str:
+        return (
+            f"PublishBytes(stream={self.stream!r}, partition={self.partition}, "
+            f"correlationId={self.correlationId!r}, ackPolicy={self.ackPolicy}, "
+            f"{len(self.wire)} bytes)"
+        )
+
+
+Request = api_pb2.PublishRequest | PublishBytes
+"""A publish request as the publisher takes it: either carries the fields it
+reads (stream, partition, correlationId, ackPolicy, ackInbox) and
+``SerializeToString``."""
+
+_new = object.__new__
+
+
+def stream_field(stream: str) -> bytes:
+    """The stream field of every request to ``stream`` (a checked name):
+    computed once per stream by the caller."""
+    data = stream.encode()
+    return _STREAM + varint(len(data)) + data
+
+
+def publish_bytes(
+    stream: str,
+    field: bytes,
+    value: bytes,
+    correlation_id: str,
+    key: bytes | None,
+    partition: int,
+    ack_policy: int,
+    expected_offset: int,
+) -> PublishBytes:
+    """The request of a publish without headers or an ack inbox, its
+    arguments checked: ``field`` is :func:`stream_field` of ``stream``,
+    ``ack_policy`` the wire AckPolicy, ``expected_offset`` -1 for none.
+    Called with positional arguments: keywords cost a call more."""
+    request = _new(PublishBytes)
+    request.stream = stream
+    request.partition = partition
+    request.correlationId = correlation_id
+    request.ackPolicy = ack_policy
+    request.key = key
+    request.expectedOffset = expected_offset
+    size = len(value)
+    cid = correlation_id.encode()
+    tail = _SMALL[len(cid)] if len(cid) < 128 else varint(len(cid))
+    if not key and not partition and expected_offset == -1:
+        # The commonest request: value, stream, correlation id, policy, no expected offset.
+        request.wire = b"%s%s%s%s\x3a%s%s%s%s" % (
+            _VALUE if size else b"",
+            (_SMALL[size] if size < 128 else varint(size)) if size else b"",
+            value,
+            field,
+            tail,
+            cid,
+            _POLICIES[ack_policy],
+            _NO_OFFSET,
+        )
+        return request
+    parts = [_KEY, varint(len(key)), key] if key else []
+    if size:
+        parts += (_VALUE, varint(size), value)
+    parts.append(field)
+    if partition:
+        parts += (_PARTITION, varint(partition))
+    parts += (_CORRELATION_ID, tail, cid, _POLICIES[ack_policy])
+    if expected_offset:
+        parts += (_EXPECTED_OFFSET, varint(expected_offset))
+    request.wire = b"".join(parts)
+    return request
