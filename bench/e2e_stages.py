@@ -49,8 +49,8 @@ from liftbridge._publish._outbox import Outbox
 from liftbridge._transport import _http2, _http2_reader
 from liftbridge._transport._http2_wire import WINDOW_UPDATE
 
-_MARK = b"\xe2\xe5lat"  # starts each value: found again in a request's bytes
-_STAMP = struct.Struct("<4sqq")  # the mark, time_ns at the stamp, the message's index
+_MARK = b"\xe2\xe5l\xa7"  # starts each value: found again in a request's bytes
+_STAMP = struct.Struct(f"<{len(_MARK)}sqq")  # the mark, time_ns at the stamp, the message's index
 _STAGES = ("call", "queued", "write", "to server", "to reader", "to handler")
 
 
