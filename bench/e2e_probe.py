@@ -19,6 +19,7 @@ import argparse
 import os
 import threading
 import time
+from collections.abc import Callable
 
 import liftbridge
 from bench.e2e import Arrivals, stamped_value, wait_for
@@ -98,6 +99,24 @@ def run(client: liftbridge.Client, stream: str, size: int, rate: float, count: i
     )
 
 
+def each_rate(
+    rates: str, reps: int, name: str, measure: Callable[[liftbridge.Client, str, float], str]
+) -> None:
+    """One ``LocalServer`` and client (a window of 1,024); for each
+    repetition and rate (``rates``: comma-separated msgs/s) a stream of its
+    own, ``measure(client, stream, rate)``'s figures printed."""
+    with (
+        LocalServer(log_level="warn") as server,
+        liftbridge.Client(server.addresses, ack_wait=_WAIT, max_inflight=1024) as client,
+    ):
+        for rep in range(reps):
+            for rate in (float(r) for r in rates.split(",")):
+                stream = f"{name}-{rep}-{rate:.0f}"
+                client.create_stream(stream)
+                print(measure(client, stream, rate), flush=True)
+                client.delete_stream(stream)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rates", default="1000,5000,10000")
@@ -105,16 +124,12 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--reps", type=int, default=1)
     args = parser.parse_args()
-    with (
-        LocalServer(log_level="warn") as server,
-        liftbridge.Client(server.addresses, ack_wait=_WAIT, max_inflight=1024) as client,
-    ):
-        for rep in range(args.reps):
-            for rate in (float(r) for r in args.rates.split(",")):
-                stream = f"e2e-probe-{rep}-{rate:.0f}"
-                client.create_stream(stream)
-                print(run(client, stream, args.size, rate, int(rate * args.secs)), flush=True)
-                client.delete_stream(stream)
+    each_rate(
+        args.rates,
+        args.reps,
+        "e2e-probe",
+        lambda client, stream, rate: run(client, stream, args.size, rate, int(rate * args.secs)),
+    )
 
 
 if __name__ == "__main__":
