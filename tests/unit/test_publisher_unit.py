@@ -1008,20 +1008,26 @@ def test_the_own_write_rule_step_by_step() -> None:
     assert not direct(pause)  # the sender is not idle
 
 
-def test_a_catch_up_stops_at_the_backlog_bound(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Publishes in a catch-up still count toward the backlog: with a window
-    of 32, no more than 32 // BACKLOG_FRACTION (4) in flight are written by
-    their own thread."""
-    server, p, _ = _sender_idle_after_c0(monkeypatch, max_inflight=32)
+@pytest.mark.parametrize("window", [8 * CATCH_UP + 8, 8 * CATCH_UP - 8])
+def test_a_catch_up_stops_at_the_backlog_bound_and_needs_room_for_one(
+    monkeypatch: pytest.MonkeyPatch, window: int
+) -> None:
+    """Publishes in a catch-up still count toward the backlog (a window's
+    eighth in flight); a window whose eighth is smaller than CATCH_UP has
+    no catch-up at all (a paced producer's few in flight are a backlog
+    there already): only the publish after the pause is written here."""
+    server, p, _ = _sender_idle_after_c0(monkeypatch, max_inflight=window)
     monkeypatch.setattr(_sending, "BURST_GAP", 3600.0)
-    monkeypatch.setattr(_sending, "CATCH_UP", 100)
     p._last_submit = time.monotonic() - 7200.0
-    for i in range(1, 8):
+    for i in range(1, 2 * CATCH_UP):
         p.submit(request(i), None, None)
-    bound = 32 // _sending.BACKLOG_FRACTION
-    assert len(server.writers) == bound - 1  # c1..c3 with c0 in flight; c4 on to the sender
+    bound = window // _sending.BACKLOG_FRACTION
+    if bound >= CATCH_UP:  # c1..c(CATCH_UP) in a row, c0 still in flight: the bound first
+        assert len(server.writers) == min(CATCH_UP, bound - 1)
+    else:
+        assert len(server.writers) == 1
     _until_idle(p)
-    assert server.log == [f"c{i}" for i in range(8)]
+    assert server.log == [f"c{i}" for i in range(2 * CATCH_UP)]
     p.close(_soon())
 
 
