@@ -153,8 +153,6 @@ class Publisher(Sending, BatchSubmit):
         # None: a wake-up call).
         self._outbox = Unsent()
         self._last_submit = 0.0  # time.monotonic() of the last publish submitted
-        self._in_a_row = 0  # publishes submitted back to back since the last pause
-        self._paced = True  # the run before that pause was a catch-up at most
         # _send_lock is held by the one sender pulling from _outbox at a time
         # (a stream's sender and an outdated one may overlap), and guards
         # _carry: requests pulled from _outbox but not handed over (the rest

@@ -62,17 +62,6 @@ message: more client and server CPU). One further apart is written by its
 own thread when the sender is idle: the sender, taking tens of
 microseconds to wake under the GIL, would carry it alone, and its wake-up
 costs more CPU than the write. (10,000 msgs/s evenly paced: 100 us apart.)"""
-CATCH_UP = 8
-"""Publishes in a row, each sooner than :data:`BURST_GAP` after the last,
-that still go out on their own thread after a pause (the pause itself
-counts as the first), when the run before that pause was no longer: a
-paced producer that overslept (``time.sleep`` overshoots 50-100 us on a
-busy machine, a GIL wait more) sends the publishes it is late for back to
-back, and handing those to the sender cost its wake-up and a thread hop
-each time, at 10,000 msgs/s most publishes. A longer run is a burst, and
-a producer whose last run was one is bursting (a loop publishing as fast
-as it can, paused by the GIL or by a wait for window room, which is no
-pause here): the sender writes those a run at a time."""
 
 
 class Unsent:
@@ -114,10 +103,6 @@ class Sending:
     # own thread wrote it (after the write, without a lock: a race between
     # producers only moves when one publish counts as apart from the last).
     _last_submit: float
-    # Publishes submitted in a row since the last pause of BURST_GAP, and
-    # whether the run before that pause was CATCH_UP long at most (under _lock).
-    _in_a_row: int
-    _paced: bool
     _carry: collections.deque[Pending]
     _generation: int
     _closed: bool
@@ -196,31 +181,18 @@ class Sending:
         ``generation`` is idle, and no run would form: nothing else in
         flight, or no backlog (at most 1/:data:`BACKLOG_FRACTION` of the
         window in flight, and the publish did not wait for room: ``waited``;
-        acks read in one run free a burst of publishes) and no burst: the
-        publishing threads were away :data:`BURST_GAP` or more since the
-        last publish (since its write, if they wrote it: a loop publishing
-        back to back is a burst however long a write takes), or, the run
-        before that pause having been no burst either, at most
-        :data:`CATCH_UP` publishes came in a row since it, where the
-        backlog bound leaves room for that many (a window of 64 or more: in
-        a smaller one a paced producer's few in flight are a backlog
-        already, and what catches up is a window-bound producer after a run
-        of acks: a window of 32 wrote 0.07 of its publishes one by one with
-        catch-ups at throughput, 0.04 without)."""
+        acks read in one run free a burst of publishes) and the publishing
+        threads were away :data:`BURST_GAP` or more since the last publish
+        (since its write, if they wrote it: a loop publishing back to back
+        is a burst however long a write takes)."""
         last, self._last_submit = self._last_submit, now
-        if now - last >= BURST_GAP and not waited:
-            self._paced = self._in_a_row <= CATCH_UP
-            in_a_row = self._in_a_row = 1
-        else:
-            in_a_row = self._in_a_row = self._in_a_row + 1
         in_flight = len(self._pending)
-        backlog = self._window.size // BACKLOG_FRACTION
         return self._outbox.idle == generation and (
             in_flight < DIRECT_BELOW
             or (
                 not waited
-                and (in_a_row == 1 or (self._paced and in_a_row <= CATCH_UP <= backlog))
-                and in_flight <= backlog
+                and now - last >= BURST_GAP
+                and in_flight <= self._window.size // BACKLOG_FRACTION
             )
         )
 

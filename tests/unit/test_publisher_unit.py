@@ -17,7 +17,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from types import SimpleNamespace
 from typing import cast
 
 import grpc
@@ -33,7 +32,7 @@ from liftbridge._publish import _sending
 from liftbridge._publish._outbox import Outbox
 from liftbridge._publish._pending import Pending
 from liftbridge._publish._publisher import Publisher
-from liftbridge._publish._sending import CATCH_UP, DIRECT_BELOW
+from liftbridge._publish._sending import DIRECT_BELOW
 from liftbridge_api import api_pb2
 from tests.unit.fake_router import FakeRpcError
 
@@ -842,17 +841,15 @@ def test_with_publishes_in_flight_the_sender_writes_a_burst(
     server = FakeServer()
     server.ack = False
     p = make(server, ack_wait=30.0)
-    p.submit(request(0), None, None)  # after a pause (the first), via the sender: no stream yet
+    p.submit(request(0), None, None)
     _until_idle(p)
-    count = CATCH_UP + 3 * DIRECT_BELOW
-    for i in range(1, count):
+    for i in range(1, 3 * DIRECT_BELOW):
         p.submit(request(i), None, None)
-    # Written here only as a catch-up (c1 up to the CATCH_UP-th publish in a
-    # row, c0 the first) or while fewer than DIRECT_BELOW were in flight (c0
-    # and itself included); the rest of the burst queued for the sender, in order.
-    assert len(server.writers) == max(CATCH_UP - 1, DIRECT_BELOW - 2)
+    # Written here only while fewer than DIRECT_BELOW were in flight (c0 and
+    # itself included), else queued for the sender, in order.
+    assert len(server.writers) == max(0, DIRECT_BELOW - 2)
     _until_idle(p)
-    assert server.log == [f"c{i}" for i in range(count)]
+    assert server.log == [f"c{i}" for i in range(3 * DIRECT_BELOW)]
     p.close(_soon())
 
 
@@ -946,88 +943,6 @@ def test_a_publish_apart_from_the_last_is_written_by_its_thread_with_others_in_f
         p.submit(request(i), None, None)
     assert server.writers == [threading.current_thread().name] * 5
     assert server.log == [f"c{i}" for i in range(6)]
-    p.close(_soon())
-
-
-def test_a_producer_catching_up_after_a_pause_writes_its_own_publishes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A paced loop that overslept sends the publishes it is late for back
-    to back: up to CATCH_UP in a row after a pause go out on its thread (no
-    sender wake-up each), the rest of a longer run is a burst for the
-    sender; the next pause starts a catch-up again. Order holds throughout."""
-    server, p, _ = _sender_idle_after_c0(monkeypatch)
-    monkeypatch.setattr(_sending, "BURST_GAP", 3600.0)  # from here on, back to back
-    me = threading.current_thread().name
-    p._last_submit = time.monotonic() - 7200.0  # a pause before c1
-    count = CATCH_UP + 3
-    for i in range(1, count + 1):
-        p.submit(request(i), None, None)
-    assert server.writers == [me] * CATCH_UP  # c1 (the pause) and CATCH_UP - 1 after it
-    _until_idle(p)
-    p._last_submit = time.monotonic() - 7200.0
-    p.submit(request(count + 1), None, None)  # apart: written here
-    p.submit(request(count + 2), None, None)  # the run before the pause was a burst: no catch-up
-    assert server.writers == [me] * (CATCH_UP + 1)
-    _until_idle(p)
-    assert server.log == [f"c{i}" for i in range(count + 3)]
-    p.close(_soon())
-
-
-def test_the_own_write_rule_step_by_step() -> None:
-    """``Sending._direct`` alone, on a publisher's fields: a pause, a
-    catch-up of CATCH_UP, a burst, a pause after a burst (no catch-up), a
-    pause after a catch-up (one again), and a wait for window room (neither
-    written here nor a pause)."""
-    state = SimpleNamespace(
-        _last_submit=0.0,
-        _in_a_row=0,
-        _paced=True,
-        _pending=dict.fromkeys(range(5)),  # others in flight, far below the backlog bound
-        _outbox=SimpleNamespace(idle=0),
-        _window=SimpleNamespace(size=1024),
-    )
-    now = [100.0]
-
-    def direct(after: float, *, waited: bool = False) -> bool:
-        now[0] += after
-        return bool(_sending.Sending._direct(state, 0, now[0], waited=waited))  # type: ignore[arg-type]
-
-    pause, soon = 1.0, _sending.BURST_GAP / 10
-    assert direct(pause)
-    assert all(direct(soon) for _ in range(CATCH_UP - 1))  # a catch-up
-    assert not direct(soon)  # a burst: to the sender
-    assert direct(pause)  # apart: written here
-    assert not direct(soon)  # but the run before was a burst
-    assert direct(pause) and direct(soon)  # the run before was short: a catch-up again
-    assert direct(pause)
-    assert not direct(pause, waited=True)  # waited for room: the sender's, and no pause:
-    assert all(direct(soon) for _ in range(CATCH_UP - 2))  # it counts in the run
-    assert not direct(soon)
-    state._outbox.idle = -1
-    assert not direct(pause)  # the sender is not idle
-
-
-@pytest.mark.parametrize("window", [8 * CATCH_UP + 8, 8 * CATCH_UP - 8])
-def test_a_catch_up_stops_at_the_backlog_bound_and_needs_room_for_one(
-    monkeypatch: pytest.MonkeyPatch, window: int
-) -> None:
-    """Publishes in a catch-up still count toward the backlog (a window's
-    eighth in flight); a window whose eighth is smaller than CATCH_UP has
-    no catch-up at all (a paced producer's few in flight are a backlog
-    there already): only the publish after the pause is written here."""
-    server, p, _ = _sender_idle_after_c0(monkeypatch, max_inflight=window)
-    monkeypatch.setattr(_sending, "BURST_GAP", 3600.0)
-    p._last_submit = time.monotonic() - 7200.0
-    for i in range(1, 2 * CATCH_UP):
-        p.submit(request(i), None, None)
-    bound = window // _sending.BACKLOG_FRACTION
-    if bound >= CATCH_UP:  # c1..c(CATCH_UP) in a row, c0 still in flight: the bound first
-        assert len(server.writers) == min(CATCH_UP, bound - 1)
-    else:
-        assert len(server.writers) == 1
-    _until_idle(p)
-    assert server.log == [f"c{i}" for i in range(2 * CATCH_UP)]
     p.close(_soon())
 
 
