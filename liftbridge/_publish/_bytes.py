@@ -39,14 +39,14 @@ WIRE_POLICIES = {policy: api_pb2.AckPolicy.ValueType(policy.value) for policy in
 PLAIN_MESSAGE_HEADER = encode_envelope(EnvelopeType.MESSAGE, b"")
 _PLAIN_HEADER_SIZE = len(PLAIN_MESSAGE_HEADER)
 # One-byte varints, the length of nearly every field.
-_SMALL = tuple(bytes((n,)) for n in range(128))
+SMALL_VARINTS = tuple(bytes((n,)) for n in range(128))
 
 
 def varint(number: int) -> bytes:
     """A non-negative int (or a negative int64, as its two's complement) as a
     protobuf varint."""
     if 0 <= number < 128:
-        return _SMALL[number]
+        return SMALL_VARINTS[number]
     number &= (1 << 64) - 1
     out = bytearray()
     while number >= 0x80:
@@ -128,7 +128,7 @@ class PlainFrames:
         under 128 bytes) and the wire ``ack_policy`` LEADER (0) or ALL (1),
         ``prefix`` being the subject's ``PUB <subject> ``."""
         size = len(value)
-        length = _SMALL[size] if size < 128 else varint(size)
+        length = SMALL_VARINTS[size] if size < 128 else varint(size)
         policy = self._policies[ack_policy]
         return b"%s%d\r\n%s%s%s%s%s%s%s\r\n" % (
             prefix,
@@ -137,7 +137,7 @@ class PlainFrames:
             length,
             value,
             self._middle,
-            _SMALL[len(correlation_id)],
+            SMALL_VARINTS[len(correlation_id)],
             correlation_id,
             policy,
         )

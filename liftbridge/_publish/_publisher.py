@@ -242,12 +242,7 @@ class Publisher(Sending, BatchSubmit):
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the client is closed; the publish was not sent")
-            window = self._window
-            waited = window.used >= window.size  # for room: a run of acks frees a burst
-            if waited:
-                window.take(wait)
-            else:  # a free slot: take() without its call
-                window.used += 1
+            waited = self._window.take(wait)  # for room: a run of acks frees a burst
             if correlation_id in self._pending:
                 self._window.give()
                 raise InvalidArgumentError(

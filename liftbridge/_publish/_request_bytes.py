@@ -18,6 +18,7 @@ class. Pure functions; thread-safe.
 
 from __future__ import annotations
 
+from liftbridge._publish._bytes import SMALL_VARINTS as _SMALL
 from liftbridge._publish._bytes import varint
 from liftbridge_api import api_pb2
 
@@ -32,8 +33,6 @@ _EXPECTED_OFFSET = b"\x48"  # 9: int64 expectedOffset
 
 _NO_OFFSET = _EXPECTED_OFFSET + varint(-1)
 """expectedOffset -1 ("no expectation", set on every publish without one): ten bytes."""
-_SMALL = tuple(bytes((n,)) for n in range(128))
-"""One-byte varints: the length of nearly every field."""
 _POLICIES = (b"", _ACK_POLICY + varint(1), _ACK_POLICY + varint(2))
 """The ackPolicy field of each wire AckPolicy (LEADER, 0, is left out)."""
 

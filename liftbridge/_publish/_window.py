@@ -37,17 +37,20 @@ class Window:
         self._waiters = 0
         self._closed = False
 
-    def take(self, wait: float) -> None:
+    def take(self, wait: float) -> bool:
         """Takes a slot; while the window is full, waits until it is down to
-        the resume mark, or takes any free slot at the deadline.
+        the resume mark, or takes any free slot at the deadline. Returns
+        whether it had to wait (the window was full).
 
         Raises:
             PublishWindowFullError: no slot freed up within ``wait`` seconds.
             ClientClosedError: the window closed meanwhile.
         """
-        if self.used >= self.size:
+        full = self.used >= self.size
+        if full:
             self._wait(wait)
         self.used += 1
+        return full
 
     def take_some(self, wait: float, want: int) -> int:
         """Takes up to ``want`` slots (a batch's next part): as many as are
