@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import FrozenInstanceError
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from liftbridge._core import _validate as check
 from liftbridge._errors import ArgumentTypeError, LiftbridgeError, ServerError, from_async_error
@@ -286,11 +286,15 @@ class Ack(_WireValue):
     # built on the thread that resolves every publish's future) and answers
     # each field from it. The protobuf is private to its Ack. The policy and
     # the error are decoded up front, so an unknown value fails at the boundary.
-    __slots__ = ("_error", "_pb", "_policy")
+    # One made by ack_of_wire (NATS) keeps the checked serialized protobuf and
+    # parses it on a first field read: bytes are not tracked by the collector
+    # (see _nats_window).
+    __slots__ = ("_error", "_pb", "_policy", "_wire")
 
     _pb: api_pb2.Ack
     _policy: AckPolicy
     _error: LiftbridgeError | None
+    _wire: bytes
 
     def __init__(
         self,
@@ -332,6 +336,18 @@ class Ack(_WireValue):
         _set_ack_pb(self, pb)
         _set_ack_policy(self, policy)
         _set_ack_error(self, error)
+
+    if not TYPE_CHECKING:  # to mypy _pb is always set: no attribute is looked up here
+
+        def __getattr__(self, name: str) -> object:
+            """Reached only when a slot is unset: the ``_pb`` of an Ack made
+            by :func:`ack_of_wire`, parsed on its first field read. Threads
+            racing here each parse an equal protobuf; any one is kept."""
+            if name != "_pb":
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            pb = _ack_from_string(self._wire)
+            _set_ack_pb(self, pb)
+            return pb
 
     @property
     def stream(self) -> str:
@@ -435,6 +451,8 @@ class Ack(_WireValue):
 _set_ack_pb = vars(Ack)["_pb"].__set__
 _set_ack_policy = vars(Ack)["_policy"].__set__
 _set_ack_error = vars(Ack)["_error"].__set__
+_set_ack_wire = vars(Ack)["_wire"].__set__
+_ack_from_string = api_pb2.Ack.FromString
 _ACK_POLICIES = {policy.value: policy for policy in AckPolicy}
 _ACK_OK = api_pb2.Ack.OK
 # The class's HasField: half the cost of looking it up on each message.
@@ -479,6 +497,17 @@ def ack_outcome(pb: api_pb2.Ack) -> tuple[Ack | None, LiftbridgeError | None]:
     _set_ack_policy(ack, policy)
     _set_ack_error(ack, None)
     return ack, None
+
+
+def ack_of_wire(wire: bytes, policy: AckPolicy) -> Ack:
+    """The Ack of a serialized wire Ack already parsed (and found to carry no
+    ack error and ``policy``), keeping ``wire`` rather than the protobuf: it
+    reads, compares, hashes and pickles as :func:`ack_outcome`'s would."""
+    ack = _new(Ack)
+    _set_ack_wire(ack, wire)
+    _set_ack_policy(ack, policy)
+    _set_ack_error(ack, None)
+    return ack
 
 
 def ack_from_proto(pb: api_pb2.Ack) -> Ack:

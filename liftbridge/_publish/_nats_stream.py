@@ -335,7 +335,8 @@ class NatsStreamPublisher(NatsBatchMethods):
             ClientClosedError: the publisher is closed.
             ConnectionLostError: NATS gave up reconnecting.
         """
-        check_ack_handler(ack_handler)
+        if ack_handler is not None:  # the two checks below: a call each only when needed
+            check_ack_handler(ack_handler)
         if options:
             check_names(options, STREAM_OPTIONS, "publish_async")
             key = options.get("key")
@@ -380,7 +381,8 @@ class NatsStreamPublisher(NatsBatchMethods):
                 f"ack_policy must be an AckPolicy ({', '.join(p.name for p in AckPolicy)}), "
                 f"got {type(ack_policy).__name__}"
             )
-        check_future(future, ack_handler, ack_policy)
+        if future is not True:
+            check_future(future, ack_handler, ack_policy)
         if expected_offset is not None:
             _validate.positive_int(expected_offset, arg="expected_offset", minimum=0)
         if correlation_id is None:
