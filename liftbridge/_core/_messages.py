@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import FrozenInstanceError
 from datetime import datetime
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from liftbridge._core import _validate as check
 from liftbridge._errors import ArgumentTypeError, LiftbridgeError, ServerError, from_async_error
@@ -286,12 +286,12 @@ class Ack(_WireValue):
     # built on the thread that resolves every publish's future) and answers
     # each field from it. The protobuf is private to its Ack. The policy and
     # the error are decoded up front, so an unknown value fails at the boundary.
-    # One made by ack_of_wire (NATS) keeps the checked serialized protobuf and
-    # parses it on a first field read: bytes are not tracked by the collector
-    # (see _nats_window).
+    # One made by ack_of_wire (NATS) keeps the checked serialized protobuf,
+    # _pb None until a first field read parses it: bytes are not tracked by
+    # the collector (see _nats_window).
     __slots__ = ("_error", "_pb", "_policy", "_wire")
 
-    _pb: api_pb2.Ack
+    _pb: api_pb2.Ack | None
     _policy: AckPolicy
     _error: LiftbridgeError | None
     _wire: bytes
@@ -337,29 +337,25 @@ class Ack(_WireValue):
         _set_ack_policy(self, policy)
         _set_ack_error(self, error)
 
-    if not TYPE_CHECKING:  # to mypy _pb is always set: no attribute is looked up here
-
-        def __getattr__(self, name: str) -> object:
-            """Reached only when a slot is unset: the ``_pb`` of an Ack made
-            by :func:`ack_of_wire`, parsed on its first field read. Threads
-            racing here each parse an equal protobuf; any one is kept."""
-            if name != "_pb":
-                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-            pb = _ack_from_string(self._wire)
-            _set_ack_pb(self, pb)
-            return pb
+    def _parsed(self) -> api_pb2.Ack:
+        """The protobuf of an Ack made by :func:`ack_of_wire`, parsed on its
+        first field read. Threads racing here each parse an equal one; any
+        one is kept."""
+        pb = _ack_from_string(self._wire)
+        _set_ack_pb(self, pb)
+        return pb
 
     @property
     def stream(self) -> str:
-        return self._pb.stream
+        return (self._pb or self._parsed()).stream
 
     @property
     def partition_subject(self) -> str:
-        return self._pb.partitionSubject
+        return (self._pb or self._parsed()).partitionSubject
 
     @property
     def message_subject(self) -> str:
-        return self._pb.msgSubject
+        return (self._pb or self._parsed()).msgSubject
 
     @property
     def partition(self) -> int:
@@ -371,7 +367,7 @@ class Ack(_WireValue):
         partition number; otherwise (and for a subject ending in ``>``, which
         takes one partition only) the partition is 0.
         """
-        pb = self._pb
+        pb = self._pb or self._parsed()
         base = pb.partitionSubject
         if base.endswith(">"):
             return 0
@@ -382,15 +378,15 @@ class Ack(_WireValue):
 
     @property
     def offset(self) -> int:
-        return self._pb.offset
+        return (self._pb or self._parsed()).offset
 
     @property
     def ack_inbox(self) -> str:
-        return self._pb.ackInbox
+        return (self._pb or self._parsed()).ackInbox
 
     @property
     def correlation_id(self) -> str:
-        return self._pb.correlationId
+        return (self._pb or self._parsed()).correlationId
 
     @property
     def ack_policy(self) -> AckPolicy:
@@ -398,21 +394,21 @@ class Ack(_WireValue):
 
     @property
     def reception_timestamp_ns(self) -> int:
-        return self._pb.receptionTimestamp
+        return (self._pb or self._parsed()).receptionTimestamp
 
     @property
     def commit_timestamp_ns(self) -> int:
-        return self._pb.commitTimestamp
+        return (self._pb or self._parsed()).commitTimestamp
 
     @property
     def reception_timestamp(self) -> datetime:
         """``reception_timestamp_ns`` as an aware UTC datetime, cut to whole microseconds."""
-        return check.datetime_of_ns(self._pb.receptionTimestamp)
+        return check.datetime_of_ns((self._pb or self._parsed()).receptionTimestamp)
 
     @property
     def commit_timestamp(self) -> datetime:
         """``commit_timestamp_ns`` as an aware UTC datetime, cut to whole microseconds."""
-        return check.datetime_of_ns(self._pb.commitTimestamp)
+        return check.datetime_of_ns((self._pb or self._parsed()).commitTimestamp)
 
     @property
     def error(self) -> LiftbridgeError | None:
@@ -444,7 +440,7 @@ class Ack(_WireValue):
         return bool(self._fields() == other._fields())
 
     def __hash__(self) -> int:
-        pb = self._pb
+        pb = self._pb or self._parsed()
         return hash((pb.stream, pb.offset, pb.correlationId))
 
 
@@ -504,6 +500,7 @@ def ack_of_wire(wire: bytes, policy: AckPolicy) -> Ack:
     ack error and ``policy``), keeping ``wire`` rather than the protobuf: it
     reads, compares, hashes and pickles as :func:`ack_outcome`'s would."""
     ack = _new(Ack)
+    _set_ack_pb(ack, None)
     _set_ack_wire(ack, wire)
     _set_ack_policy(ack, policy)
     _set_ack_error(ack, None)
