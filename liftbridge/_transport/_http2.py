@@ -19,7 +19,10 @@ obeyed. What the server sends is read and checked by
 :class:`liftbridge._transport._http2_reader.FrameReader`. No compression is
 offered, so the server sends none. With TLS the socket stays plain and
 :mod:`liftbridge._transport._http2_tls` turns frames into TLS records and back
-in memory, so everything below holds for TLS too.
+in memory, so everything below holds for TLS too. The socket, everything
+written to it and the call's end are
+:class:`~liftbridge._transport._http2_conn.Http2Connection`'s; this module
+connects, iterates and reads.
 
 Threads: the thread that iterates the call reads the socket (as grpcio's
 single-threaded unary-stream option does); ``liftbridge-h2-send`` pulls the
@@ -34,7 +37,6 @@ it while it polls; only ``liftbridge-h2-send`` blocks in ``sendall``.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import socket
 import threading
@@ -46,23 +48,19 @@ import grpc
 import hpack
 from google.protobuf.message import Message
 
+from liftbridge._transport._http2_conn import Http2Connection
 from liftbridge._transport._http2_reader import (
     DEFAULT_MAX_MESSAGE,
-    ENHANCE_YOUR_CALM,
     MAX_HEADER_LIST,
-    MAX_PENDING_REPLIES,
     PEER_WINDOW,
     RECEIVE_WINDOW,
     FrameReader,
-    PeerWindows,
-    connection_error,
 )
 from liftbridge._transport._http2_tls import TlsClosed, TlsLayer, TlsSettings
 from liftbridge._transport._http2_wire import (
     DATA,
     END_HEADERS,
     END_STREAM,
-    GOAWAY,
     HEADERS,
     PING,
     PREFACE,
@@ -77,18 +75,14 @@ from liftbridge._transport._http2_wire import (
     host_port,
     keep_alive,
     readable,
-    send_nowait,
     wait_ready,
 )
-from liftbridge._transport._status import from_rpc_error
-from liftbridge._transport._stream import ReadyResponses, Serializable
+from liftbridge._transport._stream import ReadyResponses
 
 _log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_BATCH_BYTES = 1 << 16
-"""At most this many request bytes are gathered into one write."""
 _READ_SIZE = 1 << 18
 _FIRST_FRAME_MAX = 16_384
 """The largest frame a peer must accept before its SETTINGS say otherwise."""
@@ -99,7 +93,7 @@ sender holds the socket (the sender writes what is queued before it lets go)."""
 _KEEPALIVE_PAYLOAD = b"lb-alive"
 
 
-class Http2Call(ReadyResponses[T]):
+class Http2Call(Http2Connection, ReadyResponses[T]):
     """One bidirectional gRPC call on a connection of its own.
 
     Iterating it yields the responses (parsed by ``parse``) and ends with
@@ -141,44 +135,28 @@ class Http2Call(ReadyResponses[T]):
                 requests = iter(())
             else:  # more than the server's frame size may allow: the sender thread splits it
                 requests = iter((requests,))
-        self._requests: Iterator[Any] = requests
         self._keepalive = keepalive
         connect_by = time.monotonic() + connect_timeout
-        self._tls: TlsLayer | None = None
+        layer: TlsLayer | None = None
         try:
             host, port = host_port(address)
-            self._sock = socket.create_connection((host, port), timeout=connect_timeout)
+            sock = socket.create_connection((host, port), timeout=connect_timeout)
         except (OSError, ValueError) as e:
             raise StreamError(grpc.StatusCode.UNAVAILABLE, f"could not reach {address}: {e}") from e
         if tls is not None:
             try:
-                self._tls = TlsLayer(tls, host)
-                self._tls.handshake(self._sock, connect_by)
+                layer = TlsLayer(tls, host)
+                layer.handshake(sock, connect_by)
             except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
-                self._sock.close()
+                sock.close()
                 raise StreamError(
                     grpc.StatusCode.UNAVAILABLE, f"TLS with {address} failed: {e}"
                 ) from e
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # A broker that vanished without closing (power loss, a cut link) is
         # found by the kernel's keepalive probes too, not only by ack timeouts.
-        keep_alive(self._sock)
-
-        # _write_lock: held by whoever writes to the socket, so frames never interleave.
-        self._write_lock = threading.Lock()
-        # _out_lock guards _pending: whole frames queued by threads that must
-        # not wait to write; taken from its head only under _write_lock.
-        self._out_lock = threading.Lock()
-        self._pending = bytearray()
-        # _flow guards the peer's windows (_peer) and the ends below; the
-        # sender waits on it for window.
-        self._flow = threading.Condition(threading.Lock())
-        self._peer = PeerWindows()
-        self._error: StreamError | None = None  # why the call ended, if not OK
-        self._finished = False  # ended (any way): nothing more is sent or read
-        self._sending = not unary  # liftbridge-h2-send is running
-        self._reading = False  # a thread is inside recv
-        self._closed = False  # the socket is closed
+        keep_alive(sock)
+        super().__init__(sock, layer, requests, sending=not unary)
 
         # The reading state below is guarded by _read_lock: held by the
         # iterating thread while it reads, or by done() peeking.
@@ -356,10 +334,6 @@ class Http2Call(ReadyResponses[T]):
             return None
         return plain
 
-    def _wrap(self, data: bytes) -> bytes:
-        """``data`` as written: TLS records with TLS (under ``_out_lock``, in order)."""
-        return data if self._tls is None else self._tls.wrap(data)
-
     def _until_readable(self) -> bool:
         """Waits until the socket has data (or an end) to read, writing what
         is queued meanwhile as the socket takes it, and keeping the
@@ -402,199 +376,3 @@ class Http2Call(ReadyResponses[T]):
         self._ping_sent = now
         self._queue(frame_bytes(PING, 0, 0, _KEEPALIVE_PAYLOAD))
         return keepalive.timeout
-
-    # ---------------------------------------------------------------- sending --
-
-    def _queue(self, frame: bytes) -> None:
-        """Queues a whole frame for :meth:`_flush` (a thread that reads never
-        waits on a write).
-
-        Raises:
-            StreamError: the server let more than ``MAX_PENDING_REPLIES``
-                bytes of answers pile up unread (ENHANCE_YOUR_CALM).
-        """
-        with self._out_lock:
-            if len(self._pending) > MAX_PENDING_REPLIES:
-                raise connection_error(
-                    ENHANCE_YOUR_CALM,
-                    "the server sends control frames faster than it reads their answers",
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                )
-            self._pending += self._wrap(frame)
-
-    def _flush(self) -> bool:
-        """Writes what is queued as far as the socket takes it without
-        waiting. True when the socket was ours to write (nothing left, or
-        its buffer is full); False when the sender holds it (it writes the
-        queue before it lets go)."""
-        if not self._write_lock.acquire(blocking=False):
-            return False
-        try:
-            with self._out_lock:
-                data = bytes(self._pending)
-            if data:
-                sent = send_nowait(self._sock, data)
-                with self._out_lock:
-                    del self._pending[:sent]
-        except OSError as e:
-            self._finish(StreamError(grpc.StatusCode.UNAVAILABLE, f"the connection failed: {e}"))
-        finally:
-            self._write_lock.release()
-        return True
-
-    def _goaway(self, code: int) -> None:
-        """Tells the server why we end the connection, if the socket takes it now."""
-        with contextlib.suppress(StreamError):
-            self._queue(frame_bytes(GOAWAY, 0, 0, (0).to_bytes(4, "big") + code.to_bytes(4, "big")))
-        self._flush()
-
-    def _send_loop(self) -> None:
-        """Thread ``liftbridge-h2-send``: writes the requests as they come,
-        each batch of ready ones in one write; ends the stream's sending half
-        when the request iterator ends."""
-        requests = self._requests
-        more: Callable[[], Any] | None = getattr(requests, "next_ready", None)
-        try:
-            for request in requests:
-                chunk = request.SerializeToString()
-                parts = [len(chunk).to_bytes(5, "big"), chunk]
-                size = len(chunk) + 5
-                while more is not None and size < _BATCH_BYTES:
-                    request = more()
-                    if request is None:
-                        break
-                    chunk = request.SerializeToString()
-                    parts += (len(chunk).to_bytes(5, "big"), chunk)
-                    size += len(chunk) + 5
-                if not self._send_data(b"".join(parts), end_stream=False):
-                    return
-            self._send_data(b"", end_stream=True)
-        except Exception:  # never die silently: the call ends, its reader says why
-            _log.exception("the HTTP/2 sender failed")
-            self._finish(StreamError(grpc.StatusCode.INTERNAL, "the request sender failed"))
-            self._shutdown()
-        finally:
-            with self._flow:
-                self._sending = False
-            self._close_when_idle()
-
-    def write_now(self, request: Serializable) -> bool:
-        """Sends one request from the calling thread, without a hand-over to
-        ``liftbridge-h2-send``, when the server's flow-control windows take
-        it whole at once; False (nothing sent) when they do not or the call
-        has ended: then send it through the request iterator (a thread that
-        also reads the call must not wait for window: the update it waits
-        for comes in on what it would read). Never waits to write: what the
-        socket does not take at once goes while the thread reads. Only for a
-        caller that is the call's one writer apart from that iterator, one
-        request at a time.
-        """
-        chunk = request.SerializeToString()
-        payload = len(chunk).to_bytes(5, "big") + chunk
-        size = len(payload)
-        peer = self._peer
-        with self._flow:
-            if self._finished or size > peer.max_frame or size > peer.stream or size > peer.conn:
-                return False
-            peer.stream -= size
-            peer.conn -= size
-        with self._out_lock:
-            self._pending += self._wrap(frame_bytes(DATA, 0, STREAM, payload))
-        self._flush()
-        return True
-
-    def _send_data(self, payload: bytes, *, end_stream: bool) -> bool:
-        """Writes ``payload`` as DATA frames within the peer's windows; False
-        once the call has ended."""
-        view = memoryview(payload)
-        pos = 0
-        peer = self._peer
-        while True:
-            frames = []
-            with self._flow:
-                while not self._finished and pos < len(payload):
-                    if min(peer.stream, peer.conn) > 0:
-                        break
-                    self._flow.wait(1.0)
-                if self._finished:
-                    return False
-                while pos < len(payload):
-                    size = min(len(payload) - pos, peer.stream, peer.conn, peer.max_frame)
-                    if size <= 0:
-                        break
-                    peer.stream -= size
-                    peer.conn -= size
-                    last = end_stream and pos + size == len(payload)
-                    frames.append(
-                        frame_bytes(
-                            DATA,
-                            END_STREAM if last else 0,
-                            STREAM,
-                            bytes(view[pos : pos + size]),
-                        )
-                    )
-                    pos += size
-            if end_stream and not payload:
-                frames.append(frame_bytes(DATA, END_STREAM, STREAM))
-            if frames and not self._send(b"".join(frames)):
-                return False
-            if pos >= len(payload):
-                return True
-
-    def _send(self, data: bytes) -> bool:
-        """Writes ``data`` after what is queued, waiting as long as it takes
-        (only ``liftbridge-h2-send`` does; ``cancel`` wakes it), then what
-        was queued meanwhile."""
-        try:
-            with self._write_lock:
-                with self._out_lock:
-                    data = self._wrap(data)
-                    if self._pending:
-                        data = bytes(self._pending) + data
-                        self._pending.clear()
-                while data:
-                    self._sock.sendall(data)
-                    with self._out_lock:
-                        data = bytes(self._pending)
-                        self._pending.clear()
-        except OSError as e:
-            self._finish(StreamError(grpc.StatusCode.UNAVAILABLE, f"the connection failed: {e}"))
-            return False
-        return True
-
-    # ------------------------------------------------------------------- ends --
-
-    def _ending(self) -> BaseException:
-        """What iterating the ended call raises: StopIteration after an OK
-        status, else the SDK's error for the status."""
-        error = self._error
-        if error is None:
-            return StopIteration()
-        mapped = from_rpc_error(error)
-        mapped.__cause__ = error
-        return mapped
-
-    def _finish(self, error: StreamError | None) -> bool:
-        """Records how the call ended; False if it had ended already."""
-        with self._flow:
-            if self._finished:
-                return False
-            self._finished = True
-            self._error = error
-            self._flow.notify_all()
-            return True
-
-    def _shutdown(self) -> None:
-        """Wakes a thread in recv, poll or sendall on the socket; it stays open."""
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-
-    def _close_when_idle(self) -> None:
-        """Closes the socket once the call ended and neither the sender nor
-        a reader uses it (closing a socket another thread is in could let a
-        new one reuse its descriptor under that thread)."""
-        with self._flow:
-            if self._closed or not self._finished or self._sending or self._reading:
-                return
-            self._closed = True
-        self._sock.close()

@@ -1,0 +1,284 @@
+"""The connection half of the SDK's HTTP/2 calls (:mod:`liftbridge._transport._http2`):
+one call's socket, everything written to it, and how the call ends.
+
+Writes never interleave: whoever writes holds ``_write_lock``. A thread that
+reads never waits to write: its frames (acks, window updates, PINGs, a lane's
+own request) are queued whole in ``_pending`` and written as far as the
+socket takes them at once (``_flush``); ``liftbridge-h2-send`` (``_send_loop``)
+writes the requests within the peer's flow-control windows, waiting in
+``sendall`` as long as it takes, and the queue with them. The call's end is
+recorded once (``_finish``), wakes every thread on the socket (``_shutdown``),
+and the socket is closed only when no thread is in it (``_close_when_idle``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+
+from liftbridge._transport._http2_reader import (
+    ENHANCE_YOUR_CALM,
+    MAX_PENDING_REPLIES,
+    PeerWindows,
+    connection_error,
+)
+from liftbridge._transport._http2_tls import TlsLayer
+from liftbridge._transport._http2_wire import (
+    DATA,
+    END_STREAM,
+    GOAWAY,
+    STREAM,
+    StreamError,
+    frame_bytes,
+    send_nowait,
+)
+from liftbridge._transport._status import from_rpc_error
+from liftbridge._transport._stream import Serializable
+
+_log = logging.getLogger(__name__)
+
+_BATCH_BYTES = 1 << 16
+"""At most this many request bytes are gathered into one write."""
+
+
+class Http2Connection:
+    """The socket of one call (connected, TLS handshaken), its writes and its end.
+
+    The base of :class:`~liftbridge._transport._http2.Http2Call`, which reads.
+    ``requests`` is what ``liftbridge-h2-send`` sends, when ``sending`` (the
+    caller starts that thread on :meth:`_send_loop`). Thread-safe: every
+    method may be called from any of the call's threads.
+    """
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        tls: TlsLayer | None,
+        requests: Iterator[Any],
+        *,
+        sending: bool,
+    ) -> None:
+        self._sock = sock
+        self._tls = tls
+        self._requests = requests
+        # _write_lock: held by whoever writes to the socket, so frames never interleave.
+        self._write_lock = threading.Lock()
+        # _out_lock guards _pending: whole frames queued by threads that must
+        # not wait to write; taken from its head only under _write_lock.
+        self._out_lock = threading.Lock()
+        self._pending = bytearray()
+        # _flow guards the peer's windows (_peer) and the ends below; the
+        # sender waits on it for window.
+        self._flow = threading.Condition(threading.Lock())
+        self._peer = PeerWindows()
+        self._error: StreamError | None = None  # why the call ended, if not OK
+        self._finished = False  # ended (any way): nothing more is sent or read
+        self._sending = sending  # liftbridge-h2-send is running
+        self._reading = False  # a thread is inside recv
+        self._closed = False  # the socket is closed
+
+    def _wrap(self, data: bytes) -> bytes:
+        """``data`` as written: TLS records with TLS (under ``_out_lock``, in order)."""
+        return data if self._tls is None else self._tls.wrap(data)
+
+    # ---------------------------------------------------------------- sending --
+
+    def _queue(self, frame: bytes) -> None:
+        """Queues a whole frame for :meth:`_flush` (a thread that reads never
+        waits on a write).
+
+        Raises:
+            StreamError: the server let more than ``MAX_PENDING_REPLIES``
+                bytes of answers pile up unread (ENHANCE_YOUR_CALM).
+        """
+        with self._out_lock:
+            if len(self._pending) > MAX_PENDING_REPLIES:
+                raise connection_error(
+                    ENHANCE_YOUR_CALM,
+                    "the server sends control frames faster than it reads their answers",
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                )
+            self._pending += self._wrap(frame)
+
+    def _flush(self) -> bool:
+        """Writes what is queued as far as the socket takes it without
+        waiting. True when the socket was ours to write (nothing left, or
+        its buffer is full); False when the sender holds it (it writes the
+        queue before it lets go)."""
+        if not self._write_lock.acquire(blocking=False):
+            return False
+        try:
+            with self._out_lock:
+                data = bytes(self._pending)
+            if data:
+                sent = send_nowait(self._sock, data)
+                with self._out_lock:
+                    del self._pending[:sent]
+        except OSError as e:
+            self._finish(StreamError(grpc.StatusCode.UNAVAILABLE, f"the connection failed: {e}"))
+        finally:
+            self._write_lock.release()
+        return True
+
+    def _goaway(self, code: int) -> None:
+        """Tells the server why we end the connection, if the socket takes it now."""
+        with contextlib.suppress(StreamError):
+            self._queue(frame_bytes(GOAWAY, 0, 0, (0).to_bytes(4, "big") + code.to_bytes(4, "big")))
+        self._flush()
+
+    def _send_loop(self) -> None:
+        """Thread ``liftbridge-h2-send``: writes the requests as they come,
+        each batch of ready ones in one write; ends the stream's sending half
+        when the request iterator ends."""
+        requests = self._requests
+        more: Callable[[], Any] | None = getattr(requests, "next_ready", None)
+        try:
+            for request in requests:
+                chunk = request.SerializeToString()
+                parts = [len(chunk).to_bytes(5, "big"), chunk]
+                size = len(chunk) + 5
+                while more is not None and size < _BATCH_BYTES:
+                    request = more()
+                    if request is None:
+                        break
+                    chunk = request.SerializeToString()
+                    parts += (len(chunk).to_bytes(5, "big"), chunk)
+                    size += len(chunk) + 5
+                if not self._send_data(b"".join(parts), end_stream=False):
+                    return
+            self._send_data(b"", end_stream=True)
+        except Exception:  # never die silently: the call ends, its reader says why
+            _log.exception("the HTTP/2 sender failed")
+            self._finish(StreamError(grpc.StatusCode.INTERNAL, "the request sender failed"))
+            self._shutdown()
+        finally:
+            with self._flow:
+                self._sending = False
+            self._close_when_idle()
+
+    def write_now(self, request: Serializable) -> bool:
+        """Sends one request from the calling thread, without a hand-over to
+        ``liftbridge-h2-send``, when the server's flow-control windows take
+        it whole at once; False (nothing sent) when they do not or the call
+        has ended: then send it through the request iterator (a thread that
+        also reads the call must not wait for window: the update it waits
+        for comes in on what it would read). Never waits to write: what the
+        socket does not take at once goes while the thread reads. Only for a
+        caller that is the call's one writer apart from that iterator, one
+        request at a time.
+        """
+        chunk = request.SerializeToString()
+        payload = len(chunk).to_bytes(5, "big") + chunk
+        size = len(payload)
+        peer = self._peer
+        with self._flow:
+            if self._finished or size > peer.max_frame or size > peer.stream or size > peer.conn:
+                return False
+            peer.stream -= size
+            peer.conn -= size
+        with self._out_lock:
+            self._pending += self._wrap(frame_bytes(DATA, 0, STREAM, payload))
+        self._flush()
+        return True
+
+    def _send_data(self, payload: bytes, *, end_stream: bool) -> bool:
+        """Writes ``payload`` as DATA frames within the peer's windows; False
+        once the call has ended."""
+        view = memoryview(payload)
+        pos = 0
+        peer = self._peer
+        while True:
+            frames = []
+            with self._flow:
+                while not self._finished and pos < len(payload):
+                    if min(peer.stream, peer.conn) > 0:
+                        break
+                    self._flow.wait(1.0)
+                if self._finished:
+                    return False
+                while pos < len(payload):
+                    size = min(len(payload) - pos, peer.stream, peer.conn, peer.max_frame)
+                    if size <= 0:
+                        break
+                    peer.stream -= size
+                    peer.conn -= size
+                    last = end_stream and pos + size == len(payload)
+                    frames.append(
+                        frame_bytes(
+                            DATA,
+                            END_STREAM if last else 0,
+                            STREAM,
+                            bytes(view[pos : pos + size]),
+                        )
+                    )
+                    pos += size
+            if end_stream and not payload:
+                frames.append(frame_bytes(DATA, END_STREAM, STREAM))
+            if frames and not self._send(b"".join(frames)):
+                return False
+            if pos >= len(payload):
+                return True
+
+    def _send(self, data: bytes) -> bool:
+        """Writes ``data`` after what is queued, waiting as long as it takes
+        (only ``liftbridge-h2-send`` does; ``cancel`` wakes it), then what
+        was queued meanwhile."""
+        try:
+            with self._write_lock:
+                with self._out_lock:
+                    data = self._wrap(data)
+                    if self._pending:
+                        data = bytes(self._pending) + data
+                        self._pending.clear()
+                while data:
+                    self._sock.sendall(data)
+                    with self._out_lock:
+                        data = bytes(self._pending)
+                        self._pending.clear()
+        except OSError as e:
+            self._finish(StreamError(grpc.StatusCode.UNAVAILABLE, f"the connection failed: {e}"))
+            return False
+        return True
+
+    # ------------------------------------------------------------------- ends --
+
+    def _ending(self) -> BaseException:
+        """What iterating the ended call raises: StopIteration after an OK
+        status, else the SDK's error for the status."""
+        error = self._error
+        if error is None:
+            return StopIteration()
+        mapped = from_rpc_error(error)
+        mapped.__cause__ = error
+        return mapped
+
+    def _finish(self, error: StreamError | None) -> bool:
+        """Records how the call ended; False if it had ended already."""
+        with self._flow:
+            if self._finished:
+                return False
+            self._finished = True
+            self._error = error
+            self._flow.notify_all()
+            return True
+
+    def _shutdown(self) -> None:
+        """Wakes a thread in recv, poll or sendall on the socket; it stays open."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+
+    def _close_when_idle(self) -> None:
+        """Closes the socket once the call ended and neither the sender nor
+        a reader uses it (closing a socket another thread is in could let a
+        new one reuse its descriptor under that thread)."""
+        with self._flow:
+            if self._closed or not self._finished or self._sending or self._reading:
+                return
+            self._closed = True
+        self._sock.close()
