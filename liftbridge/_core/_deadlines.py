@@ -102,6 +102,15 @@ class OrderedDeadlines(Generic[T]):
             # append walk them all: the next sweep waits for twice as many.
             self._sweep_at = max(self._compact_at, 2 * len(self._items))
 
+    def drop_done_held(self) -> None:
+        """Lets go of the resolved items at the front, for a caller holding
+        the queue's lock (the one it lent): the thread that resolved them,
+        so they are freed there (``liftbridge/_publish/_pending.py`` says why
+        that matters); :meth:`append_held` and the timer drop them otherwise."""
+        items = self._items
+        while items and items[0].done:
+            items.popleft()
+
     def __len__(self) -> int:
         return len(self._items)
 

@@ -252,22 +252,34 @@ def decode_ack(data: bytes) -> Ack:
 
 
 def ack_proto(data: bytes) -> api_pb2.Ack:
-    """The wire Ack of an ack envelope, not yet made into an :class:`Ack`: a
-    publisher reads its correlation id to find the publish, then makes the
-    Ack (:func:`~liftbridge._core._messages.ack_outcome`) only for one still pending.
+    """The wire Ack of an ack envelope, not yet made into an :class:`Ack`.
+
+    Raises:
+        ArgumentTypeError: ``data`` is not bytes-like.
+        EnvelopeError: ``data`` is not an ack envelope or does not parse.
+    """
+    return ack_wire(data)[1]
+
+
+def ack_wire(data: bytes) -> tuple[bytes, api_pb2.Ack]:
+    """The wire Ack of an ack envelope, serialized and parsed: a publisher
+    reads the parsed one as far as its correlation id, policy and error, and
+    keeps the bytes (:func:`~liftbridge._core._messages.ack_of_wire`) for a
+    publish still pending, letting the protobuf go at once.
 
     Raises:
         ArgumentTypeError: ``data`` is not bytes-like.
         EnvelopeError: ``data`` is not an ack envelope or does not parse.
     """
     if type(data) is bytes and data[:HEADER_LENGTH] == _PLAIN_ACK_HEADER:
-        # What decode_envelope would return, parsed in one call (the path of
-        # every ack a publisher reads).
-        try:
-            return _ack_from_string(data[HEADER_LENGTH:])
-        except DecodeError as e:
-            raise EnvelopeError(f"envelope payload is not a valid Ack protobuf: {e}") from e
-    return _parse(api_pb2.Ack(), decode_envelope(data, EnvelopeType.ACK), "Ack")
+        # What decode_envelope would return (the path of every ack a publisher reads).
+        wire = data[HEADER_LENGTH:]
+    else:
+        wire = bytes(decode_envelope(data, EnvelopeType.ACK))
+    try:
+        return wire, _ack_from_string(wire)
+    except DecodeError as e:
+        raise EnvelopeError(f"envelope payload is not a valid Ack protobuf: {e}") from e
 
 
 def _parse(pb: _Proto, payload: bytes, name: str) -> _Proto:

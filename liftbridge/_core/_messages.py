@@ -286,11 +286,15 @@ class Ack(_WireValue):
     # built on the thread that resolves every publish's future) and answers
     # each field from it. The protobuf is private to its Ack. The policy and
     # the error are decoded up front, so an unknown value fails at the boundary.
-    __slots__ = ("_error", "_pb", "_policy")
+    # One made by ack_of_wire (NATS) keeps the checked serialized protobuf,
+    # _pb None until a first field read parses it: bytes are not tracked by
+    # the collector (see _nats_window).
+    __slots__ = ("_error", "_pb", "_policy", "_wire")
 
-    _pb: api_pb2.Ack
+    _pb: api_pb2.Ack | None
     _policy: AckPolicy
     _error: LiftbridgeError | None
+    _wire: bytes
 
     def __init__(
         self,
@@ -333,17 +337,25 @@ class Ack(_WireValue):
         _set_ack_policy(self, policy)
         _set_ack_error(self, error)
 
+    def _parsed(self) -> api_pb2.Ack:
+        """The protobuf of an Ack made by :func:`ack_of_wire`, parsed on its
+        first field read. Threads racing here each parse an equal one; any
+        one is kept."""
+        pb = _ack_from_string(self._wire)
+        _set_ack_pb(self, pb)
+        return pb
+
     @property
     def stream(self) -> str:
-        return self._pb.stream
+        return (self._pb or self._parsed()).stream
 
     @property
     def partition_subject(self) -> str:
-        return self._pb.partitionSubject
+        return (self._pb or self._parsed()).partitionSubject
 
     @property
     def message_subject(self) -> str:
-        return self._pb.msgSubject
+        return (self._pb or self._parsed()).msgSubject
 
     @property
     def partition(self) -> int:
@@ -355,7 +367,7 @@ class Ack(_WireValue):
         partition number; otherwise (and for a subject ending in ``>``, which
         takes one partition only) the partition is 0.
         """
-        pb = self._pb
+        pb = self._pb or self._parsed()
         base = pb.partitionSubject
         if base.endswith(">"):
             return 0
@@ -366,15 +378,15 @@ class Ack(_WireValue):
 
     @property
     def offset(self) -> int:
-        return self._pb.offset
+        return (self._pb or self._parsed()).offset
 
     @property
     def ack_inbox(self) -> str:
-        return self._pb.ackInbox
+        return (self._pb or self._parsed()).ackInbox
 
     @property
     def correlation_id(self) -> str:
-        return self._pb.correlationId
+        return (self._pb or self._parsed()).correlationId
 
     @property
     def ack_policy(self) -> AckPolicy:
@@ -382,21 +394,21 @@ class Ack(_WireValue):
 
     @property
     def reception_timestamp_ns(self) -> int:
-        return self._pb.receptionTimestamp
+        return (self._pb or self._parsed()).receptionTimestamp
 
     @property
     def commit_timestamp_ns(self) -> int:
-        return self._pb.commitTimestamp
+        return (self._pb or self._parsed()).commitTimestamp
 
     @property
     def reception_timestamp(self) -> datetime:
         """``reception_timestamp_ns`` as an aware UTC datetime, cut to whole microseconds."""
-        return check.datetime_of_ns(self._pb.receptionTimestamp)
+        return check.datetime_of_ns((self._pb or self._parsed()).receptionTimestamp)
 
     @property
     def commit_timestamp(self) -> datetime:
         """``commit_timestamp_ns`` as an aware UTC datetime, cut to whole microseconds."""
-        return check.datetime_of_ns(self._pb.commitTimestamp)
+        return check.datetime_of_ns((self._pb or self._parsed()).commitTimestamp)
 
     @property
     def error(self) -> LiftbridgeError | None:
@@ -428,13 +440,15 @@ class Ack(_WireValue):
         return bool(self._fields() == other._fields())
 
     def __hash__(self) -> int:
-        pb = self._pb
+        pb = self._pb or self._parsed()
         return hash((pb.stream, pb.offset, pb.correlationId))
 
 
 _set_ack_pb = vars(Ack)["_pb"].__set__
 _set_ack_policy = vars(Ack)["_policy"].__set__
 _set_ack_error = vars(Ack)["_error"].__set__
+_set_ack_wire = vars(Ack)["_wire"].__set__
+_ack_from_string = api_pb2.Ack.FromString
 _ACK_POLICIES = {policy.value: policy for policy in AckPolicy}
 _ACK_OK = api_pb2.Ack.OK
 # The class's HasField: half the cost of looking it up on each message.
@@ -479,6 +493,18 @@ def ack_outcome(pb: api_pb2.Ack) -> tuple[Ack | None, LiftbridgeError | None]:
     _set_ack_policy(ack, policy)
     _set_ack_error(ack, None)
     return ack, None
+
+
+def ack_of_wire(wire: bytes, policy: AckPolicy) -> Ack:
+    """The Ack of a serialized wire Ack already parsed (and found to carry no
+    ack error and ``policy``), keeping ``wire`` rather than the protobuf: it
+    reads, compares, hashes and pickles as :func:`ack_outcome`'s would."""
+    ack = _new(Ack)
+    _set_ack_pb(ack, None)
+    _set_ack_wire(ack, wire)
+    _set_ack_policy(ack, policy)
+    _set_ack_error(ack, None)
+    return ack
 
 
 def ack_from_proto(pb: api_pb2.Ack) -> Ack:

@@ -19,13 +19,16 @@ publishing thread, one per later admission (:meth:`AckWindow.admit`), not on
 the I/O thread that settled them: :class:`~liftbridge._publish._pending.Spent`,
 whose module says why (CPython's young-collection tally). The I/O thread lets
 go of the rest, each publish's entry, as it settles it, so what it frees
-matches what it makes: each ack's protobuf and :class:`Ack`, which the Future
-keeps. A read of a few hundred acks then grows the tally by about one object
-per ack rather than three: kept as (entry, protobuf) pairs, every read of
-more than ~230 acks set off a young collection, which walks every Future
-made since the last one. Measured (``gc.callbacks``, window 1,024): ~330
-collections per 20,000 Future publishes freed on the I/O thread, ~45 kept
-as pairs, 12-22 now.
+matches what it makes: each ack's :class:`Ack`, which the Future keeps. The
+Ack keeps the ack's bytes, not its protobuf (:func:`ack_of_wire`; bytes are
+not tracked by the collector): each protobuf is freed as soon as it is read.
+A read of hundreds of acks then leaves the tally where it was: kept with
+its Ack, each protobuf was one object more per ack and every read of more
+than ~700 acks set off a young collection, which walks every Future made
+since the last one (kept as (entry, protobuf) pairs, three more, at ~230).
+Young collections per 40,000 Future publishes (``gc.callbacks``, window
+1,024): ~660 with the Futures freed on the I/O thread, 83-91 kept as pairs,
+26-37 with the protobuf kept, 18 now, none of them on the I/O thread.
 
 Thread-safe: callers' threads admit, the I/O thread (acks), the acks
 thread (failures) and the ack timer settle, any thread flushes.
@@ -43,12 +46,13 @@ from time import monotonic
 
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._deadlines import AckTimer
-from liftbridge._core._envelope import ack_proto
-from liftbridge._core._messages import Ack, ack_outcome
+from liftbridge._core._envelope import ack_wire
+from liftbridge._core._messages import Ack, AckPolicy, ack_of_wire, ack_outcome
 from liftbridge._errors import (
     AckTimeoutError,
     EnvelopeError,
     LeaderLostError,
+    LiftbridgeError,
     PublishWindowFullError,
 )
 from liftbridge._publish._batch import Batch, settle_members
@@ -279,40 +283,49 @@ class AckWindow:
 
     def settle_acks(self, payloads: list[bytes]) -> None:
         """Resolves the publishes a batch of raw ack payloads is for (the
-        window's lock taken once for the batch). An ack is parsed as far as
-        its correlation id; its :class:`Ack` is made only for a publish still
-        pending (:func:`ack_outcome`, as the gRPC path does: an ack policy this
-        SDK does not know fails the publish at once with a ServerError)."""
-        entries: list[Pending] = []  # and their acks' protobufs: two lists, no tuple per ack
-        pbs: list[api_pb2.Ack] = []
-        late: list[str] = []
+        window's lock taken once for the batch). Each ack is parsed, strictly,
+        and read as far as its correlation id, policy and error; for a
+        publish still pending its :class:`Ack` keeps the serialized bytes
+        (:func:`ack_of_wire`), not the protobuf. As on the gRPC path
+        (:func:`ack_outcome`), an ack error or an ack policy this SDK does
+        not know fails the publish at once."""
+        # Read first, kept as objects the collector does not track (str,
+        # bytes, the policy); each protobuf is freed as the next one is made.
+        ids: list[str] = []
+        wires: list[bytes] = []
+        verdicts: list[AckPolicy | LiftbridgeError] = []
+        policies, ok = _POLICIES, _ACK_OK
+        for payload in payloads:
+            try:
+                wire, pb = ack_wire(payload)
+            except EnvelopeError as e:
+                logger.warning("Dropping a message on ack inbox %s: %s", self._inbox, e)
+                continue
+            ids.append(pb.correlationId)
+            wires.append(wire)
+            policy = policies.get(pb.ackPolicy) if pb.ackError == ok else None
+            verdicts.append(policy if policy is not None else _refusal(pb))
         with self._lock:
             pop = self._pending.pop
-            for payload in payloads:
-                try:
-                    pb = ack_proto(payload)
-                except EnvelopeError as e:
-                    logger.warning("Dropping a message on ack inbox %s: %s", self._inbox, e)
-                    continue
-                entry = pop(pb.correlationId, None)
-                if entry is None:
-                    late.append(pb.correlationId)
-                else:
-                    entries.append(entry)
-                    pbs.append(pb)
-        for correlation_id in late:
-            logger.debug("Dropping an ack for %r: timed out already", correlation_id)
-        settled = len(entries)
+            entries: list[Pending | None] = [pop(correlation_id, None) for correlation_id in ids]
+        settled = 0
         calls: list[tuple[AckHandler, Ack | None, BaseException | None]] = []
         members: list[_Outcome] = []
         futures: list[Future[Ack | None]] = []  # kept for the publishing threads to free
-        # Popped from the end, in ack order: each entry is let go of here as
-        # its publish settles (see the module docstring).
-        entries.reverse()
-        pbs.reverse()
-        while entries:  # _deliver, inlined: once per publish
-            entry, pb = entries.pop(), pbs.pop()
-            ack, error = ack_outcome(pb)
+        for index in range(len(entries)):  # _deliver, inlined: once per publish
+            entry = entries[index]
+            if entry is None:
+                logger.debug("Dropping an ack for %r: timed out already", ids[index])
+                continue
+            entries[index] = None  # let go of as it settles (see the module docstring)
+            settled += 1
+            verdict = verdicts[index]
+            ack: Ack | None = None
+            error: LiftbridgeError | None = None
+            if isinstance(verdict, AckPolicy):
+                ack = ack_of_wire(wires[index], verdict)
+            else:
+                error = verdict
             if entry.batch is not None:  # gathered below, as one run per batch
                 members.append((entry, ack, error))
                 continue
@@ -460,6 +473,19 @@ class AckWindow:
             self._inflight -= count
             if self._inflight <= self._resume_at or self._flushing:
                 self._settled.notify_all()
+
+
+_ACK_OK = api_pb2.Ack.OK
+_POLICIES = {policy.value: policy for policy in AckPolicy}
+
+
+def _refusal(pb: api_pb2.Ack) -> LiftbridgeError:
+    """The error of a wire Ack with an ack error or an ack policy this SDK
+    does not know (:func:`ack_outcome`'s)."""
+    ack, error = ack_outcome(pb)
+    if error is None:  # an Ack after all: never, by the caller's test
+        raise AssertionError(f"no refusal in {ack!r}")
+    return error
 
 
 def _timeout_error(entry: Pending) -> AckTimeoutError:

@@ -12,6 +12,16 @@ allocations had already spent, so publishing paid a young collection every
 few dozen publishes and, as the survivors aged, older and full ones. Freed
 one per publish, right after that publish's own allocations, they balance
 the tally.
+
+The same rule the other way: each thread frees about what it makes. Per
+publish the publishing thread makes the Future, the :class:`Pending` and
+its request, and frees a settled Future (with the Ack and response it
+holds); per ack the acks thread makes the response, its ack and the Ack,
+and frees the settled :class:`Pending` and its request (it lets go of it in
+the ack timer's queue: ``OrderedDeadlines.drop_done_held``). Left to the
+publishing thread, those two frees made its side three short a publish and
+the acks thread's three over an ack: one read of a few hundred acks set off
+a collection over everything in flight.
 """
 
 from __future__ import annotations

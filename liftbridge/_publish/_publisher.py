@@ -40,7 +40,8 @@ producer-sender queue is a ``SimpleQueue``; the sender takes the queued
 requests a run at a time (one round of its locks per run), and the acks
 thread the responses one read brought (one round of ``_lock`` and one
 hand-over to the callbacks thread per run); settled Futures are freed by the
-publishing thread (:mod:`liftbridge._publish._pending` says why); the window is a
+publishing thread, settled entries by the acks thread
+(:mod:`liftbridge._publish._pending` says why); the window is a
 count under the lock the producer takes anyway; a producer blocked on a full
 window is woken once per eighth of the window, not per ack (else the producer
 and the acks thread trade the GIL per message); publishes with the default
@@ -62,7 +63,7 @@ from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Literal, overload
 
-from liftbridge._core._callbacks import CallbackRunner
+from liftbridge._core._callbacks import CallbackRunner, Outcome
 from liftbridge._core._deadlines import AckTimer
 from liftbridge._core._messages import Ack, response_outcomes
 from liftbridge._core._router import ANY, Deadline, Router
@@ -76,6 +77,7 @@ from liftbridge._errors import (
     StreamRefusedError,
     naming,
 )
+from liftbridge._publish._batch import settle_members
 from liftbridge._publish._batch_submit import BatchSubmit
 from liftbridge._publish._leaders import LeaderCheck, leader_lost
 from liftbridge._publish._outbox import Outbox
@@ -292,27 +294,14 @@ class Publisher(Sending, BatchSubmit):
     def _claim(self, pending: Pending) -> bool:
         """Marks a publish resolved, freeing its window slot; False if another thread did."""
         with self._lock:
-            return bool(self._claim_run([(pending, None, None)]))
-
-    def _claim_run(self, outcomes: list[Claim]) -> list[Claim]:
-        """With ``_lock`` held: marks each outcome's publish resolved, freeing
-        their window slots in one release; returns those no other thread had."""
-        claimed = []
-        pop = self._pending.pop
-        freed = 0
-        for claim in outcomes:
-            pending = claim[0]
             if pending.done:
-                continue
+                return False
             pending.done = True
-            if pop(pending.correlation_id, None) is not None:
-                freed += 1
-            claimed.append(claim)
-        if freed:
-            self._window.give(freed)
-        if self._flushers and claimed:
-            self._claimed.notify_all()
-        return claimed
+            if self._pending.pop(pending.correlation_id, None) is not None:
+                self._window.give()
+            if self._flushers:
+                self._claimed.notify_all()
+            return True
 
     def _finish(self, pending: Pending, ack: Ack | None, error: LiftbridgeError | None) -> None:
         """Resolves a publish exactly once, on the calling thread."""
@@ -324,21 +313,43 @@ class Publisher(Sending, BatchSubmit):
             self._callbacks.settle(*settled)
 
     def _resolve(self, responses: list[api_pb2.PublishResponse]) -> None:
-        """Resolves a run of responses in order, claiming them in one round of ``_lock``."""
-        outcomes: list[Claim] = []
-        pending_of = self._pending.get
-        for correlation_id, ack, error in response_outcomes(responses):
-            # Read without _lock: a dict lookup is atomic, and _claim_run decides under it.
-            pending = pending_of(correlation_id)
-            if pending is None:
-                _log.debug("outcome for unknown or timed-out publish %r: %s", correlation_id, error)
-                continue
-            if error is not None:  # "no such partition: 3" says which stream, too
-                error = naming(error, pending.request.stream, pending.request.partition)
-            outcomes.append((pending, ack, error))
+        """Resolves a run of responses in order: claims them in one round of
+        ``_lock`` (one window release), each publish letting go of its Future
+        and its entry as it is claimed, so the entries are freed here, on the
+        acks thread (``_pending.py`` says why); then settles the run."""
+        settled: list[Outcome] = []
+        members: list[Claim] = []  # publish_many_async's: they settle their batch
+        unknown: list[tuple[str, LiftbridgeError | None]] = []
+        outcomes = response_outcomes(responses)
+        pop = self._pending.pop
         with self._lock:
-            claimed = self._claim_run(outcomes)
-        settled = claimed_outcomes(claimed)  # a batch's publishes settle their batch here
+            for correlation_id, ack, error in outcomes:
+                # Claimed: out of _pending (an entry is there until it is done).
+                pending = pop(correlation_id, None)
+                if pending is None:  # unknown, or resolved already (timed out)
+                    unknown.append((correlation_id, error))
+                    continue
+                pending.done = True
+                if error is not None:  # "no such partition: 3" says which stream, too
+                    error = naming(error, pending.request.stream, pending.request.partition)
+                if pending.batch is not None:
+                    members.append((pending, ack, error))
+                    continue
+                future, pending.future = pending.future, None
+                settled.append(
+                    (future, pending.handler if pending.expects_ack else None, ack, error)
+                )
+            claimed = len(settled) + len(members)
+            if claimed:
+                self._window.give(claimed)
+                if self._flushers:
+                    self._claimed.notify_all()
+                # The timer's queue lets go of the entries: freed here, not on a publishing thread.
+                self._in_order.drop_done_held()
+        for correlation_id, error in unknown:
+            _log.debug("outcome for unknown or timed-out publish %r: %s", correlation_id, error)
+        if members:
+            settle_members(members)  # SDK code, no user code
         self._spent.keep(settled)  # for the publishing threads to free; before they resolve
         self._callbacks.settle_run(settled)
 

@@ -12,6 +12,7 @@ import pytest
 import liftbridge
 from liftbridge._core._messages import (
     ack_from_proto,
+    ack_of_wire,
     message_from_proto,
     response_outcome,
     response_outcomes,
@@ -165,6 +166,63 @@ def test_ack_equality_hash_copy_pickle_and_immutability() -> None:
         wired.offset = 1  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
         del wired.stream
+
+
+_ACK_FIELDS = (
+    "stream",
+    "partition",
+    "partition_subject",
+    "message_subject",
+    "offset",
+    "ack_inbox",
+    "correlation_id",
+    "ack_policy",
+    "reception_timestamp_ns",
+    "commit_timestamp_ns",
+    "reception_timestamp",
+    "commit_timestamp",
+    "error",
+)
+
+
+def _of_wire(**fields: object) -> liftbridge.Ack:
+    return ack_of_wire(wire_ack(**fields).SerializeToString(), liftbridge.AckPolicy.ALL)
+
+
+def test_an_ack_kept_as_its_bytes_reads_compares_and_pickles_as_one_kept_as_its_protobuf() -> None:
+    wired = ack_from_proto(wire_ack(msgSubject="orders.1.3"))
+    for name in _ACK_FIELDS:  # each field the first one read: every one parses on its own
+        assert getattr(_of_wire(msgSubject="orders.1.3"), name) == getattr(wired, name), name
+    lazy = _of_wire(msgSubject="orders.1.3")
+    assert repr(lazy) == repr(wired) and lazy._repr_html_() == wired._repr_html_()
+    lazy = _of_wire(msgSubject="orders.1.3")
+    assert lazy == wired and wired == lazy and hash(lazy) == hash(wired)
+    assert _of_wire(offset=41) != wired and _of_wire() != "not an ack"
+    for copied in (pickle.loads(pickle.dumps(_of_wire())), copy.copy(_of_wire())):
+        assert copied == ack_from_proto(wire_ack()) and type(copied) is liftbridge.Ack
+    lazy = _of_wire()
+    with pytest.raises(dataclasses.FrozenInstanceError, match="offset"):
+        lazy.offset = 1  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="'Ack' object has no attribute 'ofset'"):
+        lazy.ofset  # type: ignore[attr-defined]  # noqa: B018
+    assert lazy.offset == 42 and lazy.offset == 42  # parsed on the first read, kept
+
+
+def test_threads_reading_an_ack_kept_as_its_bytes_at_once_see_equal_fields() -> None:
+    lazy = _of_wire()
+    start = threading.Barrier(8)
+    seen: list[tuple[object, ...]] = []
+
+    def read() -> None:
+        start.wait()
+        seen.append((lazy.offset, lazy.correlation_id, lazy.partition))
+
+    threads = [threading.Thread(target=read) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert seen == [(42, "c-7", 0)] * 8
 
 
 def test_an_unknown_ack_error_code_is_a_server_error_not_a_value_error() -> None:

@@ -8,7 +8,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from liftbridge._core._deadlines import AckTimer
+from liftbridge._core._deadlines import AckTimer, OrderedDeadlines
 
 TIMEOUT = 5.0
 
@@ -61,5 +61,28 @@ def test_a_queue_on_a_lent_lock_appends_under_it_and_is_expired_under_it() -> No
         assert expired == [due]  # the resolved one dropped, the due one expired once
         assert "liftbridge-ack-timer" in lock.takers  # the timer looked under the owner's lock
         assert len(queue) == 0
+    finally:
+        timer.close(time.monotonic() + TIMEOUT)
+
+
+def test_the_thread_that_resolved_the_front_items_lets_go_of_them_in_order() -> None:
+    lock = threading.Lock()
+    timer = AckTimer()
+    queue: OrderedDeadlines[_Due] = timer.ordered(lambda item: None, wait=60.0, lock=lock)
+    try:
+        later = time.monotonic() + 60.0
+        items = [_Due(later) for _ in range(5)]
+        with lock:
+            for item in items:
+                queue.append_held(item)
+        for i in (0, 1, 3):  # resolved; the fourth waits behind the third
+            items[i].done = True
+        with lock:  # as the acks thread does, holding the lock the queue was lent
+            queue.drop_done_held()
+        assert len(queue) == 3
+        items[2].done = True
+        with lock:
+            queue.drop_done_held()
+        assert len(queue) == 1  # the fourth went with the third; the fifth waits
     finally:
         timer.close(time.monotonic() + TIMEOUT)
