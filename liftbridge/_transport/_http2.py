@@ -74,7 +74,7 @@ from liftbridge._transport._http2_wire import (
     frame_bytes,
     host_port,
     keep_alive,
-    readable,
+    read_poll,
     wait_ready,
 )
 from liftbridge._transport._stream import ReadyResponses
@@ -166,8 +166,9 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
         )
         self._ready = self._reader.ready
         self._inbox = memoryview(bytearray(_READ_SIZE))  # kept: no 256 KiB object per recv
+        self._poll = read_poll(sock)  # one poll object for every wait of the call
+        self._keepalive_ms = -1 if keepalive is None else int(keepalive.interval * 1000)
         self._end: BaseException | None = None  # raised once _ready is empty
-        self._heard = time.monotonic()  # when the server last sent a byte
         self._ping_sent = 0.0  # when our unanswered keepalive PING went; 0.0: none
         self._pongs = 0  # PING acks seen when it went
 
@@ -263,8 +264,14 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
 
     def _read(self, *, wait: bool) -> None:
         """One read of the socket (waiting for data if ``wait``, else only
-        if some is there), fed to the reader; the call's end recorded."""
-        with self._flow:
+        if some is there), fed to the reader; the call's end recorded.
+
+        It runs once per read on the iterating thread, often just woken from
+        a sleep in poll with its caches cold: every step it takes shows in
+        the subscription's CPU per message, so the usual read is kept to a
+        poll, a ``recv`` and the flow lock taken (raw, not through the
+        Condition) twice; writing and keepalive steps only when due."""
+        with self._flow_lock:
             if self._finished:
                 self._end = self._ending()
                 return
@@ -275,15 +282,16 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
             if wait:
                 can_read = self._until_readable()
             else:
-                self._flush()
-                can_read = readable(self._sock)
+                if self._pending:
+                    self._flush()
+                can_read = bool(self._poll(0))
             if can_read and not self._finished:
                 received = self._inbox[: self._sock.recv_into(self._inbox)]
         except OSError as e:
             received = self._inbox[:0]
             failure = f"the connection failed: {e}"
         finally:
-            with self._flow:
+            with self._flow_lock:
                 self._reading = False
         if received is None:  # nothing read: a keepalive, cancel or done() without data
             if self._finished:
@@ -295,24 +303,24 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
             self._end = self._ending()
             self._close_when_idle()
             return
-        self._heard = time.monotonic()
         data = received.tobytes() if self._tls is None else self._decrypted(received)
         if not data:  # no TLS record whole yet, or the session ended
             return
+        reader = self._reader
         try:
-            self._reader.feed(data)
+            reader.feed(data)
         except StreamError as e:
             if e.goaway is not None:
                 _log.warning("HTTP/2 connection error from the server: %s", e.details())
                 self._goaway(e.goaway)
             self._finish(e)
         else:
-            if self._reader.ended:
-                self._finish(self._reader.end)
-        if self._reader.pongs != self._pongs:
-            self._pongs = self._reader.pongs
+            if reader.ended:
+                self._finish(reader.end)
+        if self._ping_sent and reader.pongs != self._pongs:  # our keepalive PING answered
             self._ping_sent = 0.0
-        self._flush()
+        if self._pending:
+            self._flush()
         if self._finished:
             self._shutdown()
             self._end = self._ending()
@@ -338,25 +346,40 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
         """Waits until the socket has data (or an end) to read, writing what
         is queued meanwhile as the socket takes it, and keeping the
         connection alive. False when the call ended meanwhile (keepalive
-        timeout, cancel)."""
+        timeout, cancel).
+
+        The usual wait (nothing queued, no PING out) is one poll bounded by
+        the keepalive interval; the server counts as silent from when the
+        wait began, so a poll that times out sends the PING."""
+        keepalive = self._keepalive
+        since = 0.0  # when the server's silence began, for the keepalive
+        if not self._pending and not self._ping_sent:
+            if self._poll(self._keepalive_ms):
+                return True
+            if keepalive is not None:  # silent for a whole interval
+                since = time.monotonic() - keepalive.interval
+        if not since:
+            since = time.monotonic()
         while not self._finished:
-            flushed = self._flush()
+            flushed = self._flush() if self._pending else True
             timeout = None if flushed else _LOCK_BUSY_WAIT
-            keepalive = self._keepalive
             if keepalive is not None:
-                due = self._keepalive_due(keepalive)
+                due = self._keepalive_due(keepalive, since)
                 if due is None:
                     return False
                 timeout = due if timeout is None else min(timeout, due)
-            can_read, _ = wait_ready(self._sock, timeout, write=flushed and bool(self._pending))
+            if flushed and self._pending:  # the socket's buffer is full: wait for room too
+                can_read = wait_ready(self._sock, timeout, write=True)[0]
+            else:
+                can_read = bool(self._poll(-1 if timeout is None else max(0, int(timeout * 1000))))
             if can_read:
                 return True
         return False
 
-    def _keepalive_due(self, keepalive: Keepalive) -> float | None:
-        """Sends a PING when the server has been silent for the interval;
-        seconds until the next keepalive step, or None (the call ended) when
-        the last PING went unanswered past its timeout."""
+    def _keepalive_due(self, keepalive: Keepalive, since: float) -> float | None:
+        """Sends a PING when the server has been silent for the interval
+        (since ``since``); seconds until the next keepalive step, or None
+        (the call ended) when the last PING went unanswered past its timeout."""
         now = time.monotonic()
         if self._ping_sent:
             left = self._ping_sent + keepalive.timeout - now
@@ -370,9 +393,10 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
             )
             self._shutdown()
             return None
-        left = self._heard + keepalive.interval - now
+        left = since + keepalive.interval - now
         if left > 0:
             return left
         self._ping_sent = now
+        self._pongs = self._reader.pongs
         self._queue(frame_bytes(PING, 0, 0, _KEEPALIVE_PAYLOAD))
         return keepalive.timeout

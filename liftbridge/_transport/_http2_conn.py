@@ -74,8 +74,10 @@ class Http2Connection:
         self._out_lock = threading.Lock()
         self._pending = bytearray()
         # _flow guards the peer's windows (_peer) and the ends below; the
-        # sender waits on it for window.
-        self._flow = threading.Condition(threading.Lock())
+        # sender waits on it for window. _flow_lock is its lock, taken
+        # directly where nobody waits (a C-level round, not the Condition's two calls).
+        self._flow_lock = threading.Lock()
+        self._flow = threading.Condition(self._flow_lock)
         self._peer = PeerWindows()
         self._error: StreamError | None = None  # why the call ended, if not OK
         self._finished = False  # ended (any way): nothing more is sent or read

@@ -172,9 +172,17 @@ class StreamError(grpc.RpcError, grpc.Call):
         return False
 
 
-def readable(sock: socket.socket) -> bool:
-    """True if a recv on ``sock`` would not wait."""
-    return wait_ready(sock, 0.0, write=False)[0]
+def read_poll(sock: socket.socket) -> Callable[[int], object]:
+    """A wait for ``sock`` to be readable (or closed, or failed): called with
+    a timeout in milliseconds (-1: no bound), truthy when it is. One poll
+    object registered once serves every wait of a call (a new one per wait
+    cost a registration and a few Python calls per read); select where there
+    is no poll. ``sock`` must stay open while it is used."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return poller.poll
+    return lambda millis: wait_ready(sock, None if millis < 0 else millis / 1000, write=False)[0]
 
 
 def wait_ready(sock: socket.socket, timeout: float | None, *, write: bool) -> tuple[bool, bool]:

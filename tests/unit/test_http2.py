@@ -637,6 +637,23 @@ def test_a_keepalive_ping_left_unanswered_ends_the_call_unavailable_in_its_timeo
     assert took <= keepalive.timeout + 1.0, f"ended {took:.2f} s after the PING"
 
 
+def test_only_an_ack_after_the_keepalive_ping_answers_it(connection: Connection) -> None:
+    """A PING ACK the server sent before our PING, and data after it, do
+    not count as the answer: the unanswered PING still ends the call."""
+    keepalive = Keepalive(interval=0.3, timeout=0.5)
+    call, peer, _ = connection.open(keepalive=keepalive)
+    peer.write(settings() + peer.response_headers() + frame(DATA, 0, STREAM, grpc_message(b"x")))
+    peer.write(frame(PING, ACK, 0, b"unasked!"))
+    reader = Reader(call)
+    ping = peer.read_until(PING)
+    assert ping.flags == 0
+    peer.write(frame(DATA, 0, STREAM, grpc_message(b"y")))  # talking, but no answer
+    error = reader.finish()
+    assert reader.responses == [b"x", b"y"]
+    assert isinstance(error, liftbridge.UnavailableError), repr(error)
+    assert "did not answer a keepalive PING" in str(error)
+
+
 # ------------------------------------------------------ control frames --
 
 
