@@ -50,6 +50,9 @@ class FakeCall:
         self.server = server
         self.received: list[api_pb2.PublishRequest] = []
         self._thread = threading.Thread(target=self._consume, daemon=True, name="fake-sender")
+
+    def start(self) -> None:
+        """Starts consuming the requests (once the server has listed the call)."""
         self._thread.start()
 
     def _consume(self) -> None:
@@ -148,9 +151,13 @@ class FakeStub:
         if not self.server.up:
             call = FakeCall(iter(()), self.server)
             call.break_()
+            call.start()
             return call
         call = FakeCall(requests, self.server)
+        # Listed before its sender starts: a test that waits for requests
+        # to arrive then reaches for the call must find it.
         self.server.calls.append(call)
+        call.start()
         return call
 
 
@@ -800,9 +807,12 @@ def test_a_leader_back_up_while_the_metadata_is_fetched_keeps_its_publishes() ->
 
 
 def _until_idle(p: Publisher) -> None:
-    """Waits (bounded) until the stream's sender waits with nothing in hand."""
+    """Waits (bounded) until the stream's sender waits with nothing in hand
+    and the publisher holds the stream: the fake call's sender starts inside
+    open_stream, so it can go idle before ``_call`` is set (a publish then
+    goes to the sender, as it should, and a test expecting its own write fails)."""
     deadline = time.monotonic() + 5
-    while p._outbox.idle != p._generation:
+    while p._outbox.idle != p._generation or p._call is None:
         assert time.monotonic() < deadline, "the sender never went idle"
         time.sleep(0.005)
 
