@@ -9,7 +9,7 @@ client CPU per message, split by thread (from ``/proc/self/task``): the
 publishing thread, the thread that reads acks and settles them, the
 callbacks thread.
 
-Run: ``python -m bench.future_probe [--count 20000] [--reps 3] [--size 100]``.
+Run: ``python -m bench.future_probe [--count 20000] [--reps 3] [--size 100] [--only nats]``.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=20_000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--size", type=int, default=100)
+    parser.add_argument("--only", choices=("grpc", "nats"), help="drive one path's two rows")
     args = parser.parse_args()
     value = b"f" * args.size
     heard = threading.Semaphore(0)
@@ -104,6 +105,10 @@ def main() -> None:
             ("NATS, Future", nats_future),
             ("NATS, handler", nats_handler),
         ]
+        if args.only is not None:
+            drivers = [
+                (name, drive) for name, drive in drivers if name.lower().startswith(args.only)
+            ]
         for _, drive in drivers:  # warm-up
             drive(args.count // 5)
         for rep in range(args.reps):
