@@ -7,9 +7,9 @@ thread of their own per client (python-pubsub's scheduler does the same),
 started on first use. Callbacks run one at a time, in the order they were
 handed over; an exception one raises is logged and the next one runs.
 
-A future made by :meth:`CallbackRunner.future` runs its done-callbacks there
-too, including one added after the future completed (``Future`` would run it
-at once on the adding thread).
+A future made by :meth:`CallbackRunner.future` (:class:`~liftbridge._core._futures.CallbackFuture`)
+runs its done-callbacks there too, including one added after the future
+completed (``Future`` would run it at once on the adding thread).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, InvalidStateError
 from typing import Any
+
+from liftbridge._core._futures import CallbackFuture
 
 _log = logging.getLogger(__name__)
 
@@ -47,28 +49,15 @@ class CallbackRunner:
             queue.SimpleQueue()
         )
         self._late_running = False
-        runner = self
-
-        class _CallbackFuture(Future[Any]):
-            """A Future whose done-callbacks run on the callbacks thread, and
-            which cannot be cancelled: it reads as running until it is done.
-            (Rather than ``set_running_or_notify_cancel``, a round of its
-            lock per publish, for the same answers.)"""
-
-            def add_done_callback(self, fn: Callable[[Future[Any]], object]) -> None:
-                super().add_done_callback(lambda future: runner.submit(fn, future))
-
-            def cancel(self) -> bool:
-                return False
-
-            def running(self) -> bool:
-                return not self.done()
-
-        self._future_class = _CallbackFuture
+        # CallbackFuture with this runner: its done-callbacks run here.
+        self._future_class: type[CallbackFuture] = type(
+            "CallbackFuture", (CallbackFuture,), {"_lb_runner": self}
+        )
 
     def future(self) -> Future[Any]:
         """A new running Future whose done-callbacks run on the callbacks
-        thread; it cannot be cancelled."""
+        thread; it cannot be cancelled (a :class:`CallbackFuture`: cheap to
+        make and resolve, a full ``Future`` once something waits on it)."""
         return self._future_class()
 
     def settle(

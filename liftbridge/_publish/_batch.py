@@ -1,9 +1,9 @@
 """``publish_many_async``: a batch of publishes, one Future for all of it.
 
-A Future per message is a dozen objects the garbage collector walks while
-the message is in flight; with a window of a thousand publishes in flight,
-those walks cost about as much client CPU as the rest of a pipelined
-publish (``bench/README_PERFORMANCE.md``). A batch is checked and routed
+A Future per message is one object more per message in flight, made on
+the publishing thread and resolved on another (and a full
+``concurrent.futures.Future``, a dozen objects, once something waits on
+it: :mod:`liftbridge._core._futures`). A batch is checked and routed
 once, its messages are built in one loop and admitted into the in-flight
 window a part at a time (as much as the window has room for, under one
 round of its lock), and their outcomes are gathered by one :class:`Batch`

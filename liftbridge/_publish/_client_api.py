@@ -82,10 +82,7 @@ class PublishMethods(BatchMethods, ClientBase):
                 raises are logged. It may publish.
             ack_policy: LEADER (default), ALL, or NONE.
             future: False to get no Future: the outcome then goes to
-                ``ack_handler`` alone (required unless AckPolicy.NONE). A
-                Future is a dozen objects for Python's garbage collector; with
-                a window of publishes in flight, its collections cost about as
-                much client CPU as the rest of a pipelined publish.
+                ``ack_handler`` alone (required unless AckPolicy.NONE).
             **options: the message's :class:`ClientPublishOptions`: ``key``,
                 ``headers``, ``partition``, ``partitioner``,
                 ``expected_offset``, ``correlation_id``, ``ack_inbox``,
@@ -93,7 +90,12 @@ class PublishMethods(BatchMethods, ClientBase):
 
         Returns:
             A Future of the :class:`Ack` (None for AckPolicy.NONE, once sent);
-            None with ``future=False``.
+            None with ``future=False``. It is a ``concurrent.futures.Future``
+            that makes the Future's lock and lists only once something waits
+            on it before its outcome is in (``result``, ``exception``,
+            ``add_done_callback``, ``concurrent.futures.wait``): one read
+            only once done, or dropped, is three attribute writes to make and
+            two to resolve. It cannot be cancelled.
 
         Raises:
             InvalidArgumentError, ArgumentTypeError: bad input or an unknown

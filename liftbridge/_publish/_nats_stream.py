@@ -312,10 +312,7 @@ class NatsStreamPublisher(NatsBatchMethods):
                 once rather than wait on a full window.
             ack_policy: LEADER (default), ALL, or NONE (sent, never acked).
             future: False to get no Future: the outcome then goes to
-                ``ack_handler`` alone (required unless AckPolicy.NONE), which
-                spares the Future's dozen objects per publish (about half
-                of the client's CPU per pipelined message: making, resolving
-                and freeing them, on two threads).
+                ``ack_handler`` alone (required unless AckPolicy.NONE).
             **options: the message's :class:`StreamPublishOptions`: ``key``,
                 ``headers``, ``partition``, ``partitioner``,
                 ``expected_offset``, ``correlation_id``, ``timeout`` (seconds
@@ -324,7 +321,11 @@ class NatsStreamPublisher(NatsBatchMethods):
 
         Returns:
             A Future of the :class:`Ack` (None for AckPolicy.NONE, once handed
-            to NATS). It cannot be cancelled. None with ``future=False``.
+            to NATS). It cannot be cancelled. None with ``future=False``. Until
+            something waits on it before its outcome is in, it is three
+            attributes, not a Future's lock and lists
+            (:class:`~liftbridge._core._futures.CallbackFuture`): with a Future
+            per message this path spends less client CPU than with a handler.
 
         Raises:
             InvalidArgumentError, ArgumentTypeError: bad input or an unknown

@@ -4,9 +4,11 @@ settled Futures the publisher keeps for its publishing threads to free.
 
 Why the publishing thread frees them: CPython starts a young-generation
 collection once allocations of container objects outnumber their frees by
-700, and a free counts only while that tally is above zero. A Future is
-eleven such objects (its Condition, RLock, bound lock methods, waiter deque
-and lists) living for a window of publishes. Freed by the acks thread, in
+700, and a free counts only while that tally is above zero. A full Future
+is eleven such objects (its Condition, RLock, bound lock methods, waiter
+deque and lists) living for a window of publishes; the SDK's
+(:class:`~liftbridge._core._futures.CallbackFuture`) is one until something
+waits on it, but it still holds its Ack. Freed by the acks thread, in
 runs, most of those frees fell on a tally the publishing thread's
 allocations had already spent, so publishing paid a young collection every
 few dozen publishes and, as the survivors aged, older and full ones. Freed

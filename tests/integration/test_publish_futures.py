@@ -1,10 +1,10 @@
 """What users do with the Future ``publish_async`` returns, over gRPC and NATS.
 
-The contract a cheaper future type (issue 29) would have to keep: ``result``
-with a timeout, ``exception``, ``done``, ``add_done_callback`` (run on the
-callbacks thread), ``cancel`` refused (a publish cannot be taken back once
-queued), ``concurrent.futures.wait`` and ``as_completed``, and
-``asyncio.wrap_future``.
+The contract the SDK's cheaper future type (issue 29, ``_core/_futures.py``)
+keeps: ``result`` with a timeout, ``exception``, ``done``,
+``add_done_callback`` (run on the callbacks thread), ``cancel`` refused (a
+publish cannot be taken back once queued), ``concurrent.futures.wait`` and
+``as_completed``, and ``asyncio.wrap_future``.
 """
 
 from __future__ import annotations

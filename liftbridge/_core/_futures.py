@@ -1,0 +1,201 @@
+"""The Future a publish returns: a ``concurrent.futures.Future`` that becomes one when needed.
+
+A ``concurrent.futures.Future`` is eleven objects for the garbage collector
+(its Condition with an RLock, bound lock methods and a waiter deque, two
+lists) and about 1.6 KB, made on the publishing thread and resolved on the
+thread that reads acks: its lock taken, its waiters and callbacks looked at,
+on the other core. Per pipelined publish that was about 3.5 µs on one thread
+(made, resolved and freed, no network), more across two cores. Yet most of a
+pipelined producer's Futures are never waited on before their outcome is in:
+they are read once done, or dropped.
+
+:class:`CallbackFuture` is a ``Future`` subclass (``isinstance``, type hints,
+``asyncio.wrap_future`` see a Future) that starts as three attributes of its
+own, named ``_lb_*`` so they never meet ``Future``'s. Its outcome is two
+attribute writes, and ``done``, ``running``, ``result`` and ``exception`` of a
+resolved one read them. It runs ``Future.__init__`` (once, under a lock) only
+when something needs a Future's machinery: ``result``/``exception`` of one
+not resolved yet (they wait), ``add_done_callback`` before the outcome,
+``concurrent.futures.wait`` and ``as_completed`` (they lock and read a
+Future's own attributes: the class has a stand-in for each attribute a new
+``Future`` has, by name, and looking one up runs it). From then on it is an
+ordinary ``Future``: the outcome is handed on to ``Future.set_result`` or
+``set_exception`` once there is one. It never uses ``Future``'s attributes
+itself: it only has ``Future.__init__`` make them for whoever looks.
+
+The hand-over has two sides that may race: the resolving thread writes the
+outcome, then hands it on if ``Future.__init__`` has run (``_lb_full``); a
+waiting thread runs it, sets ``_lb_full``, then hands on the outcome if there
+is one. Each side writes before it reads, so at least one of them hands it on
+(under the GIL, one bytecode at a time); when both do, ``Future`` itself
+refuses the second (``InvalidStateError``, ignored).
+
+Done-callbacks run on the ``liftbridge-callbacks`` thread (the runner's), even
+one added after the outcome; the Future reads as running until it is done
+and cannot be cancelled (a publish is not taken back once queued).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, InvalidStateError
+from typing import Any, ClassVar, Protocol
+
+
+class Submitter(Protocol):
+    """Where done-callbacks go (:class:`~liftbridge._core._callbacks.CallbackRunner`)."""
+
+    def submit(self, fn: Callable[..., object], *args: Any) -> None: ...
+
+
+# A CallbackFuture's value until its outcome is in.
+_NOT_YET: Any = object()
+
+
+# Held while a CallbackFuture runs Future.__init__: once for each, whichever
+# threads want it at the same time (reentrant: a finalizer the collector runs
+# meanwhile may make another one full).
+_BECOMING = threading.RLock()
+
+
+class CallbackFuture(Future[Any]):
+    """A running, uncancellable Future whose done-callbacks run on the
+    callbacks thread; ``Future``'s own state only once it is needed (see the
+    module docstring). Made by :meth:`CallbackRunner.future`; thread-safe:
+    resolved once by the SDK, read and waited on by any thread."""
+
+    _lb_runner: ClassVar[Submitter]  # set by each runner's subclass
+
+    def __init__(self) -> None:  # Future.__init__ runs when needed (_lb_become_full)
+        self._lb_error: BaseException | None = None
+        self._lb_value: Any = _NOT_YET  # written last: the outcome is in
+        self._lb_full = False  # Future.__init__ has run
+
+    def done(self) -> bool:
+        return self._lb_value is not _NOT_YET
+
+    def running(self) -> bool:
+        return self._lb_value is _NOT_YET
+
+    def cancelled(self) -> bool:
+        return False
+
+    def cancel(self) -> bool:
+        """Refused: a publish is not taken back once queued."""
+        return False
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self._lb_value is _NOT_YET:
+            self._lb_become_full()
+            return super().result(timeout)
+        error = self._lb_error
+        if error is None:
+            return self._lb_value
+        try:
+            raise error
+        finally:
+            del self, error  # the traceback's frame would keep the error in a cycle
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self._lb_value is _NOT_YET:
+            self._lb_become_full()
+            return super().exception(timeout)
+        return self._lb_error
+
+    def add_done_callback(self, fn: Callable[[Future[Any]], object]) -> None:
+        """Runs ``fn(future)`` on the callbacks thread once the outcome is in
+        (at once there if it is already)."""
+        runner = self._lb_runner
+        if self._lb_value is _NOT_YET:
+            self._lb_become_full()
+            super().add_done_callback(lambda future: runner.submit(fn, future))
+        else:
+            runner.submit(fn, self)
+
+    def set_running_or_notify_cancel(self) -> bool:
+        self._lb_become_full()
+        return super().set_running_or_notify_cancel()
+
+    def set_result(self, result: Any) -> None:
+        """Resolves it (the SDK does, once).
+
+        Raises:
+            InvalidStateError: it is done already.
+        """
+        self._lb_settle(result, None)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        """Fails it (the SDK does, once).
+
+        Raises:
+            InvalidStateError: it is done already.
+        """
+        self._lb_settle(None, exception)
+
+    def __repr__(self) -> str:
+        value, error = self._lb_value, self._lb_error
+        if value is _NOT_YET:
+            state = "running"
+        elif error is not None:
+            state = f"finished raised {type(error).__name__}"
+        else:
+            state = f"finished returned {type(value).__name__}"
+        return f"<{type(self).__name__} at {id(self):#x} state={state}>"
+
+    def _lb_settle(self, value: Any, error: BaseException | None) -> None:
+        if self._lb_value is not _NOT_YET:
+            raise InvalidStateError(f"{self!r} is done already")
+        self._lb_error = error
+        self._lb_value = value
+        if self._lb_full:  # a thread waits, or wait() looked: hand the outcome on
+            self._lb_hand_on()
+
+    def _lb_become_full(self) -> None:
+        """Runs ``Future.__init__`` once, then hands on the outcome if it is in."""
+        with _BECOMING:
+            if self._lb_full:
+                return
+            Future.__init__(self)
+            self._lb_full = True
+        self._lb_hand_on()
+
+    def _lb_hand_on(self) -> None:
+        """Gives ``Future``'s own state the outcome, if it is in (the other
+        side of the hand-over may have done it first: then Future refuses)."""
+        value = self._lb_value
+        if value is _NOT_YET:
+            return
+        error = self._lb_error
+        try:
+            if error is None:
+                super().set_result(value)
+            else:
+                super().set_exception(error)
+        except InvalidStateError:
+            pass  # handed on by the other side
+
+
+class _MadeOnFirstLook:
+    """On :class:`CallbackFuture`, one of the attributes ``Future.__init__``
+    sets: looked up before that ran (``concurrent.futures.wait`` locks and
+    reads them), it runs it. Without a ``__set__``, so once ``Future.__init__``
+    has set the attribute on the instance, the instance's own is found first
+    (and attribute look-ups on CallbackFuture stay as quick as on any object:
+    a ``__getattr__`` would slow every one, ~0.5 µs per publish)."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __get__(self, future: CallbackFuture | None, owner: type | None = None) -> Any:
+        if future is None:
+            return self
+        future._lb_become_full()
+        return object.__getattribute__(future, self._name)
+
+
+# The names of the attributes a new Future has (names only: no value is read).
+for _name in vars(Future()):
+    setattr(CallbackFuture, _name, _MadeOnFirstLook(_name))
