@@ -33,19 +33,11 @@ refuses the second (``InvalidStateError``, ignored).
 Done-callbacks run on the ``liftbridge-callbacks`` thread (the runner's), even
 one added after the outcome; the Future reads as running until it is done
 and cannot be cancelled (a publish is not taken back once queued).
-
-A resolver may also leave one no code can reach unresolved (:func:`unseen`):
-with no reference but the resolver's, no weak reference and nothing waiting
-on it, nothing can read its state. ``publish_async`` in a loop, then
-``flush``, drops each Future as it comes: its ack need not even be decoded.
 """
 
 from __future__ import annotations
 
-import sys
-import sysconfig
 import threading
-import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, ClassVar, Protocol
@@ -207,38 +199,3 @@ class _MadeOnFirstLook:
 # The names of the attributes a new Future has (names only: no value is read).
 for _name in vars(Future()):
     setattr(CallbackFuture, _name, _MadeOnFirstLook(_name))
-
-
-def unseen(future: Future[Any]) -> bool:
-    """Whether ``future``, held by the caller in one local variable and
-    nowhere else, can be seen by no other code: a :class:`CallbackFuture`
-    with no other reference (the user dropped it; no ``flush``, ``wait`` or
-    ``as_completed`` holds it), no weak reference, and nothing that waited
-    on it or added a done-callback (``Future.__init__`` has not run). Such a
-    future may be left unresolved: nothing can read it, nor reach it again
-    (gc's own introspection aside). Always False where reference counts
-    cannot tell (a free-threaded build, an interpreter without them).
-    Thread-safe: a reference is only copied from one that exists, so once
-    unseen it stays unseen."""
-    return (
-        _getrefcount(future) <= _HELD_ONCE
-        and not _getweakrefcount(future)
-        and not getattr(future, "_lb_full", True)
-    )
-
-
-def _references(held: object) -> int:
-    """:func:`unseen`'s count, in its shape: the caller's local, this parameter, the argument."""
-    return _getrefcount(held)
-
-
-def _held_once() -> int:
-    """The count :func:`unseen` reads of an object its caller alone holds, in one local."""
-    alone = object()
-    return _references(alone)
-
-
-_getrefcount: Callable[[object], int] = getattr(sys, "getrefcount", lambda held: 1 << 30)
-_getweakrefcount = weakref.getweakrefcount
-_HELD_ONCE = 0 if sysconfig.get_config_var("Py_GIL_DISABLED") else _held_once()
-"""What :func:`unseen` reads of a future no one else holds (0: it cannot tell)."""

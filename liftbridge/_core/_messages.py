@@ -545,26 +545,35 @@ def checked_messages(value: object, *, arg: str = "messages") -> list[Message]:
     return items
 
 
-def plain_ack(response: api_pb2.PublishResponse) -> Ack | None:
-    """The Ack of a plain ack (no async error, no ack error, an ack policy
-    this SDK knows); None for any other response, which takes
-    :func:`response_outcome`'s way. The acks thread's hot path: four field
-    reads and an Ack (a protobuf field read costs about as much as a dozen
-    lines of Python, so none is read twice; the caller reads the
-    correlation id)."""
-    if _has_field(response, "asyncError"):
-        return None
-    pb = response.ack
-    if pb.ackError != _ACK_OK:
-        return None
-    policy = _ACK_POLICIES.get(pb.ackPolicy)
-    if policy is None:
-        return None
-    ack = _new(Ack)
-    _set_ack_pb(ack, pb)
-    _set_ack_policy(ack, policy)
-    _set_ack_error(ack, None)
-    return ack
+def response_outcomes(
+    responses: Iterable[api_pb2.PublishResponse],
+) -> list[tuple[str, Ack | None, LiftbridgeError | None]]:
+    """:func:`response_outcome` of each response of a run, in order.
+
+    The acks thread's hot path: a plain ack (no async error, no ack error,
+    an ack policy this SDK knows, a correlation id on the response) costs
+    five field reads and an Ack; a protobuf field read costs about as much
+    as a dozen lines of Python, so none is read twice, and anything else
+    takes :func:`response_outcome`'s way.
+    """
+    outcomes: list[tuple[str, Ack | None, LiftbridgeError | None]] = []
+    append = outcomes.append
+    policies = _ACK_POLICIES
+    for response in responses:
+        correlation_id = response.correlationId
+        if correlation_id and not _has_field(response, "asyncError"):
+            pb = response.ack
+            if pb.ackError == _ACK_OK:
+                policy = policies.get(pb.ackPolicy)
+                if policy is not None:
+                    ack = _new(Ack)
+                    _set_ack_pb(ack, pb)
+                    _set_ack_policy(ack, policy)
+                    _set_ack_error(ack, None)
+                    append((correlation_id, ack, None))
+                    continue
+        append(response_outcome(response))
+    return outcomes
 
 
 def response_outcome(

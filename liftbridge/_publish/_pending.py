@@ -59,11 +59,9 @@ class Pending:
     index: int = 0  # its place in that batch
 
 
-Claim = tuple[Pending, Ack | None, LiftbridgeError | None]
-"""A publish and its outcome, to claim and settle."""
-
-
-def claimed_outcomes(claimed: list[Claim]) -> list[Outcome]:
+def claimed_outcomes(
+    claimed: list[tuple[Pending, Ack | None, LiftbridgeError | None]],
+) -> list[Outcome]:
     """Each claimed publish's outcome for :meth:`CallbackRunner.settle_run`,
     in order, the publish letting go of its Future (the ack timer's deque
     keeps the entry until it sweeps it); but for those of a

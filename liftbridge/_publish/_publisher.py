@@ -41,12 +41,11 @@ requests a run at a time (one round of its locks per run), and the acks
 thread the responses one read brought (one round of ``_lock`` and one
 hand-over to the callbacks thread per run); settled Futures are freed by the
 publishing thread, settled entries by the acks thread
-(:mod:`liftbridge._publish._pending` says why), Futures no one holds are not
-completed; the window is a count under the lock the producer takes anyway; a
-producer blocked on a full window is woken once per eighth of the window, not
-per ack (else the producer and the acks thread trade the GIL per message);
-publishes with the default timeout wait for the timer in a deque in deadline
-order, not a heap.
+(:mod:`liftbridge._publish._pending` says why); the window is a
+count under the lock the producer takes anyway; a producer blocked on a full
+window is woken once per eighth of the window, not per ack (else the producer
+and the acks thread trade the GIL per message); publishes with the default
+timeout wait for the timer in a deque in deadline order, not a heap.
 ``bench/`` measures the result against the bare gRPC stub.
 """
 
@@ -66,8 +65,7 @@ from typing import Literal, overload
 
 from liftbridge._core._callbacks import CallbackRunner, Outcome
 from liftbridge._core._deadlines import AckTimer
-from liftbridge._core._futures import unseen
-from liftbridge._core._messages import Ack, plain_ack, response_outcome
+from liftbridge._core._messages import Ack, response_outcomes
 from liftbridge._core._router import ANY, Deadline, Router
 from liftbridge._errors import (
     AckTimeoutError,
@@ -83,7 +81,7 @@ from liftbridge._publish._batch import settle_members
 from liftbridge._publish._batch_submit import BatchSubmit
 from liftbridge._publish._leaders import LeaderCheck, leader_lost
 from liftbridge._publish._outbox import Outbox
-from liftbridge._publish._pending import Claim, Pending, Spent, claimed_outcomes
+from liftbridge._publish._pending import Pending, Spent, claimed_outcomes
 from liftbridge._publish._request_bytes import Request
 from liftbridge._publish._sending import Sending, Unsent
 from liftbridge._publish._window import Window
@@ -94,6 +92,8 @@ _log = logging.getLogger(__name__)
 
 AckHandler = Callable[[Ack | None, BaseException | None], None]
 """``handler(ack, error)``: exactly one of the two is None. See ``Client.publish_async``."""
+Claim = tuple[Pending, Ack | None, LiftbridgeError | None]
+"""A publish and its outcome, to claim and settle."""
 
 _HUNG_AFTER = 2
 """A stream silent for this many ack timeouts while a publish on it times out is given up."""
@@ -151,7 +151,9 @@ class Publisher(Sending, BatchSubmit):
         # monotonic time of the stream's last response (or opening): acks thread writes.
         self._heard_at = 0.0
 
-        self._outbox = Unsent()  # requests not pulled by a sender yet, in order
+        # Requests not pulled by a sender yet, in order (a list: a batch's part;
+        # None: a wake-up call).
+        self._outbox = Unsent()
         self._last_submit = 0.0  # time.monotonic() of the last publish submitted
         # _send_lock is held by the one sender pulling from _outbox at a time
         # (a stream's sender and an outdated one may overlap), and guards
@@ -313,61 +315,43 @@ class Publisher(Sending, BatchSubmit):
     def _resolve(self, responses: list[api_pb2.PublishResponse]) -> None:
         """Resolves a run of responses in order: claims them in one round of
         ``_lock`` (one window release), each publish letting go of its Future
-        and its entry, freed here (``_pending.py`` says why); then settles the
-        run. Of a publish no one can hear of (no handler, its Future
-        :func:`~liftbridge._core._callbacks.unseen`) only the correlation id is
-        read: not its ack; nor is its Future completed."""
+        and its entry as it is claimed, so the entries are freed here, on the
+        acks thread (``_pending.py`` says why); then settles the run."""
         settled: list[Outcome] = []
-        kept: list[object] = []  # one per publish settled, for the publishing threads to free
         members: list[Claim] = []  # publish_many_async's: they settle their batch
-        odd: list[api_pb2.PublishResponse] = []  # naming no publish in flight
+        unknown: list[tuple[str, LiftbridgeError | None]] = []
+        outcomes = response_outcomes(responses)
         pop = self._pending.pop
         with self._lock:
-            for response in responses:
-                pending = pop(response.correlationId, None)  # claimed (in _pending until done)
-                if pending is None:  # unknown, resolved already (timed out), or no id on it
-                    odd.append(response)
+            for correlation_id, ack, error in outcomes:
+                # Claimed: out of _pending (an entry is there until it is done).
+                pending = pop(correlation_id, None)
+                if pending is None:  # unknown, or resolved already (timed out)
+                    unknown.append((correlation_id, error))
                     continue
                 pending.done = True
-                future, pending.future = pending.future, None  # this local: its one reference
-                # No one to tell: its Future unseen, no handler to call.
-                if future is not None and unseen(future) and not pending.handler:
-                    kept.append((future, response, response.ack))  # as a told one's Ack (gc)
-                    continue
-                ack = plain_ack(response)
-                if ack is None:  # an error, or an ack off the fast way
-                    _, ack, error = response_outcome(response)
-                    if error is not None:  # "no such partition: 3" says which stream, too
-                        error = naming(error, pending.request.stream, pending.request.partition)
-                else:
-                    error = None
+                if error is not None:  # "no such partition: 3" says which stream, too
+                    error = naming(error, pending.request.stream, pending.request.partition)
                 if pending.batch is not None:
                     members.append((pending, ack, error))
                     continue
-                outcome = (future, pending.handler if pending.expects_ack else None, ack, error)
-                kept.append(outcome)
-                settled.append(outcome)
-            claimed = len(kept) + len(members)
+                future, pending.future = pending.future, None
+                settled.append(
+                    (future, pending.handler if pending.expects_ack else None, ack, error)
+                )
+            claimed = len(settled) + len(members)
             if claimed:
                 self._window.give(claimed)
                 if self._flushers:
                     self._claimed.notify_all()
                 # The timer's queue lets go of the entries: freed here, not on a publishing thread.
                 self._in_order.drop_done_held()
+        for correlation_id, error in unknown:
+            _log.debug("outcome for unknown or timed-out publish %r: %s", correlation_id, error)
         if members:
             settle_members(members)  # SDK code, no user code
-        self._spent.keep(kept)  # for the publishing threads to free; before they resolve
+        self._spent.keep(settled)  # for the publishing threads to free; before they resolve
         self._callbacks.settle_run(settled)
-        for response in odd:  # its id in its ack alone, or a publish unknown or timed out
-            correlation_id, ack, error = response_outcome(response)
-            with self._lock:
-                pending = self._pending.get(correlation_id) if correlation_id else None
-            if pending is None:
-                _log.debug("outcome for unknown or timed-out publish %r: %s", correlation_id, error)
-                continue
-            if error is not None:
-                error = naming(error, pending.request.stream, pending.request.partition)
-            self._finish(pending, ack, error)
 
     # ------------------------------------------------------ ack dispatcher --
 

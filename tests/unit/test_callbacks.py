@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import threading
 import time
-import weakref
-from concurrent.futures import Future
 
 from liftbridge._core._callbacks import CallbackRunner
-from liftbridge._core._futures import unseen
 
 
 def test_a_future_runs_until_done_and_cannot_be_cancelled() -> None:
@@ -106,26 +103,5 @@ def test_a_run_of_outcomes_settles_each_and_runs_each_handler_in_order() -> None
             ("liftbridge-callbacks", None, refused),
             ("liftbridge-callbacks", 3, None),
         ]
-    finally:
-        runner.close(time.monotonic() + 5)
-
-
-def test_a_future_is_unseen_only_while_its_holder_alone_can_reach_it() -> None:
-    runner = CallbackRunner()
-    try:
-        future = runner.future()
-        assert unseen(future)  # this local is its one reference
-        other = future
-        assert not unseen(future)
-        del other
-        assert unseen(future)
-        weak = weakref.ref(future)
-        assert not unseen(future)
-        del weak
-        assert unseen(future)
-        future.add_done_callback(lambda done: None)
-        assert not unseen(future)  # a done-callback must still run
-        plain: Future[int] = Future()
-        assert not unseen(plain)  # not the runner's: it cannot tell
     finally:
         runner.close(time.monotonic() + 5)

@@ -14,8 +14,8 @@ from liftbridge._core._messages import (
     ack_from_proto,
     ack_of_wire,
     message_from_proto,
-    plain_ack,
     response_outcome,
+    response_outcomes,
 )
 from liftbridge_api import api_pb2
 from tests.unit.wire import wire_ack
@@ -283,16 +283,17 @@ def _responses() -> list[api_pb2.PublishResponse]:
     ]
 
 
-def test_the_fast_way_reads_a_plain_ack_as_response_outcome_does_and_nothing_else() -> None:
-    fast = [plain_ack(response) for response in _responses()]
-    full = [response_outcome(response) for response in _responses()]
-    assert [ack is not None for ack in fast] == [True, False, True, False, False, True, False, True]
-    for ack, (_, ack1, error1) in zip(fast, full, strict=True):
-        if ack is not None:
-            assert ack == ack1 and error1 is None
-    assert fast[0] is not None and fast[0].ack_policy is liftbridge.AckPolicy.ALL
-    assert fast[2] is not None and fast[2].ack_policy is liftbridge.AckPolicy.LEADER
-    assert isinstance(full[1][2], liftbridge.NoSuchPartitionError)
-    assert isinstance(full[3][2], liftbridge.IncorrectOffsetError)
-    assert isinstance(full[4][2], liftbridge.ServerError)
-    assert full[5][0] == "f"  # only its ack names it
+def test_a_run_of_responses_has_each_response_s_own_outcome_in_order() -> None:
+    run = response_outcomes(_responses())
+    one_by_one = [response_outcome(response) for response in _responses()]
+    assert [cid for cid, _, _ in run] == ["a", "b", "c", "d", "e", "f", "g", "h"]
+    for (cid, ack, error), (cid1, ack1, error1) in zip(run, one_by_one, strict=True):
+        assert (cid, ack) == (cid1, ack1)
+        assert (ack is None) == (error is not None)
+        assert type(error) is type(error1) and str(error) == str(error1)
+    assert run[0][1] is not None and run[0][1].ack_policy is liftbridge.AckPolicy.ALL
+    assert run[2][1] is not None and run[2][1].ack_policy is liftbridge.AckPolicy.LEADER
+    assert isinstance(run[1][2], liftbridge.NoSuchPartitionError)
+    assert isinstance(run[3][2], liftbridge.IncorrectOffsetError)
+    assert isinstance(run[4][2], liftbridge.ServerError)
+    assert run[5][1] is not None and run[5][1].correlation_id == "f"
