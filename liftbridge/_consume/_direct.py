@@ -160,10 +160,11 @@ def _scan(
                 if opened is not None:
                     opened.append(broker)  # the server took the start position
                 for pb in call:
-                    if pb.offset <= floor:
+                    offset = pb.offset
+                    if offset <= floor:
                         continue
-                    floor = pb.offset
-                    if not take(message_from_proto(pb)):
+                    floor = offset
+                    if not take(message_from_proto(pb, offset)):
                         call.cancel()
                         return _Scan(broker, False)
                 error: LiftbridgeError = ConnectionLostError("the server ended the read")

@@ -124,9 +124,10 @@ class Subscription:
         self._call: Stream[api_pb2.Message] | None = None
         self._broker: str | None = None
         self._last_broker: str | None = None
-        # Offset of the last message the handler took (the iterating thread
-        # takes it from the buffer); _read_to: the last one read from the
-        # stream, where a re-subscription resumes after. Equal with a handler.
+        # Offset of the last message the iterating thread took from the
+        # buffer; _read_to: the last one read from the stream (with a
+        # handler: the last one it returned from, which is last_offset), where
+        # a re-subscription resumes after.
         self._last_offset: int | None = None
         self._read_to: int | None = None
         self._error: BaseException | None = None
@@ -153,7 +154,7 @@ class Subscription:
     def last_offset(self) -> int | None:
         """Offset of the last message whose handler returned (iterated: the
         last one the iteration yielded); None before the first."""
-        return self._last_offset
+        return self._read_to if self._queue is None else self._last_offset
 
     @property
     def broker(self) -> str | None:
@@ -259,13 +260,18 @@ class Subscription:
     def __repr__(self) -> str:
         state = "done" if self.done else "running"
         return (
-            f"<Subscription {self.stream}/{self.partition} {state} last_offset={self._last_offset}>"
+            f"<Subscription {self.stream}/{self.partition} {state} last_offset={self.last_offset}>"
         )
 
     # ---------------------------------------------------------- internal --
 
     def _enqueue(self, message: Message | None, error: BaseException | None) -> None:
-        self._put(message if message is not None else error)
+        # _put's loop, written out: this runs once per message.
+        assert self._queue is not None
+        item = message if message is not None else error
+        while not self._closing:
+            if self._queue.put(item, _POLL):
+                return
 
     def _put(self, item: Message | BaseException | None) -> None:
         """Hands an item to the iterating thread, waiting while the buffer is
@@ -455,7 +461,6 @@ class Subscription:
             floor = self._request.base.startOffset - 1
         else:
             floor = -1
-        buffered = self._queue
         name, partition = self._request.stream, self._request.partition
         try:
             for pb in stream:
@@ -474,7 +479,7 @@ class Subscription:
                     )
                     continue
                 try:
-                    handler(message_from_proto(pb), None)
+                    handler(message_from_proto(pb, offset), None)
                 except Exception as e:
                     _log.exception(
                         "handler raised on %s/%s offset %d; the subscription stops",
@@ -485,8 +490,6 @@ class Subscription:
                     self._fail(HandlerError(offset, e), notify=False)
                     return None
                 self._read_to = floor = offset
-                if buffered is None:
-                    self._last_offset = offset
                 if self._closing:
                     return None
             error: LiftbridgeError = ConnectionLostError("the server ended the subscription stream")

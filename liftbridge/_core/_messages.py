@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import FrozenInstanceError
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from liftbridge._core import _validate as check
 from liftbridge._errors import ArgumentTypeError, LiftbridgeError, ServerError, from_async_error
@@ -113,10 +113,17 @@ class Message(_WireValue):
     # can change it. The headers are copied into a read-only mapping the
     # first time they are read (until then the _headers slot is unset),
     # because reading a missing key of a protobuf map would insert it.
-    __slots__ = ("_headers", "_pb")
+    # The offset, read by nearly every reader, is kept in a slot: reading a
+    # field through a property and the protobuf costs ten times a slot's.
+    __slots__ = ("_headers", "_pb", "offset")
 
     _pb: api_pb2.Message
     _headers: Mapping[str, bytes]
+
+    if TYPE_CHECKING:  # read-only to type checkers, as the other fields are
+
+        @property
+        def offset(self) -> int: ...
 
     def __init__(
         self,
@@ -142,10 +149,7 @@ class Message(_WireValue):
             headers=check.headers(headers),
         )
         _set_pb(self, pb)
-
-    @property
-    def offset(self) -> int:
-        return self._pb.offset
+        _set_offset(self, pb.offset)
 
     @property
     def value(self) -> bytes:
@@ -243,17 +247,21 @@ class Message(_WireValue):
 
 # The slots' own setters: the only writers, used once per Message (headers: once at most).
 _set_pb = vars(Message)["_pb"].__set__
+_set_offset = vars(Message)["offset"].__set__
 _set_headers = vars(Message)["_headers"].__set__
 _new = object.__new__
 
 
-def message_from_proto(pb: api_pb2.Message) -> Message:
+def message_from_proto(pb: api_pb2.Message, offset: int | None = None) -> Message:
     """Wraps a wire Message, the only way one is built from a protobuf.
 
     The Message takes ``pb`` over: the caller must not keep or change it.
+    ``offset`` is ``pb.offset`` when the caller has read it already (a
+    subscription checks it before it delivers the message); None reads it.
     """
     message = _new(Message)
     _set_pb(message, pb)
+    _set_offset(message, pb.offset if offset is None else offset)
     return message
 
 

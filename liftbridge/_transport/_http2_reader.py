@@ -39,6 +39,7 @@ from liftbridge._transport._http2_wire import (
     DATA,
     END_HEADERS,
     END_STREAM,
+    FRAME_AND_PREFIX,
     FRAME_HEAD,
     GOAWAY,
     HEADERS,
@@ -255,16 +256,43 @@ class FrameReader(Generic[T]):
         Most frames are DATA on our stream between the response headers and
         the trailers, each starting with a whole message (the server sends a
         message per frame): those are read by the loop itself, their checks
-        on locals (the receive window included). Every other frame goes
-        through :meth:`_frame`, which checks what it may be and do.
+        on locals (the receive window included). The commonest, a frame that
+        is exactly one message no larger than the limit and a frame we accept,
+        takes one unpack of its header and prefix together and goes
+        straight to ``parse``: every check the general loop makes holds for
+        it by then. Every other frame goes through :meth:`_frame`, which
+        checks what it may be and do.
         """
         end, need = len(data), FRAME_HEAD.size
         parse, ready = self._parse, self.ready.append
         head, prefix, limit = FRAME_HEAD.unpack_from, MESSAGE_PREFIX.unpack_from, self._max_message
+        both, one = FRAME_AND_PREFIX.unpack_from, min(limit, MAX_FRAME_IN - 5)
         window = self._window
         plain = self._plain()
         try:
             while end - pos >= 9:
+                while plain and end - pos >= 14:
+                    word, flags, stream, compressed, length = both(data, pos)
+                    size = length + 5
+                    stop = pos + 9 + size
+                    # DATA (type 0) of exactly one message, whole in data, on
+                    # stream 1 (reserved bit clear), without flags (so neither
+                    # padded nor ending the stream), uncompressed, within the limit.
+                    if not (
+                        word == size << 8
+                        and stop <= end
+                        and length <= one
+                        and stream == STREAM
+                        and not flags | compressed
+                    ):
+                        break
+                    window -= size
+                    if window < 0:
+                        raise _past_window()
+                    pos = stop
+                    ready(parse(data[pos - length : pos]))
+                if end - pos < 9:
+                    break
                 word, flags, stream = head(data, pos)
                 size = word >> 8
                 if size > MAX_FRAME_IN:

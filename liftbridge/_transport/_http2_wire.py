@@ -74,6 +74,9 @@ FRAME_HEAD = struct.Struct(">IBI")
 """A frame's 9-byte header: length (24 bits) and type in one word, flags, stream."""
 MESSAGE_PREFIX = struct.Struct(">BI")
 """A gRPC message's 5-byte prefix: the compressed flag and the length."""
+FRAME_AND_PREFIX = struct.Struct(">IBIBI")
+"""A frame's header and the gRPC prefix its payload starts with, read in one
+call: a DATA frame usually carries exactly one message."""
 
 
 def compressed_error() -> StreamError:
