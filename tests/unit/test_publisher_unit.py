@@ -407,7 +407,11 @@ def test_a_publish_without_a_future_times_out_to_its_handler_and_flush_waits() -
 def test_window_blocks_then_fails_and_frees() -> None:
     server = FakeServer()
     server.ack = False
-    p = make(server, max_inflight=2, ack_wait=0.5)
+    # Every publish names its own timeout; ack_wait only sets when a silent
+    # stream counts as hung (2 x ack_wait): far off, so a's timeout does not
+    # also cancel the stream (c, already written on it, would then fail with
+    # ConnectionLostError instead of the ClientClosedError of close()).
+    p = make(server, max_inflight=2, ack_wait=60.0)
     a = p.submit(request(1), None, 5.0)
     b = p.submit(request(2), None, 5.0)
     with pytest.raises(liftbridge.PublishWindowFullError):
