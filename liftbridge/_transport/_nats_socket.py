@@ -368,6 +368,11 @@ class NatsSocket:
                 if not data:
                     raise Lost("the server closed the connection")
                 payloads = parser.feed(data)
+                # INFOs first: one the server sent ahead of an ack is in force
+                # by the time that ack resolves its publish.
+                if parser.infos:
+                    parser.infos.clear()
+                    self._set_max_payload(parser.max_payload)
                 if payloads:
                     deliver(payloads)
                 if parser.pings:
@@ -383,9 +388,6 @@ class NatsSocket:
                                 waiter.set()
                 if parser.errors:
                     self._server_said(parser.errors)
-                if parser.infos:
-                    parser.infos.clear()
-                    self._set_max_payload(parser.max_payload)
             # Only PONGs to our PINGs show the server alive, not other bytes
             # (a server may PING us, or send garbage, yet never answer).
             if monotonic() >= ping_due:

@@ -40,9 +40,11 @@ class Connection:
         with contextlib.suppress(OSError):
             self.sock.sendall(data)
 
-    def msg(self, inbox: str, payload: bytes) -> None:
-        """Sends ``payload`` to the client's inbox subscription, well formed."""
-        self.send(b"MSG %s %s %d\r\n%s\r\n" % (inbox.encode(), self.sid, len(payload), payload))
+    def msg(self, inbox: str, payload: bytes, *, before: bytes = b"") -> None:
+        """Sends ``payload`` to the client's inbox subscription, well formed,
+        in one write with the bytes ``before`` it."""
+        frame = b"MSG %s %s %d\r\n%s\r\n" % (inbox.encode(), self.sid, len(payload), payload)
+        self.send(before + frame)
 
     def flood(self, chunk: bytes, limit: int) -> int:
         """Sends ``chunk`` again and again (``limit`` bytes at most) until
@@ -61,8 +63,11 @@ Script = Callable[[Connection, api_pb2.Message, str], None]
 """What the server does for a publish (the connection, the message, its subject)."""
 
 
-def ack(connection: Connection, message: api_pb2.Message, subject: str) -> None:
-    """What a partition leader does: the ack envelope on the message's ack inbox."""
+def ack(
+    connection: Connection, message: api_pb2.Message, subject: str, *, before: bytes = b""
+) -> None:
+    """What a partition leader does: the ack envelope on the message's ack
+    inbox (in one write with the bytes ``before`` it)."""
     pb = api_pb2.Ack(
         stream="hostile",
         partitionSubject=subject,
@@ -72,7 +77,8 @@ def ack(connection: Connection, message: api_pb2.Message, subject: str) -> None:
         correlationId=message.correlationId,
         ackPolicy=message.ackPolicy,
     )
-    connection.msg(message.ackInbox, encode_envelope(EnvelopeType.ACK, pb.SerializeToString()))
+    payload = encode_envelope(EnvelopeType.ACK, pb.SerializeToString())
+    connection.msg(message.ackInbox, payload, before=before)
 
 
 class FakeNats:

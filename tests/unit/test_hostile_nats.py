@@ -224,8 +224,9 @@ def _fatal_error(c: Connection, m: api_pb2.Message, s: str) -> None:
 
 
 def _lower_max_payload(c: Connection, m: api_pb2.Message, s: str) -> None:
-    c.send(b'INFO {"max_payload": 1024}\r\n')
-    ack(c, m, s)
+    """A new INFO, then the ack, in one write: read together, as a busy
+    client reads them; the INFO must be in force when the ack resolves."""
+    ack(c, m, s, before=b'INFO {"max_payload": 1024}\r\n')
 
 
 def _stall(c: Connection, m: api_pb2.Message, s: str) -> None:
