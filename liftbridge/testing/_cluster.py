@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import string
 import time
@@ -32,8 +33,14 @@ from liftbridge.testing._process import (
     resolve_binary,
     tail,
 )
-from liftbridge.testing._readiness import Expectation, NotReadyError, PortTakenError, wait_for
-from liftbridge.testing._server import LIFTBRIDGE_BIN_ENV, PORT_ATTEMPTS
+from liftbridge.testing._readiness import (
+    Expectation,
+    NotReadyError,
+    PortTakenError,
+    PromotionTimedOutError,
+    wait_for,
+)
+from liftbridge.testing._server import LIFTBRIDGE_BIN_ENV, START_ATTEMPTS
 
 NATS_BIN_ENV = "NATS_SERVER_BIN"
 """The environment variable naming the ``nats-server`` executable."""
@@ -62,6 +69,8 @@ _BROKER_LIST_CACHE: dict[str, ConfigValue] = {"metadata.cache.max.age": "10s"}
 _NATS_READY = "Server is ready"  # what nats-server logs once it accepts clients
 
 Path_ = str | os.PathLike[str]
+
+_LOG = logging.getLogger(__name__)
 
 
 class ClusterNode:
@@ -236,6 +245,10 @@ class LocalCluster:
     def start(self) -> LocalCluster:
         """Starts the nats-server and every node, and waits until all are ready.
 
+        A node that crashes because its promotion to metadata leader timed
+        out (a one-node cluster on a busy machine) has the cluster started
+        again on fresh data, up to three times in all within ``startup_timeout``.
+
         Returns:
             ``self``.
 
@@ -246,25 +259,23 @@ class LocalCluster:
         if self._directory is not None:
             raise ServerStartError(f"{self!r} is already started")
         deadline = time.monotonic() + self._startup_timeout
-        self._directory = make_temp_dir("liftbridge-cluster-")
-        try:
-            self._start_nats(self._directory, deadline)
-            for server_id in self._ids:
-                directory = self._directory / server_id
-                directory.mkdir()
-                runner = NodeRunner(binary=self._binary, server_id=server_id, directory=directory)
-                runner.data_dir = self._data_dirs.get(server_id, runner.data_dir)
-                self._nodes.append(ClusterNode(runner))
-                self._configure(runner)
-                runner.process.start()
-            # Every node serves before any is asked for metadata, so that no
-            # node's first broker survey (which it caches) misses a peer.
-            for node in self._nodes:
-                self._wait_serving(node._runner, deadline)
-            self._wait_all(deadline)
-        except BaseException:
-            self._discard()
-            raise
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self._start_all(deadline)
+            except PromotionTimedOutError as err:
+                crashed = next((n._runner for n in self._nodes if not n.running), None)
+                failure = (
+                    ServerStartError(str(err)) if crashed is None else crashed.start_failure(err)
+                )
+                self._discard()
+                if attempt == START_ATTEMPTS:
+                    raise failure from None
+                _LOG.warning("%s; starting the cluster again on fresh data", err)
+            except BaseException:
+                self._discard()
+                raise
+            else:
+                break
         return self
 
     def stop(self, node: ClusterNode | str | None = None) -> None:
@@ -427,6 +438,23 @@ class LocalCluster:
 
     # ------------------------------------------------------------ private --
 
+    def _start_all(self, deadline: float) -> None:
+        self._directory = make_temp_dir("liftbridge-cluster-")
+        self._start_nats(self._directory, deadline)
+        for server_id in self._ids:
+            directory = self._directory / server_id
+            directory.mkdir()
+            runner = NodeRunner(binary=self._binary, server_id=server_id, directory=directory)
+            runner.data_dir = self._data_dirs.get(server_id, runner.data_dir)
+            self._nodes.append(ClusterNode(runner))
+            self._configure(runner)
+            runner.process.start()
+        # Every node serves before any is asked for metadata, so that no
+        # node's first broker survey (which it caches) misses a peer.
+        for node in self._nodes:
+            self._wait_serving(node._runner, deadline)
+        self._wait_all(deadline)
+
     def _settings(self, server_id: str, port: int, directory: Path) -> dict[str, ConfigValue]:
         base = node_settings(
             server_id=server_id,
@@ -478,7 +506,7 @@ class LocalCluster:
                 return f"port {self._nats_port} closed"
             return None
 
-        for attempt in range(1, PORT_ATTEMPTS + 1):
+        for attempt in range(1, START_ATTEMPTS + 1):
             self._nats_port = self._fresh_port()
             conf.write_text(render_nats_conf(host=LOOPBACK, port=self._nats_port), "utf-8")
             process.start()
@@ -486,7 +514,7 @@ class LocalCluster:
                 wait_for("nats-server", ready, deadline=deadline, alive=alive)
                 return
             except PortTakenError:
-                if attempt < PORT_ATTEMPTS:
+                if attempt < START_ATTEMPTS:
                     continue
                 raise ServerStartError("nats-server: no free port after retries") from None
             except NotReadyError as err:
@@ -497,15 +525,17 @@ class LocalCluster:
 
     def _wait_serving(self, runner: NodeRunner, deadline: float) -> None:
         """Waits for one node to serve, moving it to a new port if its port was taken."""
-        for attempt in range(1, PORT_ATTEMPTS + 1):
+        for attempt in range(1, START_ATTEMPTS + 1):
             try:
                 runner.wait_serving(deadline)
                 return
             except PortTakenError as err:
-                if attempt == PORT_ATTEMPTS:
+                if attempt == START_ATTEMPTS:
                     raise runner.start_failure(err) from None
                 self._configure(runner)
                 runner.process.start()
+            except PromotionTimedOutError:
+                raise  # start() starts the cluster again
             except NotReadyError as err:
                 raise runner.start_failure(err) from None
 
@@ -525,6 +555,8 @@ class LocalCluster:
                 continue
             try:
                 node._runner.wait_metadata(expect, deadline)
+            except PromotionTimedOutError:
+                raise  # start() starts the cluster again
             except NotReadyError as err:
                 raise node._runner.start_failure(err) from None
 

@@ -12,12 +12,19 @@ from pathlib import Path
 from liftbridge._transport._tls import TLSConfig
 from liftbridge.testing._config import ConfigValue, internal_streams, render_yaml
 from liftbridge.testing._errors import ServerStartError
-from liftbridge.testing._process import LOOPBACK, ManagedProcess, address_in_use, tail
+from liftbridge.testing._process import (
+    LOOPBACK,
+    ManagedProcess,
+    address_in_use,
+    promotion_timed_out,
+    tail,
+)
 from liftbridge.testing._readiness import (
     Expectation,
     NotReadyError,
     PortTakenError,
     Probe,
+    PromotionTimedOutError,
     wait_metadata,
     wait_serving,
 )
@@ -94,13 +101,21 @@ class NodeRunner:
 
         Raises:
             PortTakenError: it exited because its port was taken.
+            PromotionTimedOutError: it crashed when its promotion to metadata
+                leader timed out (a busy machine).
             NotReadyError: it exited for another reason.
         """
         code = self.process.returncode
         if code is None:
             return
-        if address_in_use(self.process.output()):
+        output = self.process.output()
+        if address_in_use(output):
             raise PortTakenError(f"{self.process.name}: port {self.port} was taken")
+        if promotion_timed_out(output):
+            raise PromotionTimedOutError(
+                f"{self.process.name} crashed while starting (status {code}): its promotion "
+                "to metadata leader timed out, as it does on a busy machine"
+            )
         raise NotReadyError(f"{self.process.name} exited with status {code} while starting")
 
     def probe(self) -> Probe:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -349,6 +350,18 @@ def tail(path: Path, lines: int) -> str:
 def address_in_use(output: str) -> bool:
     """Tells whether a server's output says it lost a race for its port."""
     return "address already in use" in output.lower()
+
+
+_PROMOTION_TIMED_OUT = re.compile(r"Error on metadata leadership acquired: .*timed out")
+
+
+def promotion_timed_out(output: str) -> bool:
+    """Tells whether a server's output says it crashed for want of time in
+    its own start-up: on a busy machine the Raft operations of its promotion
+    to metadata leader (creating the internal streams' partitions) time out,
+    and a one-node cluster, having no peer to hand leadership to, panics.
+    A new start on fresh data does not meet the same delay."""
+    return _PROMOTION_TIMED_OUT.search(output) is not None
 
 
 # Everything the harness started and has not cleaned up yet, for the exit hook.

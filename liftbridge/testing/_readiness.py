@@ -52,6 +52,11 @@ class PortTakenError(NotReadyError):
     """The server exited because another process took its port first."""
 
 
+class PromotionTimedOutError(NotReadyError):
+    """The server crashed in its start-up: its promotion to metadata leader
+    timed out (a busy machine); a new start on fresh data may succeed."""
+
+
 @dataclass(frozen=True)
 class Expectation:
     """What FetchMetadata must show before a server counts as ready.

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Mapping
@@ -28,15 +30,24 @@ from liftbridge.testing._process import (
     remove_temp_dir,
     resolve_binary,
 )
-from liftbridge.testing._readiness import Expectation, NotReadyError, PortTakenError
+from liftbridge.testing._readiness import (
+    Expectation,
+    NotReadyError,
+    PortTakenError,
+    PromotionTimedOutError,
+)
 
 LIFTBRIDGE_BIN_ENV = "LIFTBRIDGE_SERVER_BIN"
 """The environment variable naming the ``liftbridge`` executable."""
 
-PORT_ATTEMPTS = 3
-"""How often a start is retried with new ports when another process took one."""
+START_ATTEMPTS = 3
+"""How often a start is tried: again with new ports when another process took
+one, and again on fresh data when the server crashed because its promotion to
+metadata leader timed out (a busy machine), all within ``startup_timeout``."""
 
 Path_ = str | os.PathLike[str]
+
+_LOG = logging.getLogger(__name__)
 
 
 class LocalServer:
@@ -146,6 +157,10 @@ class LocalServer:
 
     def start(self) -> LocalServer:
         """Starts the server and waits until it is ready.
+
+        A server that crashes because its promotion to metadata leader timed
+        out (as Liftbridge does on a busy machine) is started again on fresh
+        data, up to three times in all within ``startup_timeout``.
 
         Returns:
             ``self``.
@@ -321,7 +336,7 @@ class LocalServer:
 
     def _launch(self, node: NodeRunner, deadline: float) -> None:
         fixed = self._port is not None or self._fixed_nats_port is not None
-        for attempt in range(1, PORT_ATTEMPTS + 1):
+        for attempt in range(1, START_ATTEMPTS + 1):
             port = self._port if self._port is not None else free_port()
             self._nats_port = (
                 self._fixed_nats_port
@@ -334,8 +349,13 @@ class LocalServer:
                 self._wait_ready(node, deadline)
                 return
             except PortTakenError:
-                if fixed or attempt == PORT_ATTEMPTS:
+                if fixed or attempt == START_ATTEMPTS:
                     raise
+            except PromotionTimedOutError as err:
+                if attempt == START_ATTEMPTS:
+                    raise
+                _LOG.warning("%s; starting it again on fresh data", err)
+                shutil.rmtree(node.data_dir, ignore_errors=True)
 
     def _wait_ready(self, node: NodeRunner, deadline: float) -> None:
         node.wait_serving(deadline)

@@ -21,6 +21,7 @@ from liftbridge.testing import (
     ServerStartError,
     docker_available,
 )
+from liftbridge.testing._process import resolve_binary
 from liftbridge_api import api_pb2, api_pb2_grpc
 
 RPC_TIMEOUT = 5.0
@@ -130,6 +131,73 @@ def test_server_that_fails_to_start_quotes_its_log() -> None:
     assert "no.such.setting" in caught.value.log_tail
     assert not server.running
     assert server.pid is None
+
+
+# What Liftbridge v1.9.0 writes when its promotion to metadata leader times out
+# in a one-node cluster on a busy machine (a `make test` run under load).
+PROMOTION_CRASH = (
+    'level=error msg="Error on metadata leadership acquired: rpc error: code = Internal '
+    'desc = Failed to replicate partition: raft operation timed out"\n'
+    'level=warning msg="Stepping down as metadata leader"\n'
+    "panic: error on metadata leadership step down: cannot find peer\n"
+)
+
+
+def crashing_server(tmp_path: Path, crashes: int, output: str) -> tuple[Path, Path]:
+    """A stand-in for the server executable whose first ``crashes`` starts
+    write ``output`` and exit with status 2; later starts run the real
+    server. Returns it and the file that gets a line per start."""
+    real = resolve_binary(None, env_var="LIFTBRIDGE_SERVER_BIN", name="liftbridge")
+    starts, said = tmp_path / "starts", tmp_path / "output"
+    said.write_text(output)
+    script = tmp_path / "liftbridge"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"echo start >> '{starts}'\n"
+        f"if [ \"$(wc -l < '{starts}')\" -le {crashes} ]; then cat '{said}'; exit 2; fi\n"
+        f"exec '{real}' \"$@\"\n"
+    )
+    script.chmod(0o755)
+    return script, starts
+
+
+def count_lines(path: Path) -> int:
+    return len(path.read_text().splitlines())
+
+
+def test_a_server_whose_promotion_timed_out_is_started_again(tmp_path: Path) -> None:
+    binary, starts = crashing_server(tmp_path, 2, PROMOTION_CRASH)
+    with LocalServer(binary=binary) as server:
+        assert count_lines(starts) == 3
+        assert brokers(fetch_metadata(server.address)) == {"a": server.address}
+        assert server.log_path.read_text().count("raft operation timed out") == 2
+
+
+def test_a_server_whose_promotion_keeps_timing_out_fails_after_three_starts(
+    tmp_path: Path,
+) -> None:
+    binary, starts = crashing_server(tmp_path, 3, PROMOTION_CRASH)
+    server = LocalServer(binary=binary)
+    with pytest.raises(ServerStartError, match="promotion to metadata leader timed out") as caught:
+        server.start()
+    assert count_lines(starts) == 3
+    assert "cannot find peer" in caught.value.log_tail
+    assert not server.running
+
+
+def test_a_server_that_exits_for_another_reason_is_not_started_again(tmp_path: Path) -> None:
+    binary, starts = crashing_server(tmp_path, 1, 'level=fatal msg="Failed to start: disk"\n')
+    with pytest.raises(ServerStartError, match="exited with status 2"):
+        LocalServer(binary=binary).start()
+    assert count_lines(starts) == 1
+
+
+def test_a_one_node_cluster_whose_promotion_timed_out_is_started_again(tmp_path: Path) -> None:
+    binary, starts = crashing_server(tmp_path, 1, PROMOTION_CRASH)
+    with LocalCluster(1, binary=binary) as cluster:
+        assert count_lines(starts) == 2
+        [address] = cluster.addresses
+        assert brokers(fetch_metadata(address)) == {"a": address}
 
 
 def test_missing_server_binary_says_how_to_get_one(
