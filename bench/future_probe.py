@@ -60,15 +60,25 @@ def main() -> None:
     parser.add_argument("--only", choices=("grpc", "nats"), help="drive one path's two rows")
     args = parser.parse_args()
     value = b"f" * args.size
-    heard = threading.Semaphore(0)
+    heard = threading.Event()
+    left = 0
 
     def on_ack(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
-        heard.release()
+        # Handlers run one at a time on liftbridge-callbacks: a count needs no
+        # lock, and this thread is woken once, at the last (bench.sdk.SdkHandled).
+        nonlocal left
+        left -= 1
+        if not left:
+            heard.set()
+
+    def expect_handler(count: int) -> None:
+        nonlocal left
+        heard.clear()
+        left = count
 
     def await_handler(count: int) -> None:
-        for _ in range(count):
-            if not heard.acquire(timeout=_WAIT):
-                raise RuntimeError("ack handler calls missing")
+        if not heard.wait(_WAIT):
+            raise RuntimeError(f"{left} of {count} ack handler calls missing")
 
     with (
         LocalServer(log_level="warn") as server,
@@ -85,6 +95,7 @@ def main() -> None:
             client.flush(_WAIT)
 
         def grpc_handler(count: int) -> None:
+            expect_handler(count)
             for _ in range(count):
                 client.publish_async("future-probe", value, on_ack, future=False)
             await_handler(count)
@@ -95,6 +106,7 @@ def main() -> None:
             nats.flush(_WAIT)
 
         def nats_handler(count: int) -> None:
+            expect_handler(count)
             for _ in range(count):
                 nats.publish_async("future-probe", value, on_ack, future=False)
             await_handler(count)

@@ -100,28 +100,41 @@ class SdkHandled(SdkPipelined):
 
     def run(self, count: int) -> Run:
         """Publishes ``count`` messages; done when the handler has heard every
-        outcome; checks none failed and the partition grew by as many."""
+        outcome; checks none failed and the partition grew by as many.
+
+        The handler counts outcomes down and wakes this thread once, at the
+        last, as the Go driver's handler counts down a ``sync.WaitGroup``. A
+        ``threading.Semaphore`` released per ack and acquired per message
+        here (until 2026-11-27) cost about 2 µs a message of the row's
+        client CPU (its Condition's lock on two threads), which the Future
+        row, waiting once in ``flush``, did not pay: the row measured the
+        Semaphore as much as the SDK (bench/README_PERFORMANCE.md, "The
+        handler row's own waiting")."""
         publish_async, stream, value, policy = (
             self._client.publish_async,
             self._stream,
             self._value,
             self._ack_policy,
         )
-        heard = threading.Semaphore(0)
+        heard = threading.Event()
+        left = count
         failures: list[BaseException] = []
 
         def on_ack(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
+            # Ack handlers run one at a time on liftbridge-callbacks: no lock.
+            nonlocal left
             if error is not None:
                 failures.append(error)
-            heard.release()
+            left -= 1
+            if not left:
+                heard.set()
 
         before = self._stored()
         watch = Stopwatch()
         for _ in range(count):
             publish_async(stream, value, on_ack, ack_policy=policy, future=False)
-        for _ in range(count):
-            if not heard.acquire(timeout=_WAIT):
-                raise SdkError(f"ack handler calls still missing after {_WAIT:g}s")
+        if count and not heard.wait(_WAIT):
+            raise SdkError(f"{left} ack handler calls still missing after {_WAIT:g}s")
         seconds, cpu = watch.stop()
         if failures:
             raise SdkError(f"{len(failures)} publishes failed, the first: {failures[0]!r}")
