@@ -77,6 +77,7 @@ from liftbridge._transport._http2_wire import (
     read_poll,
     wait_ready,
 )
+from liftbridge._transport._nowait import Inbox
 from liftbridge._transport._stream import ReadyResponses
 
 _log = logging.getLogger(__name__)
@@ -165,7 +166,7 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
             parse, max_message=max_message, windows=self._peer, flow=self._flow, reply=self._queue
         )
         self._ready = self._reader.ready
-        self._inbox = memoryview(bytearray(_READ_SIZE))  # kept: no 256 KiB object per recv
+        self._inbox = Inbox(_READ_SIZE)  # kept: no 256 KiB object per recv
         self._poll = read_poll(sock)  # one poll object for every wait of the call
         self._keepalive_ms = -1 if keepalive is None else int(keepalive.interval * 1000)
         self._end: BaseException | None = None  # raised once _ready is empty
@@ -286,9 +287,11 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
                     self._flush()
                 can_read = bool(self._poll(0))
             if can_read and not self._finished:
-                received = self._inbox[: self._sock.recv_into(self._inbox)]
+                count = self._inbox.recv(self._sock)
+                if count is not None:
+                    received = self._inbox.view[:count]
         except OSError as e:
-            received = self._inbox[:0]
+            received = self._inbox.view[:0]
             failure = f"the connection failed: {e}"
         finally:
             with self._flow_lock:

@@ -36,8 +36,8 @@ from liftbridge._transport._http2_wire import (
     STREAM,
     StreamError,
     frame_bytes,
-    send_nowait,
 )
+from liftbridge._transport._nowait import send_nowait
 from liftbridge._transport._status import from_rpc_error
 from liftbridge._transport._stream import Serializable
 
@@ -239,7 +239,11 @@ class Http2Connection:
                         data = bytes(self._pending) + data
                         self._pending.clear()
                 while data:
-                    self._sock.sendall(data)
+                    # What the socket takes at once goes without letting go
+                    # of the GIL (see _nowait.py); only the rest waits.
+                    sent = send_nowait(self._sock, data)
+                    if sent < len(data):
+                        self._sock.sendall(data[sent:])
                     with self._out_lock:
                         data = bytes(self._pending)
                         self._pending.clear()

@@ -205,20 +205,6 @@ def wait_ready(sock: socket.socket, timeout: float | None, *, write: bool) -> tu
     return bool(readers or errors), bool(writers)
 
 
-def send_nowait(sock: socket.socket, data: bytes) -> int:
-    """Writes what of ``data`` the socket takes without waiting; the count
-    written (0 when its buffer is full). Where the platform has no
-    MSG_DONTWAIT (Windows), it waits like sendall."""
-    flag = getattr(socket, "MSG_DONTWAIT", None)
-    if flag is None:
-        sock.sendall(data)
-        return len(data)
-    try:
-        return sock.send(data, flag)
-    except BlockingIOError:
-        return 0
-
-
 def grpc_status(value: bytes | str | None) -> grpc.StatusCode:
     try:
         number = int(value or b"")

@@ -1,0 +1,121 @@
+"""Socket reads and writes that never wait, made without letting go of the GIL.
+
+CPython's socket methods release the GIL around every system call, so that
+other threads run meanwhile. For a call that cannot block (``MSG_DONTWAIT``:
+it takes or gives what the kernel has at once, a few microseconds) that
+costs more than it gives when the process's other threads are busy: the GIL
+goes to one of them, and the caller waits to get it back, up to the
+interpreter's switch interval (5 ms) behind each thread that runs before
+it. At 10,000 msgs/s a publish and its ack and delivery cross four SDK
+threads that each read or write once per wake-up; those hand-overs were
+most of the tail of ``make bench``'s end-to-end latency rows.
+
+So on Linux under CPython these calls go to libc's ``send`` and ``recv``
+through :class:`ctypes.PyDLL` (documented not to release the GIL), with
+``MSG_DONTWAIT | MSG_NOSIGNAL``. The socket's descriptor is read for each
+call under the same hold of the GIL: a socket closed by another thread reads
+-1 and fails with EBADF, as its methods do; its descriptor number cannot be
+reused meanwhile. Elsewhere they are the socket's own methods with
+``MSG_DONTWAIT`` (or, where there is none, a blocking ``sendall``).
+Thread-safe as the socket is.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import sys
+from typing import Any
+
+_AGAIN = frozenset((errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR))
+"""What a call that does not wait answers when nothing could be done now."""
+
+
+def _libc() -> tuple[Any, Any, Any] | None:
+    """libc's ``send`` and ``recv`` called holding the GIL, and ctypes'
+    ``get_errno``; None where they are not to be had (not Linux and
+    CPython, no ctypes)."""
+    if not sys.platform.startswith("linux") or sys.implementation.name != "cpython":
+        return None
+    try:
+        import ctypes
+
+        libc = ctypes.PyDLL(None, use_errno=True)
+        send, recv = libc.send, libc.recv
+    except (ImportError, OSError, AttributeError):
+        return None
+    # int send(int, const void *, size_t, int): Python ints pass as C ints
+    # (lengths here are far below 2**31), bytes and ctypes arrays as pointers.
+    send.restype = recv.restype = ctypes.c_ssize_t
+    return send, recv, ctypes.get_errno
+
+
+_LIBC = _libc()
+_FLAGS = getattr(socket, "MSG_DONTWAIT", 0) | getattr(socket, "MSG_NOSIGNAL", 0)
+
+
+def _failed() -> int:
+    """0 when the last libc call found nothing to do now; raises its error otherwise."""
+    assert _LIBC is not None
+    code = _LIBC[2]()
+    if code in _AGAIN:
+        return 0
+    raise OSError(code, os.strerror(code))
+
+
+def send_nowait(sock: socket.socket, data: bytes) -> int:
+    """Writes what of ``data`` the socket takes without waiting; the count
+    written (0 when its buffer is full). Where the platform has no
+    MSG_DONTWAIT (Windows), it waits like sendall.
+
+    Raises:
+        OSError: the connection failed, or the socket is closed.
+    """
+    if _LIBC is not None:
+        sent: int = _LIBC[0](sock.fileno(), data, len(data), _FLAGS)
+        return sent if sent >= 0 else _failed()
+    if not _FLAGS:
+        sock.sendall(data)
+        return len(data)
+    try:
+        return sock.send(data, _FLAGS)
+    except BlockingIOError:
+        return 0
+
+
+class Inbox:
+    """A buffer of ``size`` bytes that a socket is read into without waiting.
+    Used by one reading thread at a time."""
+
+    __slots__ = ("_array", "view")
+
+    def __init__(self, size: int) -> None:
+        buffer = bytearray(size)
+        self.view = memoryview(buffer)
+        """The buffer; the first n bytes of it are what :meth:`recv` read."""
+        self._array: Any = None  # the same bytes as a ctypes array, for libc's recv
+        if _LIBC is not None:
+            import ctypes
+
+            self._array = (ctypes.c_char * size).from_buffer(buffer)
+
+    def recv(self, sock: socket.socket) -> int | None:
+        """Reads what ``sock`` has into the buffer, without waiting: the
+        count read (0: the peer closed the connection), None when there was
+        nothing to read.
+
+        Raises:
+            OSError: the connection failed, or the socket is closed.
+        """
+        if self._array is not None:
+            assert _LIBC is not None
+            read: int = _LIBC[1](sock.fileno(), self._array, len(self.view), _FLAGS)
+            if read >= 0:
+                return read
+            _failed()
+            return None
+        try:
+            return sock.recv_into(self.view, 0, _FLAGS)
+        except BlockingIOError:
+            return None
