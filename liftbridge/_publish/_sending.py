@@ -25,7 +25,6 @@ its flow-control windows have room; grpcio's never).
 from __future__ import annotations
 
 import collections
-import contextlib
 import queue
 import threading
 import time
@@ -117,25 +116,29 @@ class Sending:
         queued requests (up to ``_DRAIN``, in order) under one round of the
         locks, waiting for one if ``block`` (else [] when none is queued);
         StopIteration ends an outdated or closed stream."""
+        outbox, carry = self._outbox, self._carry
+        if not block and not carry and outbox.empty():
+            # The usual answer to the sender's "anything else?" after a run:
+            # no lock taken (the blocking call looks at carry under the lock).
+            return []
         taken: list[Pending] = []
         sent: list[Pending] = []
-        outbox, carry = self._outbox, self._carry
         with self._send_lock:
             while True:
                 while carry and len(taken) < _DRAIN:
                     taken.append(carry.popleft())
                 woken = False  # a wake-up call (None) was taken: look before waiting
-                with contextlib.suppress(queue.Empty):
-                    while len(taken) < _DRAIN:
-                        item = outbox.get_nowait()
-                        if item is None:
-                            woken = True
-                        elif isinstance(item, list):  # a batch's part: the rest waits first in line
-                            room = _DRAIN - len(taken)  # (carry is empty: it went first)
-                            taken += item[:room]
-                            carry.extend(item[room:])
-                        else:
-                            taken.append(item)
+                # Not empty: get_nowait has one (this is its one consumer, under _send_lock).
+                while len(taken) < _DRAIN and not outbox.empty():
+                    item = outbox.get_nowait()
+                    if item is None:
+                        woken = True
+                    elif isinstance(item, list):  # a batch's part: the rest waits first in line
+                        room = _DRAIN - len(taken)  # (carry is empty: it went first)
+                        taken += item[:room]
+                        carry.extend(item[room:])
+                    else:
+                        taken.append(item)
                 if not taken and block and not woken:
                     with self._lock:  # all taken is written: producers may write their own
                         if outbox.empty():
