@@ -33,6 +33,9 @@ refuses the second (``InvalidStateError``, ignored).
 Done-callbacks run on the ``liftbridge-callbacks`` thread (the runner's), even
 one added after the outcome; the Future reads as running until it is done
 and cannot be cancelled (a publish is not taken back once queued).
+
+A publish whose caller waits for it (a blocking ``publish``) needs no
+Future: :class:`Waiter` is one lock, held until the outcome is in.
 """
 
 from __future__ import annotations
@@ -199,3 +202,62 @@ class _MadeOnFirstLook:
 # The names of the attributes a new Future has (names only: no value is read).
 for _name in vars(Future()):
     setattr(CallbackFuture, _name, _MadeOnFirstLook(_name))
+
+
+class Waiter:
+    """The outcome of a publish its own caller waits for (``publish``, not
+    ``publish_async``): a lock, held until the outcome is in. A Future its
+    caller waits on is a Condition, an RLock, a deque and two lists, made
+    and locked again under :data:`_BECOMING` on the publishing thread, then
+    locked and notified by the thread that resolves it; this is one lock
+    made held and released once. It never reaches user code (``publish``
+    returns the outcome or raises it), so it is no Future. Thread-safe:
+    resolved once by the SDK (``set_result``/``set_exception``, as a
+    Future), waited on once, by the thread that made it."""
+
+    __slots__ = ("_error", "_held", "_value")
+
+    def __init__(self) -> None:
+        self._held = threading.Lock()  # released when the outcome is in
+        self._held.acquire()
+        self._error: BaseException | None = None
+        self._value: Any = _NOT_YET  # written before the release: the outcome is in
+
+    def set_result(self, result: Any) -> None:
+        """Resolves it (the SDK does, once).
+
+        Raises:
+            InvalidStateError: it is resolved already.
+        """
+        if self._value is not _NOT_YET:
+            raise InvalidStateError(f"{self!r} is resolved already")
+        self._value = result
+        self._held.release()
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        """Fails it (the SDK does, once).
+
+        Raises:
+            InvalidStateError: it is resolved already.
+        """
+        if self._value is not _NOT_YET:
+            raise InvalidStateError(f"{self!r} is resolved already")
+        self._error = exception
+        self._value = None
+        self._held.release()
+
+    def result(self, timeout: float) -> Any:
+        """Waits up to ``timeout`` seconds for the outcome (once); returns
+        the result or raises the error.
+
+        Raises:
+            TimeoutError: no outcome in time (as ``Future.result`` raises).
+        """
+        if not self._held.acquire(True, timeout):
+            raise TimeoutError
+        if self._error is None:
+            return self._value
+        try:
+            raise self._error
+        finally:
+            del self  # the traceback's frame would keep this and its error in a cycle

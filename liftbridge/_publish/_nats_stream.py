@@ -48,12 +48,12 @@ import threading
 import uuid
 from concurrent.futures import Future
 from time import monotonic
-from types import TracebackType
 from typing import Literal, Unpack, overload
 
 from liftbridge._client import Client, attach
 from liftbridge._core import _validate
 from liftbridge._core._callbacks import CallbackRunner
+from liftbridge._core._futures import Waiter
 from liftbridge._core._messages import Ack, AckPolicy
 from liftbridge._core._validate import BytesLike
 from liftbridge._errors import (
@@ -336,6 +336,20 @@ class NatsStreamPublisher(NatsBatchMethods):
             ClientClosedError: the publisher is closed.
             ConnectionLostError: NATS gave up reconnecting.
         """
+        return self._publish(stream, value, ack_handler, ack_policy, future, options, None)
+
+    def _publish(
+        self,
+        stream: str,
+        value: BytesLike,
+        ack_handler: AckHandler | None,
+        ack_policy: AckPolicy,
+        future: bool,
+        options: StreamPublishOptions,
+        waiter: Waiter | None,
+    ) -> Future[Ack | None] | None:
+        """:meth:`publish_async`; with ``waiter``, the outcome goes to it
+        instead of a new Future (``publish`` waits on it), and None is returned."""
         if ack_handler is not None:  # the two checks below: a call each only when needed
             check_ack_handler(ack_handler)
         if options:
@@ -411,7 +425,8 @@ class NatsStreamPublisher(NatsBatchMethods):
                 prefix, value, key, headers, correlation_id, ack_policy, expected_offset
             )
         # Running, so it cannot be cancelled; its done-callbacks run on liftbridge-callbacks.
-        outcome: Future[Ack | None] | None = self._callbacks.future() if future else None
+        made = self._callbacks.future() if future and waiter is None else None
+        outcome: Future[Ack | None] | Waiter | None = made if waiter is None else waiter
         entry: Pending | None = None
         if wants_ack:
             entry = Pending(correlation_id, outcome, ack_handler, timeout, subject)
@@ -423,7 +438,7 @@ class NatsStreamPublisher(NatsBatchMethods):
         self._nats.send_frame(subject, frame, entry)
         if not wants_ack and outcome is not None:
             outcome.set_result(None)
-        return outcome
+        return made
 
     @overload
     def publish(
@@ -465,12 +480,14 @@ class NatsStreamPublisher(NatsBatchMethods):
     ) -> Ack | None:
         """Publishes a message and waits for its ack (arguments as for
         :meth:`publish_async`; raises what its future would end with)."""
-        future = self.publish_async(stream, value, ack_policy=ack_policy, **options)
-        # The ack timer ends every future by its deadline; the margin
+        waiter = Waiter()  # one lock, not a Future: nothing else sees it
+        self._publish(stream, value, None, ack_policy, True, options, waiter)
+        # The ack timer ends every publish by its deadline; the margin
         # only covers that thread being late.
         timeout = options.get("timeout")
         wait = (self._ack_timeout if timeout is None else timeout) + _CLOSE_TIMEOUT
-        return future.result(wait)
+        result: Ack | None = waiter.result(wait)
+        return result
 
     def flush(self, timeout: float | None = None) -> bool:
         """Waits until every publish accepted before the call has its outcome
@@ -518,12 +535,7 @@ class NatsStreamPublisher(NatsBatchMethods):
     def __enter__(self) -> NatsStreamPublisher:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

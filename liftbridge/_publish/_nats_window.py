@@ -47,6 +47,7 @@ from time import monotonic
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._deadlines import AckTimer
 from liftbridge._core._envelope import ack_wire
+from liftbridge._core._futures import Waiter
 from liftbridge._core._messages import Ack, AckPolicy, ack_of_wire, ack_outcome
 from liftbridge._errors import (
     AckTimeoutError,
@@ -70,7 +71,7 @@ class Pending:
     table (under the window's lock) resolves it."""
 
     correlation_id: str
-    future: Future[Ack | None] | None  # None: the caller asked for none
+    future: Future[Ack | None] | Waiter | None  # None: the caller asked for none (Waiter: publish)
     handler: AckHandler | None
     timeout: float
     subject: str
@@ -311,7 +312,7 @@ class AckWindow:
         settled = 0
         calls: list[tuple[AckHandler, Ack | None, BaseException | None]] = []
         members: list[_Outcome] = []
-        futures: list[Future[Ack | None]] = []  # kept for the publishing threads to free
+        futures: list[Future[Ack | None] | Waiter] = []  # kept for the publishing threads to free
         for index in range(len(entries)):  # _deliver, inlined: once per publish
             entry = entries[index]
             if entry is None:

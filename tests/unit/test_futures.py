@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from liftbridge._core._callbacks import CallbackRunner
+from liftbridge._core._futures import Waiter
 
 WAIT = 10.0
 
@@ -200,3 +201,40 @@ def test_attributes_it_lacks_raise(runner: CallbackRunner) -> None:
     with pytest.raises(AttributeError, match="no_such"):
         future.no_such  # type: ignore[attr-defined]  # noqa: B018
     assert not future.done()  # looking for one made no outcome
+
+
+class _Refused(Exception):
+    pass
+
+
+def test_a_waiter_gives_its_one_outcome_to_the_thread_waiting_for_it() -> None:
+    """Waiter: what a blocking ``publish`` waits on instead of a Future."""
+    waiter = Waiter()
+    _later(0.05, waiter.set_result, "ack")
+    assert waiter.result(WAIT) == "ack"
+    with pytest.raises(InvalidStateError):
+        waiter.set_result("again")
+    with pytest.raises(InvalidStateError):
+        waiter.set_exception(ValueError("late"))
+    failing = Waiter()
+    _later(0.05, failing.set_exception, KeyError("k"))
+    with pytest.raises(KeyError):
+        failing.result(WAIT)
+    error = _Refused("refused")  # a subclass: builtin exceptions take no weak references
+    freed = weakref.ref(error)
+    refused = Waiter()
+    refused.set_exception(error)
+    del error
+    gc.disable()  # the traceback must not keep the error (and the waiter) in a cycle
+    try:
+        with pytest.raises(_Refused, match="refused"):
+            refused.result(0)
+        del refused
+        assert freed() is None
+    finally:
+        gc.enable()
+    with pytest.raises(concurrent.futures.TimeoutError):
+        Waiter().result(0.01)
+    done_at_once = Waiter()
+    done_at_once.set_result(None)
+    assert done_at_once.result(0) is None

@@ -54,7 +54,7 @@ def _pending(
 
 
 def _f(entry: Pending) -> Future[Ack | None]:
-    assert entry.future is not None
+    assert isinstance(entry.future, Future)
     return entry.future
 
 
