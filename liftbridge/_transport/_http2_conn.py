@@ -201,7 +201,11 @@ class Http2Connection:
                 while not self._finished and pos < len(payload):
                     if min(peer.stream, peer.conn) > 0:
                         break
-                    self._flow.wait(1.0)
+                    peer.waiting += 1
+                    try:
+                        self._flow.wait(1.0)
+                    finally:
+                        peer.waiting -= 1
                 if self._finished:
                     return False
                 while pos < len(payload):

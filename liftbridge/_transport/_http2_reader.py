@@ -93,6 +93,11 @@ DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024
 """grpcio's default limit on a received message, and the client's."""
 
 
+_PING_ACK_HEAD = frame_bytes(PING, ACK, 0, bytes(8))[:9]  # a PING ack's 9 bytes before its payload
+_SHORT_CONTROL = frozenset((WINDOW_UPDATE, PING))
+"""Control frames :meth:`FrameReader._frames` hands straight to ``_control``:
+a server sends one of each per ack at a paced rate, and neither changes the
+stream's state or our receive window."""
 _NOT_PLAIN = PADDED | END_STREAM
 """DATA flags that take a frame off :meth:`FrameReader._frames`' own loop."""
 
@@ -121,6 +126,7 @@ class PeerWindows:
         self.conn = PEER_WINDOW
         self.initial = PEER_WINDOW
         self.max_frame = 16_384
+        self.waiting = 0  # senders waiting on the condition for window (only they need a notify)
 
     def settings(self, initial: int | None, max_frame: int | None) -> None:
         """Applies a SETTINGS frame's values (already range-checked).
@@ -306,11 +312,13 @@ class FrameReader(Generic[T]):
                     need = stop - pos  # its head was checked: wait for the whole frame
                     break
                 pos = stop
-                if not (
-                    plain and word & 0xFF == DATA and stream == STREAM and not flags & _NOT_PLAIN
-                ):
+                kind = word & 0xFF
+                if kind in _SHORT_CONTROL and not self._continuing:
+                    self._control(kind, flags, stream & 0x7FFF_FFFF, data[start:stop])
+                    continue
+                if not (plain and kind == DATA and stream == STREAM and not flags & _NOT_PLAIN):
                     self._window = window
-                    self._frame(word & 0xFF, flags, stream & 0x7FFF_FFFF, data, start, stop)
+                    self._frame(kind, flags, stream & 0x7FFF_FFFF, data, start, stop)
                     window = self._window
                     if self.ended:
                         break
@@ -412,10 +420,8 @@ class FrameReader(Generic[T]):
     # ------------------------------------------------------------- control --
 
     def _control(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
-        if kind in (HEADERS, CONTINUATION):
-            self._header_frame(kind, flags, stream, payload)
-        elif kind == SETTINGS:
-            self._settings(flags, stream, payload)
+        if kind == WINDOW_UPDATE:
+            self._window_update(stream, payload)
         elif kind == PING:
             if stream != 0 or len(payload) != 8:
                 raise connection_error(
@@ -424,9 +430,11 @@ class FrameReader(Generic[T]):
             if flags & ACK:
                 self.pongs += 1
             else:
-                self._reply(frame_bytes(PING, ACK, 0, payload))
-        elif kind == WINDOW_UPDATE:
-            self._window_update(stream, payload)
+                self._reply(_PING_ACK_HEAD + payload)
+        elif kind in (HEADERS, CONTINUATION):
+            self._header_frame(kind, flags, stream, payload)
+        elif kind == SETTINGS:
+            self._settings(flags, stream, payload)
         elif kind == RST_STREAM:
             if len(payload) != 4:
                 raise connection_error(FRAME_SIZE_ERROR, "an RST_STREAM not 4 bytes long")
@@ -465,9 +473,16 @@ class FrameReader(Generic[T]):
         increment = int.from_bytes(payload, "big") & 0x7FFF_FFFF
         if increment == 0:
             raise connection_error(PROTOCOL_ERROR, "a WINDOW_UPDATE of 0")
-        with self._flow:
-            self._windows.update(stream, increment)
-            self._flow.notify_all()
+        # The lock's own methods (C), not the Condition's (Python); a sender
+        # is woken only when one waits for window.
+        flow, windows = self._flow, self._windows
+        flow.acquire()
+        try:
+            windows.update(stream, increment)
+            if windows.waiting:
+                flow.notify_all()
+        finally:
+            flow.release()
 
     def _settings(self, flags: int, stream: int, payload: bytes) -> None:
         if stream != 0:

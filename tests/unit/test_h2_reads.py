@@ -22,10 +22,14 @@ from chaos import fuzz_http2
 from liftbridge._transport._http2 import Http2Call
 from liftbridge._transport._http2_reader import REOPEN_AT, FrameReader, PeerWindows
 from liftbridge._transport._http2_tls import _PLAIN_BUFFER, TlsLayer, TlsSettings
+from liftbridge._transport._http2_wire import StreamError
 from liftbridge_api import api_pb2
 from tests.unit.h2_peer import (
+    ACK,
     DATA,
+    HEADERS,
     PADDED,
+    PING,
     STREAM,
     WAIT,
     WINDOW_UPDATE,
@@ -246,3 +250,58 @@ def test_the_windows_reopen_by_every_data_byte_read_padding_included() -> None:
     assert replies == [
         frame(WINDOW_UPDATE, 0, 0, increment) + frame(WINDOW_UPDATE, 0, STREAM, increment)
     ]
+
+
+def test_window_updates_and_pings_between_acks_are_read_on_the_short_way() -> None:
+    """What a server sends per ack at a paced rate (a WINDOW_UPDATE, a PING,
+    the ack) in one read: the responses come out in order, the PING is
+    answered with its payload, the peer's windows grow by the increments."""
+    replies: list[bytes] = []
+    reader = _reader(replies)
+    windows = reader._windows
+    stream, conn = windows.stream, windows.conn
+    burst = (
+        frame(WINDOW_UPDATE, 0, 0, (300).to_bytes(4, "big"))
+        + frame(PING, 0, 0, b"bdp-ping")
+        + frame(DATA, 0, STREAM, grpc_message(b"a" * 30))
+        + frame(WINDOW_UPDATE, 0, STREAM, (70).to_bytes(4, "big"))
+        + frame(PING, ACK, 0, b"our-ping")
+        + frame(DATA, 0, STREAM, grpc_message(b"b" * 40))
+    )
+    reader.feed(burst)
+    assert list(reader.ready) == [30, 40]
+    assert replies == [frame(PING, ACK, 0, b"bdp-ping")]
+    assert (windows.conn, windows.stream) == (conn + 300, stream + 70)
+    assert reader.pongs == 1
+    assert not reader.ended
+
+
+@pytest.mark.parametrize(
+    ("control", "says"),
+    [
+        (frame(WINDOW_UPDATE, 0, 0, (1).to_bytes(4, "big")), "inside a header block"),
+        (frame(PING, 0, 0, b"bdp-ping"), "inside a header block"),
+        (frame(PING, 0, 0, b"short"), "malformed PING"),
+        (frame(PING, 0, STREAM, b"bdp-ping"), "malformed PING"),
+        (frame(WINDOW_UPDATE, 0, 3, (1).to_bytes(4, "big")), "WINDOW_UPDATE on stream 3"),
+        (frame(WINDOW_UPDATE, 0, 0, (1).to_bytes(5, "big")), "not 4 bytes long"),
+        (frame(WINDOW_UPDATE, 0, 0, bytes(4)), "WINDOW_UPDATE of 0"),
+    ],
+    ids=[
+        "update-in-block",
+        "ping-in-block",
+        "ping-7-bytes",
+        "ping-on-1",
+        "update-on-3",
+        "update-5-bytes",
+        "update-0",
+    ],
+)
+def test_the_short_way_keeps_every_check_of_a_control_frame(control: bytes, says: str) -> None:
+    reader = _reader([])
+    # Trailers begun without END_HEADERS: a header block is open.
+    opened = frame(HEADERS, 0, STREAM, b"\x40\x01a\x01b") if "header block" in says else b""
+    with pytest.raises(StreamError, match=says) as caught:
+        reader.feed(opened + control)
+    assert caught.value.goaway is not None
+    assert reader.ended

@@ -794,6 +794,31 @@ def test_a_window_shrunk_below_what_was_sent_waits_to_be_positive(
     assert isinstance(reader.finish(), StopIteration)
 
 
+def test_a_window_update_wakes_the_sender_waiting_for_window(connection: Connection) -> None:
+    # The reader notifies the condition only while a sender waits on it:
+    # with the sender's wait made unbounded, a missed wake-up hangs (and the
+    # test times out) instead of being covered by the wait's 1 s poll.
+    call, peer, requests = connection.open()
+    flow = call._flow
+    bounded = flow.wait
+    flow.wait = lambda timeout=None: bounded(None)  # type: ignore[method-assign]
+    peer.write(settings((INITIAL_WINDOW_SIZE, 0)) + peer.response_headers())
+    reader = Reader(call)
+    peer.read_until(SETTINGS, ACK)
+    sent = request(b"waits for window")
+    requests.put(sent)
+    deadline = time.monotonic() + WAIT
+    while not call._peer.waiting:  # taken, waiting for window
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    _grant(peer, 1000)
+    peer.read_until(DATA)
+    assert split_messages(bytes(peer.data)) == [sent.SerializeToString()]
+    assert not call._peer.waiting
+    peer.write(peer.trailers(0))
+    assert isinstance(reader.finish(), StopIteration)
+
+
 def _grant(peer: Peer, increment: int) -> int:
     peer.write(window_update(STREAM, increment))
     return increment
