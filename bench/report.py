@@ -225,7 +225,15 @@ def latency_table(rows: Sequence[Mapping[str, object]]) -> str:
 
 def ceiling_rows(results: Sequence[Result], *, goal: float) -> list[dict[str, object]]:
     """The SDK's pipelined publish rows (``publish_async``, over gRPC or
-    NATS) as fractions of the machine's bound, each with the goal."""
+    NATS) as fractions of the machine's bound, each with the goal and, for
+    reference, the Go client's share in the same setting (``go_of_bound``,
+    None when Go did not run it): what the same server lets the official
+    client reach."""
+    go_share = {
+        r.key: r.metrics["of_bound"].median
+        for r in results
+        if r.variant == GO and "of_bound" in r.metrics
+    }
     rows: list[dict[str, object]] = []
     for result in results:
         share = result.metrics.get("of_bound")
@@ -243,6 +251,7 @@ def ceiling_rows(results: Sequence[Result], *, goal: float) -> list[dict[str, ob
                 "bound_msgs_per_s": bound.median,
                 "of_bound": share.median,
                 "of_bound_range": [share.low, share.high],
+                "go_of_bound": go_share.get(result.key),
                 "goal": goal,
                 "met": share.median >= goal,
             }
@@ -252,7 +261,17 @@ def ceiling_rows(results: Sequence[Result], *, goal: float) -> list[dict[str, ob
 
 def ceiling_table(rows: Sequence[Mapping[str, object]]) -> str:
     """The rows of :func:`ceiling_rows` as a fixed-width table."""
-    header = ("workload", "setting", "size", "msgs/s", "client+server us", "bound", "share", "goal")
+    header = (
+        "workload",
+        "setting",
+        "size",
+        "msgs/s",
+        "client+server us",
+        "bound",
+        "share",
+        "Go's share",
+        "goal",
+    )
     lines: list[tuple[str, ...]] = [header]
     for row in rows:
         size, share, goal = row["value_size"], row["of_bound"], row["goal"]
@@ -261,6 +280,7 @@ def ceiling_table(rows: Sequence[Mapping[str, object]]) -> str:
         assert isinstance(share, float) and isinstance(client, float)
         assert isinstance(server, float) and isinstance(rate, float)
         assert isinstance(bound, float)
+        go = row.get("go_of_bound")
         lines.append(
             (
                 str(row["workload"]),
@@ -270,6 +290,7 @@ def ceiling_table(rows: Sequence[Mapping[str, object]]) -> str:
                 f"{client:.1f} + {server:.1f}",
                 f"{bound:,.0f}",
                 f"{share:.2f}",
+                f"{go:.2f}" if isinstance(go, float) else "-",
                 f">= {goal:g} {'met' if row['met'] else 'NOT met'}",
             )
         )

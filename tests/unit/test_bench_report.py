@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench.report import (
+    BARE,
     GO,
     SDK,
     Result,
@@ -180,7 +181,27 @@ def test_a_run_with_the_server_cpu_reads_against_the_machine_bound() -> None:
     result = Result("publish_async", "LEADER", 100, SDK, 1000, summarise([run]), ())
     (row,) = ceiling_rows([result], goal=0.8)
     assert row["of_bound"] == pytest.approx(0.2) and row["met"] is False
-    assert ceiling_table([row]).splitlines()[2].endswith(">= 0.8 NOT met")
+    assert row["go_of_bound"] is None  # Go did not run this setting
+    assert ceiling_table([row]).splitlines()[2].endswith(" -  >= 0.8 NOT met")
+
+
+def test_the_ceiling_rows_show_go_s_share_in_the_same_setting_beside_the_sdk_s() -> None:
+    # Go: 30,000 msgs/s at 10 + 10 us on 2 cores, 0.3 of 100,000; another setting's Go row
+    # (0.5) and the SDK's bare floor must not be taken for it.
+    go = Run(1000, 1000 / 30_000, 100_000, 0.01, server_cpu_seconds=0.01, cores=2)
+    other = Run(1000, 0.02, 100_000, 0.01, server_cpu_seconds=0.01, cores=2)
+    sdk = Run(1000, 0.05, 100_000, 0.01, server_cpu_seconds=0.01, cores=2)
+    results = [
+        Result("publish_async", "window=32", 100, SDK, 1000, summarise([sdk]), ()),
+        Result("publish_async", "window=32", 100, GO, 1000, summarise([go]), ()),
+        Result("publish_async", "window=32", 100, BARE, 1000, summarise([other]), ()),
+        Result("publish_async", "window=1024", 100, GO, 1000, summarise([other]), ()),
+    ]
+    (row,) = ceiling_rows(results, goal=0.8)
+    assert row["of_bound"] == pytest.approx(0.2)
+    assert row["go_of_bound"] == pytest.approx(0.3)
+    line = ceiling_table([row]).splitlines()[2]
+    assert " 0.20 " in line and " 0.30 " in line and line.endswith(">= 0.8 NOT met")
 
 
 def test_process_cpu_seconds_reads_this_process() -> None:
