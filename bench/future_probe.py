@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 
 import liftbridge
+from bench.countdown import CountDown
 from liftbridge.testing import LocalServer
 
 _WINDOW = 1024
@@ -60,25 +61,10 @@ def main() -> None:
     parser.add_argument("--only", choices=("grpc", "nats"), help="drive one path's two rows")
     args = parser.parse_args()
     value = b"f" * args.size
-    heard = threading.Event()
-    left = 0
 
-    def on_ack(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
-        # Handlers run one at a time on liftbridge-callbacks: a count needs no
-        # lock, and this thread is woken once, at the last (bench.sdk.SdkHandled).
-        nonlocal left
-        left -= 1
-        if not left:
-            heard.set()
-
-    def expect_handler(count: int) -> None:
-        nonlocal left
-        heard.clear()
-        left = count
-
-    def await_handler(count: int) -> None:
-        if not heard.wait(_WAIT):
-            raise RuntimeError(f"{left} of {count} ack handler calls missing")
+    def await_handler(outcomes: CountDown, count: int) -> None:
+        if not outcomes.wait(_WAIT):
+            raise RuntimeError(f"{outcomes.left} of {count} ack handler calls missing")
 
     with (
         LocalServer(log_level="warn") as server,
@@ -95,10 +81,11 @@ def main() -> None:
             client.flush(_WAIT)
 
         def grpc_handler(count: int) -> None:
-            expect_handler(count)
+            outcomes = CountDown(count)
+            on_ack = outcomes.on_ack
             for _ in range(count):
                 client.publish_async("future-probe", value, on_ack, future=False)
-            await_handler(count)
+            await_handler(outcomes, count)
 
         def nats_future(count: int) -> None:
             for _ in range(count):
@@ -106,10 +93,11 @@ def main() -> None:
             nats.flush(_WAIT)
 
         def nats_handler(count: int) -> None:
-            expect_handler(count)
+            outcomes = CountDown(count)
+            on_ack = outcomes.on_ack
             for _ in range(count):
                 nats.publish_async("future-probe", value, on_ack, future=False)
-            await_handler(count)
+            await_handler(outcomes, count)
 
         drivers: list[tuple[str, Callable[[int], None]]] = [
             ("gRPC, Future", grpc_future),

@@ -16,6 +16,7 @@ from concurrent.futures import Future
 from concurrent.futures import wait as wait_all
 
 import liftbridge
+from bench.countdown import CountDown
 from bench.stats import Run, Stopwatch
 
 _WAIT = 60.0
@@ -156,25 +157,24 @@ class StreamPipelined:
 class StreamHandled(StreamPipelined):
     """``NatsStreamPublisher.publish_async(..., handler, future=False)`` back to
     back: no Future, each outcome to an ack handler on ``liftbridge-callbacks``
-    that keeps the failures, as the Go driver's PublishAsync handler does;
-    done when the last ack is in."""
+    that counts outcomes down and keeps the failures, as the Go driver's
+    PublishAsync handler does; done when the handler has heard the last
+    outcome (not at ``flush``, which returns once outcomes are settled, before
+    their handlers have all run)."""
 
     def run(self, count: int) -> Run:
-        failures: list[BaseException] = []
-
-        def handler(_: liftbridge.Ack | None, error: BaseException | None) -> None:
-            if error is not None:
-                failures.append(error)
-
+        outcomes = CountDown(count)
+        handler = outcomes.on_ack
         publish_async, stream, value = self._publisher.publish_async, self._stream, self._value
         before = self._stored()
         watch = Stopwatch()
         for _ in range(count):
             publish_async(stream, value, handler, future=False)
-        if not self._publisher.flush(_WAIT):
-            raise NatsBenchError(f"acks over NATS still missing after {_WAIT:g}s")
+        if not outcomes.wait(_WAIT):
+            raise NatsBenchError(f"{outcomes.left} ack handler calls over NATS missing")
         seconds, cpu = watch.stop()
-        if failures:
+        if outcomes.failures:
+            failures = outcomes.failures
             raise NatsBenchError(f"{len(failures)} publish(es) failed, first: {failures[0]!r}")
         stored = self._stored() - before
         if stored != count:

@@ -6,10 +6,10 @@ same ack policy, same in-flight window.
 
 from __future__ import annotations
 
-import threading
 import time
 
 import liftbridge
+from bench.countdown import CountDown
 from bench.e2e import Arrivals, stamped_value, wait_for
 from bench.stats import Run, Stopwatch
 
@@ -116,27 +116,17 @@ class SdkHandled(SdkPipelined):
             self._value,
             self._ack_policy,
         )
-        heard = threading.Event()
-        left = count
-        failures: list[BaseException] = []
-
-        def on_ack(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
-            # Ack handlers run one at a time on liftbridge-callbacks: no lock.
-            nonlocal left
-            if error is not None:
-                failures.append(error)
-            left -= 1
-            if not left:
-                heard.set()
-
+        outcomes = CountDown(count)
+        on_ack = outcomes.on_ack
         before = self._stored()
         watch = Stopwatch()
         for _ in range(count):
             publish_async(stream, value, on_ack, ack_policy=policy, future=False)
-        if count and not heard.wait(_WAIT):
-            raise SdkError(f"{left} ack handler calls still missing after {_WAIT:g}s")
+        if not outcomes.wait(_WAIT):
+            raise SdkError(f"{outcomes.left} ack handler calls still missing after {_WAIT:g}s")
         seconds, cpu = watch.stop()
-        if failures:
+        if outcomes.failures:
+            failures = outcomes.failures
             raise SdkError(f"{len(failures)} publishes failed, the first: {failures[0]!r}")
         stored = self._stored() - before
         if stored != count:
