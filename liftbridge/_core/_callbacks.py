@@ -50,15 +50,14 @@ class CallbackRunner:
         )
         self._late_running = False
         # CallbackFuture with this runner: its done-callbacks run here.
-        self._future_class: type[CallbackFuture] = type(
+        self.future: Callable[[], Future[Any]] = type(
             "CallbackFuture", (CallbackFuture,), {"_lb_runner": self}
         )
-
-    def future(self) -> Future[Any]:
-        """A new running Future whose done-callbacks run on the callbacks
-        thread; it cannot be cancelled (a :class:`CallbackFuture`: cheap to
-        make and resolve, a full ``Future`` once something waits on it)."""
-        return self._future_class()
+        """``future()``: a new running Future whose done-callbacks run on the
+        callbacks thread; it cannot be cancelled (a :class:`CallbackFuture`:
+        cheap to make and resolve, a full ``Future`` once something waits on
+        it). The class itself, called directly: no Python frame in between
+        on a publish's way."""
 
     def settle(
         self,

@@ -457,22 +457,20 @@ class MetadataCache:
     """
 
     def __init__(self, seeds: tuple[str, ...]) -> None:
-        self._lock = threading.Lock()  # guards _current
+        self._lock = threading.Lock()  # guards writes of current
         self._seeds = seeds
-        self._current = Metadata((), FrozenMap({}), FrozenMap({}), None)
-
-    @property
-    def current(self) -> Metadata:
-        """The latest snapshot (empty before the first refresh)."""
-        return self._current
+        self.current = Metadata((), FrozenMap({}), FrozenMap({}), None)
+        """The latest snapshot (empty before the first refresh). Read as a
+        plain attribute (one load, not a property's call: every publish
+        reads it); written only by :meth:`replace`."""
 
     def replace(self, metadata: Metadata) -> Metadata:
         """Stores a newer snapshot and returns it."""
         with self._lock:
-            self._current = metadata
+            self.current = metadata
         return metadata
 
     def addresses(self) -> list[str]:
         """Known broker addresses, then any seed not among them (for failover)."""
-        known = list(self._current.addresses)
+        known = list(self.current.addresses)
         return known + [s for s in self._seeds if s not in known]

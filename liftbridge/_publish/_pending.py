@@ -88,21 +88,23 @@ class Spent:
     outcome, the NATS window each Future (its Ack with it).
     Thread-safe (deque operations)."""
 
-    __slots__ = ("_kept",)
+    __slots__ = ("kept",)
 
     def __init__(self) -> None:
-        self._kept: collections.deque[object] = collections.deque()
+        self.kept: collections.deque[object] = collections.deque()
+        """Oldest first. A publishing thread's own loop may do what
+        :meth:`free_one` does on it (a call the less per publish)."""
 
     def keep(self, settled: Iterable[object]) -> None:
         """On the thread that settled them: keeps ``settled`` (each holding
         its Future) until publishing threads free them."""
-        self._kept.extend(settled)
+        self.kept.extend(settled)
 
     def free_one(self) -> None:
         """On a publishing thread: drops the oldest kept, if any. Once per
         publish: a ``try`` costs nothing unless it catches, where
         ``contextlib.suppress`` cost three Python calls (~0.5 us)."""
-        kept = self._kept
+        kept = self.kept
         if kept:
             try:  # noqa: SIM105 (contextlib.suppress: the cost this avoids)
                 kept.popleft()
@@ -111,11 +113,11 @@ class Spent:
 
     def free(self, count: int) -> None:
         """:meth:`free_one` for each of ``count`` publishes (a batch's part)."""
-        kept = self._kept
+        kept = self.kept
         with contextlib.suppress(IndexError):  # another publishing thread took the last
             for _ in range(min(count, len(kept))):
                 kept.popleft()
 
     def clear(self) -> None:
         """Drops everything kept (flush, close): no Future outlives them."""
-        self._kept.clear()
+        self.kept.clear()

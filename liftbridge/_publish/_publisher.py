@@ -79,7 +79,8 @@ from liftbridge._errors import (
 )
 from liftbridge._publish._batch import settle_members
 from liftbridge._publish._batch_submit import BatchSubmit
-from liftbridge._publish._leaders import LeaderCheck, leader_lost
+from liftbridge._publish._leaders import LeaderCheck
+from liftbridge._publish._leaders_lost import LeadersLost
 from liftbridge._publish._outbox import Outbox
 from liftbridge._publish._pending import Pending, Spent, claimed_outcomes
 from liftbridge._publish._request_bytes import Request
@@ -99,13 +100,14 @@ _HUNG_AFTER = 2
 """A stream silent for this many ack timeouts while a publish on it times out is given up."""
 _NONE = api_pb2.NONE
 _RUN = 64  # acks read together resolved in one round of the publisher's lock, at most
+_monotonic = time.monotonic
 _REOPEN_REFRESH = 1.0
 """The deadline of the metadata refresh between a stream breaking and the next
 opening (no publish goes out meanwhile; a broker down or hung can hold up a
 healthy one's FetchMetadata until the caller's deadline, seconds past failover)."""
 
 
-class Publisher(Sending, BatchSubmit):
+class Publisher(Sending, BatchSubmit, LeadersLost):
     """Owns the PublishAsync stream of one client. Thread-safe.
 
     Threads: ``liftbridge-acks`` (opens the stream, reads responses, reopens
@@ -123,7 +125,9 @@ class Publisher(Sending, BatchSubmit):
         max_inflight: int,
     ) -> None:
         self._router = router
+        self._leader_address = router.leader_address
         self._callbacks = callbacks
+        self._new_future = callbacks.future
         self._timer = timer
         self._ack_wait = ack_wait
         # The next correlation id: "<pid>-<publisher>-<n>" for n = 0, 1, ..., made
@@ -163,6 +167,7 @@ class Publisher(Sending, BatchSubmit):
         self._send_lock = threading.Lock()
         self._carry: collections.deque[Pending] = collections.deque()
         self._spent = Spent()  # settled Futures the publishing threads free
+        self._kept = self._spent.kept
         # _handover_lock makes a sender's "not resolved, same stream: mark it
         # sent" one step against the stream breaking, an ack timeout deciding
         # sent-or-not, and close. It is not _lock, which producers and the
@@ -236,17 +241,35 @@ class Publisher(Sending, BatchSubmit):
             InvalidArgumentError: a publish with the same correlation id is in flight.
         """
         wait = self._ack_wait if timeout is None else timeout
-        outcome: Future[Ack | None] | None = self._callbacks.future() if future else None
+        outcome: Future[Ack | None] | None = self._new_future() if future else None
         correlation_id = request.correlationId
-        pending = Pending(correlation_id, request, outcome, handler, request.ackPolicy != _NONE)
-        pending.leader = self._router.leader_address(request.stream, request.partition)
-        self._spent.free_one()  # after this publish's allocations: see _pending.py
+        pending = Pending(
+            correlation_id,
+            request,
+            outcome,
+            handler,
+            request.ackPolicy != _NONE,
+            0.0,  # deadline: below, once it has its window slot
+            -1,  # generation: not sent yet
+            self._leader_address(request.stream, request.partition),
+        )
+        kept = self._kept  # Spent.free_one, inline: after this publish's allocations (_pending.py)
+        if kept:
+            try:  # noqa: SIM105 (contextlib.suppress: three calls)
+                kept.popleft()
+            except IndexError:  # another publishing thread took the last
+                pass
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the client is closed; the publish was not sent")
-            waited = self._window.take(wait)  # for room: a run of acks frees a burst
+            window = self._window
+            if window.used < window.size:  # Window.take with room to spare, without its call
+                window.used += 1
+                waited = False
+            else:
+                waited = window.take(wait)  # for room: a run of acks frees a burst
             if correlation_id in self._pending:
-                self._window.give()
+                window.give()
                 raise InvalidArgumentError(
                     f"correlation_id {correlation_id!r} is already in flight"
                 )
@@ -254,13 +277,19 @@ class Publisher(Sending, BatchSubmit):
                 self._threads_started = True
                 self._dispatcher.start()
             # Every publish gets a deadline: for its ack, or (AckPolicy.NONE) to be sent by.
-            now = time.monotonic()
+            now = _monotonic()
             pending.deadline = now + wait
             self._pending[correlation_id] = pending
             generation = self._generation
-            direct = self._direct(generation, now, waited=waited)
-            if not direct:
-                self._outbox.put(pending)
+            outbox = self._outbox
+            if outbox.idle == generation:
+                direct = self._direct(generation, now, waited=waited)
+                if not direct:
+                    outbox.put(pending)
+            else:  # the sender is busy (in a burst, nearly always): _direct's answer, without it
+                self._last_submit = now
+                direct = False
+                outbox.put_behind(pending)
             in_order = wait == self._ack_wait
             if in_order:
                 self._in_order.append_held(pending)  # in deadline order: under _lock (lent to it)
@@ -471,49 +500,6 @@ class Publisher(Sending, BatchSubmit):
                 "its timeout (no PublishAsync stream); it was dropped, never sent"
             )
         self._complete(pending, None, error)
-
-    # ------------------------------------------------------- leader lost ----
-
-    def _broker_down(self, address: str) -> None:
-        """Broker-down listener (liftbridge-broker-watch); works on the timer and leader-check."""
-        self._timer.schedule(time.monotonic(), functools.partial(self._fail_led_by, address))
-        with self._lock:
-            closed = self._closed
-        if not closed:
-            self._leader_check.start()
-
-    def _fail_led_by(self, address: str) -> None:
-        """On liftbridge-ack-timer: fails the publishes sent to partitions the
-        broker at ``address`` led while it was believed up, now that it is
-        down: their acks can no longer come. Publishes not sent yet are left
-        to go out (by then the partition may have a new leader); those sent
-        after it was known down are left to liftbridge-leader-check."""
-        with self._handover_lock, self._lock:
-            lost = [
-                p
-                for p in self._pending.values()
-                if p.leader == address
-                and p.generation >= 0
-                and p.expects_ack
-                and not p.suspect
-                and not p.done
-            ]
-        if lost:
-            _log.warning(
-                "partition leader %s is down; failing %d publish(es) awaiting its acks",
-                address,
-                len(lost),
-            )
-        for pending in lost:
-            self._leader_lost(pending, address)
-
-    def _leader_lost(self, pending: Pending, address: str) -> None:
-        self._finish(pending, None, leader_lost(pending.request, address, pending.correlation_id))
-
-    def _suspects(self) -> list[Pending]:
-        """For liftbridge-leader-check: publishes sent to a leader known down, undecided."""
-        with self._lock:
-            return [p for p in self._pending.values() if p.suspect and not p.done]
 
     # ------------------------------------------------------------- closing --
 

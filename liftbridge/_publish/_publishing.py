@@ -46,7 +46,13 @@ from liftbridge._publish._options import (
     check_names,
 )
 from liftbridge._publish._publisher import AckHandler, Publisher
-from liftbridge._publish._request_bytes import PublishBytes, Request, publish_bytes, stream_field
+from liftbridge._publish._request_bytes import (
+    PublishBytes,
+    Request,
+    plain_publish_bytes,
+    publish_bytes,
+    stream_field,
+)
 from liftbridge_api import api_pb2
 
 _RESULT_MARGIN = 10.0
@@ -110,6 +116,7 @@ class Publishing:
         self._router = router
         self._inbox = _inbox.InboxPool(self._invoke_publish, callbacks, publisher)
         self._publisher = publisher
+        self._next_correlation_id = publisher.next_correlation_id
         self._lanes = lanes
         self._callbacks = callbacks
         self._ack_wait = ack_wait
@@ -184,7 +191,7 @@ class Publishing:
                     "optimistic-concurrency publishes with AckPolicy.NONE"
                 )
         if correlation_id is None:
-            correlation_id = self._publisher.next_correlation_id()
+            correlation_id = self._next_correlation_id()
         else:
             check.optional_text(correlation_id, arg="correlation_id")
         if partition is not None or partitioner is not None or key:
@@ -259,14 +266,37 @@ class Publishing:
 
     def publish_async(
         self,
-        request: Request,
+        stream: str,
+        value: BytesLike,
+        ack_policy: AckPolicy,
+        options: ClientPublishOptions,
         ack_handler: AckHandler | None,
-        timeout: float | None,
         future: bool,
     ) -> Future[Ack | None] | None:
-        """Sends a checked request (and ``future``, see :func:`check_future`)
-        without waiting for its ack; returns its Future, or None when
-        ``future`` is False."""
+        """Checks a publish (as :meth:`request`; ``ack_handler`` and ``future``
+        checked by the caller, see :func:`check_future`) and sends it without
+        waiting for its ack; returns its Future, or None when ``future`` is
+        False.
+
+        ``publish_async(stream, value)`` to a stream published to before,
+        nearly every call, takes a short way to the same request: nothing
+        else to check, no key, partition or offset to place
+        (:func:`plain_publish_bytes`).
+
+        Raises:
+            as :meth:`request`, and as :meth:`Publisher.submit`.
+        """
+        if not options:
+            field = self._stream_fields.get(stream) if type(stream) is str else None
+            if field is not None and type(value) is bytes and type(ack_policy) is AckPolicy:
+                plain = plain_publish_bytes(
+                    stream, field, value, self._next_correlation_id(), WIRE_POLICIES[ack_policy]
+                )
+                if len(plain.wire) > self._wire_limit:
+                    check.message_size(plain, limit=self._max_message_size)
+                return self._publisher.submit(plain, ack_handler, None, future=future)
+        request = self.request(stream, value, ack_policy, options, "publish_async")
+        timeout = options.get("timeout")
         if isinstance(request, _PublishRequest) and request.ackInbox:
             wait = self._ack_wait if timeout is None else timeout
             outcome = self._inbox.publish_async(request, wait, ack_handler)

@@ -69,7 +69,7 @@ class Unsent:
     and whether it waits with nothing in hand. Producers put under the
     publisher's ``_lock``."""
 
-    __slots__ = ("_queue", "empty", "get", "get_nowait", "idle")
+    __slots__ = ("_queue", "empty", "get", "get_nowait", "idle", "put_behind")
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[Pending | list[Pending] | None] = queue.SimpleQueue()
@@ -79,7 +79,13 @@ class Unsent:
         # The generation whose sender waits for a request with everything it
         # took written and nothing queued (set under the publisher's _lock);
         # -1: none. While it is the stream's, producers may write their own.
+        # It is never above the stream's generation (a sender sets its own),
+        # which only grows: once below it, it never matches again.
         self.idle = -1
+        self.put_behind = self._queue.put
+        """:meth:`put` for a producer that found ``idle`` not the stream's
+        generation (under the publisher's ``_lock``): nothing to end, so the
+        queue's own ``put``, no Python frame (a burst queues every publish)."""
 
     def put(self, item: Pending | list[Pending] | None) -> None:
         """Queues a publish, a batch's part (or a wake-up): producers write
