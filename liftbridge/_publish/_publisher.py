@@ -412,12 +412,12 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
                 call = self._open_stream(generation)
                 if call is None:
                     return
+                take_ready = call.take_ready
                 for response in call:
                     failures = 0
                     self._heard_at = time.monotonic()
                     run = [response]  # and every response read with it, up to _RUN
-                    while len(run) < _RUN and (read := call.next_ready()) is not None:
-                        run.append(read)
+                    take_ready(run, _RUN)
                     resolve(run)
                 # The server ended the stream cleanly: treat as broken.
                 error: LiftbridgeError = ConnectionLostError(

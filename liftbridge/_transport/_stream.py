@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterator
+from itertools import repeat, starmap
 from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
@@ -60,10 +61,11 @@ class Stream(Protocol[T_co]):
         request iterator). One writer at a time."""
         ...
 
-    def next_ready(self) -> T_co | None:
-        """The next response if it has already been read, else None at once
-        (never reads or waits): lets the reading thread take a run of
-        responses and handle them together. Only on the reading thread."""
+    def take_ready(self, run: list[Any], limit: int) -> None:
+        """Appends to ``run`` the responses already read, in order, until it
+        holds ``limit`` (never reads or waits): lets the reading thread take
+        a run of responses and handle them together. Only on the reading
+        thread."""
         ...
 
 
@@ -96,17 +98,22 @@ class GrpcStream(Generic[T]):
     def write_now(self, request: Serializable) -> bool:
         return False
 
-    def next_ready(self) -> T | None:
-        return None  # grpcio reads one response per next()
+    def take_ready(self, run: list[T], limit: int) -> None:
+        pass  # grpcio reads one response per next()
 
 
 class ReadyResponses(Generic[T]):
-    """:meth:`Stream.next_ready` for a call that keeps the responses it has
+    """:meth:`Stream.take_ready` for a call that keeps the responses it has
     read but not yet returned in a deque, ``_ready`` (the SDK's own HTTP/2
     call)."""
 
     _ready: collections.deque[T]
 
-    def next_ready(self) -> T | None:
+    def take_ready(self, run: list[T], limit: int) -> None:
+        # Popped one by one in C (no Python call per response): another
+        # thread's done() may append to _ready meanwhile, never take from it.
         ready = self._ready
-        return ready.popleft() if ready else None
+        if ready:  # else (one response a read, a paced rate) nothing more to call
+            count = min(len(ready), limit - len(run))
+            if count > 0:
+                run += starmap(ready.popleft, repeat((), count))

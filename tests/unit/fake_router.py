@@ -90,8 +90,8 @@ class FakeStream:
     def write_now(self, request: Any) -> bool:
         return False
 
-    def next_ready(self) -> Any:
-        return None
+    def take_ready(self, run: list[Any], limit: int) -> None:
+        pass
 
     def cancel(self) -> bool:
         self._cancelled.set()

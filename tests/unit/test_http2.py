@@ -260,15 +260,25 @@ def test_a_response_split_over_frames_and_many_in_one_frame(connection: Connecti
     assert isinstance(ended_with(call), StopIteration)
 
 
-def test_next_ready_gives_the_responses_already_read_and_never_reads(
+def test_take_ready_gives_the_responses_already_read_in_order_and_never_reads(
     connection: Connection,
 ) -> None:
     call, peer, _ = connection.open()
     peer.accept()
-    peer.write(frame(DATA, 0, STREAM, b"".join(grpc_message(b"r%d" % i) for i in range(3))))
-    assert call.next_ready() is None  # on the socket, not read yet
-    assert next(call) == b"r0"  # one read: the frame's three responses
-    assert [call.next_ready(), call.next_ready(), call.next_ready()] == [b"r1", b"r2", None]
+    peer.write(frame(DATA, 0, STREAM, b"".join(grpc_message(b"r%d" % i) for i in range(6))))
+    run: list[bytes] = []
+    call.take_ready(run, 10)
+    assert run == []  # on the socket, not read yet
+    run = [next(call)]  # one read: the frame's six responses
+    call.take_ready(run, 3)  # up to the limit, the run's own included
+    assert run == [b"r0", b"r1", b"r2"]
+    call.take_ready(run, 3)  # full: nothing taken
+    assert run == [b"r0", b"r1", b"r2"]
+    run = []
+    call.take_ready(run, 10)  # the rest, and no more
+    assert run == [b"r3", b"r4", b"r5"]
+    call.take_ready(run, 10)
+    assert run == [b"r3", b"r4", b"r5"]
     peer.write(peer.trailers(0))
     assert isinstance(ended_with(call), StopIteration)
 

@@ -31,7 +31,7 @@ from liftbridge._core._router import Deadline, Router
 from liftbridge._publish import _sending
 from liftbridge._publish._outbox import Outbox
 from liftbridge._publish._pending import Pending
-from liftbridge._publish._publisher import Publisher
+from liftbridge._publish._publisher import _RUN, Publisher
 from liftbridge._publish._sending import DIRECT_BELOW
 from liftbridge_api import api_pb2
 from tests.unit.fake_router import FakeRpcError
@@ -104,7 +104,7 @@ class FakeCall:
 
     def answer_together(self, responses: list[api_pb2.PublishResponse]) -> None:
         """Puts ``responses`` where one read finds them all: the first from
-        ``next``, the others from ``next_ready``."""
+        ``next``, the others from ``take_ready``."""
         self._responses.put(responses)
 
     def break_(self) -> None:
@@ -119,13 +119,16 @@ class FakeCall:
             return self._read.popleft()
         return self._returned(self._responses.get())
 
-    def next_ready(self) -> api_pb2.PublishResponse | None:
-        if self._read:
-            return self._read.popleft()
-        try:
-            return self._returned(self._responses.get_nowait())
-        except queue.Empty:
-            return None
+    def take_ready(self, run: list[api_pb2.PublishResponse], limit: int) -> None:
+        while len(run) < limit:
+            if self._read:
+                run.append(self._read.popleft())
+                continue
+            try:
+                item = self._responses.get_nowait()
+            except queue.Empty:
+                return
+            run.append(self._returned(item))
 
     def _returned(
         self, item: api_pb2.PublishResponse | BaseException | list[api_pb2.PublishResponse]
@@ -639,6 +642,45 @@ def test_acks_read_together_resolve_in_order_each_to_its_own_outcome() -> None:
     assert outcomes == [("c0", "ack"), ("?", "NoSuchPartitionError"), ("c3", "ack")]
 
 
+def test_a_read_of_more_acks_than_a_run_settles_every_one_in_order() -> None:
+    """One read brings more responses than a run takes (``_RUN``): the acks
+    thread settles every one, run after run, each publish with its own
+    outcome and the handlers in the order the responses came; an error
+    among them (in the second run) reaches its own publish only."""
+    server = FakeServer()
+    server.ack = False
+    server.hold = True
+    p = make(server, ack_wait=30.0)
+    count, refused_at = 3 * _RUN + 5, _RUN + 3
+    heard: queue.SimpleQueue[str] = queue.SimpleQueue()
+
+    def handler(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
+        heard.put(ack.correlation_id if ack else type(error).__name__)
+
+    futures = [p.submit(request(i), handler, None) for i in range(count)]
+    held = [server.held.get(timeout=5) for _ in range(count)]
+    call = held[0][0]
+    responses = [call.ack_for(each) for _, each in held]
+    responses[refused_at] = api_pb2.PublishResponse(
+        correlationId=f"c{refused_at}",
+        asyncError=api_pb2.PublishAsyncError(
+            code=api_pb2.PublishAsyncError.NOT_FOUND, message="no such partition"
+        ),
+    )
+    call.answer_together(responses)
+    for i, future in enumerate(futures):
+        if i == refused_at:
+            assert isinstance(future.exception(timeout=5), liftbridge.NoSuchPartitionError)
+        else:
+            ack = future.result(timeout=5)
+            assert ack is not None and ack.correlation_id == f"c{i}" and ack.offset == i
+    assert p.flush(5)
+    expected = [f"c{i}" for i in range(count)]
+    expected[refused_at] = "NoSuchPartitionError"
+    assert [heard.get(timeout=5) for _ in range(count)] == expected
+    p.close(_soon())
+
+
 def test_flush_waits_only_for_what_was_pending_when_called() -> None:
     server = FakeServer()
     server.ack = False
@@ -878,8 +920,8 @@ class _IdleCall:
         self.cancelled.wait(10)
         return iter(())
 
-    def next_ready(self) -> None:
-        return None
+    def take_ready(self, run: list[api_pb2.PublishResponse], limit: int) -> None:
+        pass
 
     def cancel(self) -> bool:
         self.cancelled.set()
