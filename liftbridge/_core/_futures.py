@@ -121,12 +121,18 @@ class CallbackFuture(Future[Any]):
         return super().set_running_or_notify_cancel()
 
     def set_result(self, result: Any) -> None:
-        """Resolves it (the SDK does, once).
+        """Resolves it (the SDK does, once). :meth:`_lb_settle` written out
+        (``_lb_error`` is None until an outcome is in): the acks thread calls
+        this once per ack, and saves a Python call each time.
 
         Raises:
             InvalidStateError: it is done already.
         """
-        self._lb_settle(result, None)
+        if self._lb_value is not _NOT_YET:
+            raise InvalidStateError(f"{self!r} is done already")
+        self._lb_value = result
+        if self._lb_full:  # a thread waits, or wait() looked: hand the outcome on
+            self._lb_hand_on()
 
     def set_exception(self, exception: BaseException | None) -> None:
         """Fails it (the SDK does, once).
