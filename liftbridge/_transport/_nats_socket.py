@@ -44,8 +44,10 @@ from liftbridge._errors import (
     UnavailableError,
 )
 from liftbridge._transport._nats_frames import FrameParser, denied_subject, fatal, pub_prefix
+from liftbridge._transport._nats_handover import HAND_OVER, Handover
 from liftbridge._transport._nats_handshake import Dial, Lost, handshake
 from liftbridge._transport._nats_info import DEFAULT_PORT
+from liftbridge._transport._nowait import send_nowait
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +104,8 @@ class NatsSocket:
             nor run user code.
         on_closed: called on the I/O thread when the connection closed:
             after :meth:`close`, or because reconnecting gave up.
+        hand_over: frames queued for a busy I/O thread at which a sender
+            waits for it to take them (:mod:`~liftbridge._transport._nats_handover`).
     """
 
     def __init__(
@@ -110,6 +114,8 @@ class NatsSocket:
         inbox: str,
         deliver: Callable[[object], None],
         on_closed: Callable[[], None],
+        *,
+        hand_over: int = HAND_OVER,
     ) -> None:
         self._where = where
         self._inbox = inbox
@@ -137,6 +143,7 @@ class NatsSocket:
         self._opening: socket.socket | None = None  # a connection being made (close() cuts it)
         self._max_payload = 0
         self._thread = threading.Thread(target=self._run, name="liftbridge-nats-io", daemon=True)
+        self._handover = Handover(hand_over, self._thread, self._closed)
         # Connection settings (set by connect()).
         self._dial = Dial("127.0.0.1", DEFAULT_PORT, 5.0)
         self._attempts = 0
@@ -208,26 +215,35 @@ class NatsSocket:
         frame = b"%s%d\r\n%s\r\n" % (pub_prefix(subject), len(envelope), envelope)
         self.send_frame(subject, frame, entry)
 
-    def send_frame(self, subject: str, frame: bytes, entry: object) -> None:
+    def send_frame(self, subject: str, frame: bytes, entry: object, waits: bool = False) -> None:
         """Queues a whole ``PUB`` frame to ``subject`` (:func:`pub_prefix`,
         the envelope's size, CRLF, the envelope, CRLF), built by the caller,
-        as :meth:`send` does."""
-        self._outbox.append((subject, frame, entry))
+        as :meth:`send` does; waits while the I/O thread is busy and has
+        not taken the last ``hand_over`` frames (:class:`Handover`).
+        ``waits``: the caller waits for the ack next (wakes it the cheaper way)."""
+        outbox = self._outbox
+        outbox.append((subject, frame, entry))
         if self._idle:
             self._idle = False
-            self._wake()
+            self._wake(not waits)
+        elif len(outbox) >= self._handover.frames:
+            self._handover.wait()
 
     def send_frames(self, items: list[tuple[str, bytes, object]]) -> None:
         """Queues many ``(subject, frame, entry)`` in order, as
         :meth:`send_frame` each, in one hand-over (a batch's part)."""
-        self._outbox.extend(items)
+        outbox = self._outbox
+        outbox.extend(items)
         if self._idle:
             self._idle = False
             self._wake()
+        elif len(outbox) >= self._handover.frames:
+            self._handover.wait()
 
     def drop_unsent(self) -> None:
         """Forgets envelopes not written yet (closing: the owner fails them)."""
         self._outbox.clear()
+        self._handover.release()
 
     def flush(self, timeout: float | None) -> None:
         """Waits (up to ``timeout``) until what was queued is written and the
@@ -263,9 +279,12 @@ class NatsSocket:
                     if self._sock is not None:
                         self._sock.shutdown(socket.SHUT_RDWR)
 
-    def _wake(self) -> None:
-        with contextlib.suppress(OSError):  # full (a wake-up is pending) or closed
-            self._wake_w.send(b"!")
+    def _wake(self, keep: bool = True) -> None:
+        # keep: keeping the GIL, the sender goes on and the I/O thread takes what is
+        # queued by then (else it may get the GIL and write a frame a wake-up); one
+        # about to wait for its ack lets go of it (socket.send costs less than libc's).
+        with contextlib.suppress(OSError):  # closed (full: a wake-up is pending)
+            send_nowait(self._wake_w, b"!") if keep else self._wake_w.send(b"!")
 
     # ------------------------------------------------------------ connecting --
 
@@ -319,6 +338,7 @@ class NatsSocket:
             self._drop_connection()
             self._fail_held(UnavailableError(f"the NATS connection to {self._where} closed"))
             self._closed.set()
+            self._handover.release()
             while self._flushes:  # appended before flush() saw _closed set
                 self._flushes.popleft().set()
             for end in (self._wake_r, self._wake_w):
@@ -454,6 +474,8 @@ class NatsSocket:
                 if size >= _WRITE_CHUNK:
                     sock.sendall(b"".join(frames))
                     frames, size = [], 0
+            if self._handover.waiting:  # the sender makes more while this thread writes
+                self._handover.release()
             flushes = self._flushes
             while flushes:
                 self._pongs.append(flushes.popleft())
@@ -545,6 +567,7 @@ class NatsSocket:
             else:
                 self._held.append(item)
                 self._held_bytes += len(item[1])
+        self._handover.release()
         if dropped:
             self._deliver(dropped)
         while self._flushes:
@@ -555,6 +578,7 @@ class NatsSocket:
         outbox = self._outbox
         while outbox:  # popped one by one: a publisher may be appending
             held.append(outbox.popleft())
+        self._handover.release()
         dropped = sum(self._refuse(item, error) for item in held)
         if dropped:
             self._deliver(dropped)

@@ -1,5 +1,8 @@
 """The SDK's own NATS connection: its frame parser, and its handshake,
-liveness pings and reconnect buffer against a fake server on 127.0.0.1."""
+liveness pings and reconnect buffer against a fake server on 127.0.0.1;
+senders handing their frames to the I/O thread (``_nats_handover``): one
+back to back never gets more than ``HAND_OVER`` frames ahead of a busy I/O
+thread, and none waits without a bound for one that does not come."""
 
 from __future__ import annotations
 
@@ -13,8 +16,9 @@ import pytest
 
 from liftbridge import MissingDependencyError, UnavailableError
 from liftbridge._errors import ProtocolError
-from liftbridge._transport import _nats_socket
+from liftbridge._transport import _nats_handover, _nats_socket
 from liftbridge._transport._nats_frames import FrameParser
+from liftbridge._transport._nats_handover import HAND_OVER, Handover
 from liftbridge._transport._nats_socket import NatsSocket
 
 INBOX = b"_INBOX.abc"
@@ -259,3 +263,67 @@ def test_close_cuts_a_reconnect_short() -> None:
     finally:
         connection.close()
         server.close()
+
+
+def test_a_sender_back_to_back_stays_within_a_hand_over_of_the_io_thread(
+    fake: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without the hand-over the sender keeps the GIL and the I/O thread finds
+    # thousands of frames queued at a time (a window's worth, in a publisher).
+    monkeypatch.setattr(_nats_handover, "WAIT", 60.0)  # never runs out here
+    queued: list[int] = []
+    write = NatsSocket._write
+
+    def recording(self: NatsSocket, sock: object) -> None:
+        queued.append(len(self._outbox))
+        write(self, sock)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(NatsSocket, "_write", recording)
+    connection = NatsSocket("fake", "_INBOX.x", lambda item: None, lambda: None)
+    connection.connect(f"nats://127.0.0.1:{fake.port}", connect_timeout=5.0)
+    count = 20 * HAND_OVER
+    try:
+        assert fake.connected.acquire(timeout=5)
+        for index in range(count):
+            connection.send("s", b"%08d" % index, None)
+    finally:
+        connection.close()  # writes what is queued
+    assert max(queued) <= HAND_OVER
+    deadline = time.monotonic() + 30
+    while bytes(fake.received[0]).count(b"PUB s 8\r\n") < count and time.monotonic() < deadline:
+        threading.Event().wait(0.01)  # polling from a test, not a stoppable loop
+    received = bytes(fake.received[0])
+    assert received.count(b"PUB s 8\r\n") == count
+    assert received.index(b"%08d" % 0) < received.index(b"%08d" % (count - 1))
+
+
+def test_a_wait_that_ran_out_is_not_waited_again_until_the_io_thread_comes() -> None:
+    io = threading.Thread(target=lambda: None, name="test-io")
+    handover = Handover(2, io, threading.Event())
+    _nats_handover.WAIT, wait = 0.01, _nats_handover.WAIT
+    try:
+        handover.wait()  # no I/O thread takes: it runs out
+        assert handover.waiting
+        _nats_handover.WAIT = 3600.0
+        handover.wait()  # returns at once: the I/O thread is held up
+        handover.release()
+        assert not handover.waiting
+        released = threading.Thread(target=handover.wait, name="test-sender")
+        released.start()
+        while not handover.waiting and released.is_alive():
+            threading.Event().wait(0.001)  # polling from a test, not a stoppable loop
+        handover.release()  # the I/O thread took the outbox: the sender goes on
+        released.join(30)
+        assert not released.is_alive()
+    finally:
+        _nats_handover.WAIT = wait
+
+
+def test_no_wait_once_the_io_thread_ended_nor_on_the_io_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_nats_handover, "WAIT", 3600.0)
+    ended = threading.Event()
+    ended.set()
+    Handover(1, threading.Thread(target=lambda: None), ended).wait()
+    Handover(1, threading.current_thread(), threading.Event()).wait()
