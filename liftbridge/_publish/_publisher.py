@@ -86,6 +86,7 @@ from liftbridge._publish._pending import Pending, Spent, claimed_outcomes
 from liftbridge._publish._request_bytes import Request
 from liftbridge._publish._sending import Sending, Unsent
 from liftbridge._publish._window import Window
+from liftbridge._transport._handover import HAND_OVER, Handover
 from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
 
@@ -189,6 +190,12 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
         self._leader_check = LeaderCheck(router, self._suspects, self._leader_lost)
 
         self._stop = threading.Event()
+        # A producer waits for the sender every HAND_OVER publishes queued
+        # only where the window holds more: at a window of 256 it would wait
+        # with the whole window queued, for more CPU and no gain (_handover.py).
+        self._sender_takes = Handover(
+            HAND_OVER if max_inflight > HAND_OVER else max_inflight + 1, None, self._stop
+        )
         self._dispatcher = threading.Thread(
             target=self._dispatch_loop, name="liftbridge-acks", daemon=True
         )
@@ -284,12 +291,14 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
             outbox = self._outbox
             if outbox.idle == generation:
                 direct = self._direct(generation, now, waited=waited)
+                behind = False
                 if not direct:
                     outbox.put(pending)
             else:  # the sender is busy (in a burst, nearly always): _direct's answer, without it
                 self._last_submit = now
                 direct = False
                 outbox.put_behind(pending)
+                behind = outbox.qsize() >= self._sender_takes.frames
             in_order = wait == self._ack_wait
             if in_order:
                 self._in_order.append_held(pending)  # in deadline order: under _lock (lent to it)
@@ -297,6 +306,8 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
             self._timer.schedule(pending.deadline, functools.partial(self._expire, pending))
         if direct:
             self._write(pending, generation)
+        elif behind:  # HAND_OVER queued for a busy sender: let it have the GIL (_handover.py)
+            self._sender_takes.wait()
         return outcome
 
     def borrow(self, wait: float) -> None:
@@ -443,6 +454,7 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
             self._call = None
             lost = [p for p in self._pending.values() if p.generation == generation]
         self._outbox.put(None)  # wakes the outdated sender if it waits for a request
+        self._sender_takes.release()  # no sender pulls until the next stream opens
         if lost:
             _log.warning(
                 "PublishAsync stream broke (%s); failing %d publish(es) sent on it",
@@ -517,6 +529,7 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
             self._window.close()
         self._outbox.put(None)  # wakes a sender waiting for a request: it ends its stream
         self._stop.set()
+        self._sender_takes.release()
         self._leader_check.stop()
         if call is not None:
             call.cancel()

@@ -37,6 +37,7 @@ from liftbridge._publish._leaders import LeaderCheck
 from liftbridge._publish._pending import Pending
 from liftbridge._publish._request_bytes import Request
 from liftbridge._publish._window import Window
+from liftbridge._transport._handover import Handover
 from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
 
@@ -69,13 +70,14 @@ class Unsent:
     and whether it waits with nothing in hand. Producers put under the
     publisher's ``_lock``."""
 
-    __slots__ = ("_queue", "empty", "get", "get_nowait", "idle", "put_behind")
+    __slots__ = ("_queue", "empty", "get", "get_nowait", "idle", "put_behind", "qsize")
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[Pending | list[Pending] | None] = queue.SimpleQueue()
         self.get = self._queue.get
         self.get_nowait = self._queue.get_nowait
         self.empty = self._queue.empty
+        self.qsize = self._queue.qsize
         # The generation whose sender waits for a request with everything it
         # took written and nothing queued (set under the publisher's _lock);
         # -1: none. While it is the stream's, producers may write their own.
@@ -104,6 +106,9 @@ class Sending:
     _handover_lock: threading.Lock
     _send_lock: threading.Lock  # held by the one sender pulling; guards _carry
     _outbox: Unsent
+    # A producer that queued Handover.frames for a busy sender waits here
+    # until the sender pulls (it gets the GIL then: _handover.py).
+    _sender_takes: Handover
     # time.monotonic() the last publish was submitted (under _lock), or its
     # own thread wrote it (after the write, without a lock: a race between
     # producers only moves when one publish counts as apart from the last).
@@ -173,6 +178,8 @@ class Sending:
                 if sent or not block:
                     break
                 taken.clear()
+        if self._sender_takes.waiting:  # the producer queues more while this thread writes
+            self._sender_takes.release()
         for pending in sent:
             if not pending.expects_ack and self._claim(pending):  # AckPolicy.NONE: no answer
                 self._complete(pending, None, None)  # comes; done once handed to the sender

@@ -43,8 +43,8 @@ from liftbridge._errors import (
     ProtocolError,
     UnavailableError,
 )
+from liftbridge._transport._handover import HAND_OVER, Handover
 from liftbridge._transport._nats_frames import FrameParser, denied_subject, fatal, pub_prefix
-from liftbridge._transport._nats_handover import HAND_OVER, Handover
 from liftbridge._transport._nats_handshake import Dial, Lost, handshake
 from liftbridge._transport._nats_info import DEFAULT_PORT
 from liftbridge._transport._nowait import send_nowait
@@ -105,7 +105,7 @@ class NatsSocket:
         on_closed: called on the I/O thread when the connection closed:
             after :meth:`close`, or because reconnecting gave up.
         hand_over: frames queued for a busy I/O thread at which a sender
-            waits for it to take them (:mod:`~liftbridge._transport._nats_handover`).
+            waits for it to take them (:mod:`~liftbridge._transport._handover`).
     """
 
     def __init__(

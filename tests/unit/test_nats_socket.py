@@ -1,6 +1,6 @@
 """The SDK's own NATS connection: its frame parser, and its handshake,
 liveness pings and reconnect buffer against a fake server on 127.0.0.1;
-senders handing their frames to the I/O thread (``_nats_handover``): one
+senders handing their frames to the I/O thread (``_handover``): one
 back to back never gets more than ``HAND_OVER`` frames ahead of a busy I/O
 thread, and none waits without a bound for one that does not come."""
 
@@ -16,9 +16,9 @@ import pytest
 
 from liftbridge import MissingDependencyError, UnavailableError
 from liftbridge._errors import ProtocolError
-from liftbridge._transport import _nats_handover, _nats_socket
+from liftbridge._transport import _handover, _nats_socket
+from liftbridge._transport._handover import HAND_OVER, Handover
 from liftbridge._transport._nats_frames import FrameParser
-from liftbridge._transport._nats_handover import HAND_OVER, Handover
 from liftbridge._transport._nats_socket import NatsSocket
 
 INBOX = b"_INBOX.abc"
@@ -270,7 +270,7 @@ def test_a_sender_back_to_back_stays_within_a_hand_over_of_the_io_thread(
 ) -> None:
     # Without the hand-over the sender keeps the GIL and the I/O thread finds
     # thousands of frames queued at a time (a window's worth, in a publisher).
-    monkeypatch.setattr(_nats_handover, "WAIT", 60.0)  # never runs out here
+    monkeypatch.setattr(_handover, "WAIT", 60.0)  # never runs out here
     queued: list[int] = []
     write = NatsSocket._write
 
@@ -300,11 +300,11 @@ def test_a_sender_back_to_back_stays_within_a_hand_over_of_the_io_thread(
 def test_a_wait_that_ran_out_is_not_waited_again_until_the_io_thread_comes() -> None:
     io = threading.Thread(target=lambda: None, name="test-io")
     handover = Handover(2, io, threading.Event())
-    _nats_handover.WAIT, wait = 0.01, _nats_handover.WAIT
+    _handover.WAIT, wait = 0.01, _handover.WAIT
     try:
         handover.wait()  # no I/O thread takes: it runs out
         assert handover.waiting
-        _nats_handover.WAIT = 3600.0
+        _handover.WAIT = 3600.0
         handover.wait()  # returns at once: the I/O thread is held up
         handover.release()
         assert not handover.waiting
@@ -316,13 +316,13 @@ def test_a_wait_that_ran_out_is_not_waited_again_until_the_io_thread_comes() -> 
         released.join(30)
         assert not released.is_alive()
     finally:
-        _nats_handover.WAIT = wait
+        _handover.WAIT = wait
 
 
 def test_no_wait_once_the_io_thread_ended_nor_on_the_io_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_nats_handover, "WAIT", 3600.0)
+    monkeypatch.setattr(_handover, "WAIT", 3600.0)
     ended = threading.Event()
     ended.set()
     Handover(1, threading.Thread(target=lambda: None), ended).wait()
