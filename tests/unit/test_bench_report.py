@@ -25,7 +25,7 @@ from bench.report import (
     target_table,
 )
 from bench.stats import Run, process_cpu_seconds, summarise
-from bench.suite import QUICK, Suite, _Entry
+from bench.suite import FULL, QUICK, Suite, _Entry
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -251,3 +251,12 @@ def test_each_row_is_charged_the_cpu_of_its_own_server() -> None:
     # Most of the 50 ms burnt, per message: /proc counts CPU in 10 ms ticks, so it
     # may read 40 ms, which the float division puts a hair under 4,000 us.
     assert charged[1] >= 0.03 / 10 * 1e6
+
+
+def test_a_pipelined_repetition_lasts_sixty_windows_at_least() -> None:
+    # At a window of 1,024 a 20,000-message repetition was 20 windows: its
+    # fill and drain weighed in. The full plan stretches large windows only.
+    assert FULL.pipelined_count_for(1024) == 61_440
+    assert FULL.pipelined_count_for(256) == FULL.pipelined_count == 20_000
+    assert FULL.pipelined_count_for(32) == 20_000
+    assert QUICK.pipelined_count_for(1024) == QUICK.pipelined_count
