@@ -84,9 +84,9 @@ from liftbridge._publish._leaders_lost import LeadersLost
 from liftbridge._publish._outbox import Outbox
 from liftbridge._publish._pending import Pending, Spent, claimed_outcomes
 from liftbridge._publish._request_bytes import Request
-from liftbridge._publish._sending import Sending, Unsent
+from liftbridge._publish._sending import Sending, Unsent, sender_step
 from liftbridge._publish._window import Window
-from liftbridge._transport._handover import HAND_OVER, Handover
+from liftbridge._transport._handover import Handover
 from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
 
@@ -190,12 +190,9 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
         self._leader_check = LeaderCheck(router, self._suspects, self._leader_lost)
 
         self._stop = threading.Event()
-        # A producer waits for the sender every HAND_OVER publishes queued
-        # only where the window holds more: at a window of 256 it would wait
-        # with the whole window queued, for more CPU and no gain (_handover.py).
-        self._sender_takes = Handover(
-            HAND_OVER if max_inflight > HAND_OVER else max_inflight + 1, None, self._stop
-        )
+        # A producer waits for the sender every quarter of the window queued
+        # (HAND_OVER at most), from a window of 256 up (_sending.sender_step).
+        self._sender_takes = Handover(sender_step(max_inflight), None, self._stop)
         self._dispatcher = threading.Thread(
             target=self._dispatch_loop, name="liftbridge-acks", daemon=True
         )
@@ -306,7 +303,7 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
             self._timer.schedule(pending.deadline, functools.partial(self._expire, pending))
         if direct:
             self._write(pending, generation)
-        elif behind:  # HAND_OVER queued for a busy sender: let it have the GIL (_handover.py)
+        elif behind:  # a step queued for a busy sender: let it have the GIL (_handover.py)
             self._sender_takes.wait()
         return outcome
 

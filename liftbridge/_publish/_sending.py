@@ -37,7 +37,7 @@ from liftbridge._publish._leaders import LeaderCheck
 from liftbridge._publish._pending import Pending
 from liftbridge._publish._request_bytes import Request
 from liftbridge._publish._window import Window
-from liftbridge._transport._handover import Handover
+from liftbridge._transport._handover import HAND_OVER, Handover
 from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
 
@@ -62,6 +62,29 @@ message: more client and server CPU). One further apart is written by its
 own thread when the sender is idle: the sender, taking tens of
 microseconds to wake under the GIL, would carry it alone, and its wake-up
 costs more CPU than the write. (10,000 msgs/s evenly paced: 100 us apart.)"""
+
+STEPPED_FROM = 256
+"""The smallest ``max_inflight`` window at which a producer hands the sender
+the GIL (:func:`sender_step`). Below it a quarter of the window is under 64
+requests a write: at a window of 32, steps of 16 and 8 cost 2-20 us more
+client CPU a message and a third more server CPU, for no more msgs/s."""
+
+
+def sender_step(max_inflight: int) -> int:
+    """Publishes a producer queues for a busy sender before it waits for the
+    sender to pull them (:class:`~liftbridge._transport._handover.Handover`):
+    a quarter of the window, :data:`HAND_OVER` at most, from a window of
+    :data:`STEPPED_FROM` up; more than the window (never) below it.
+
+    Without a step the producer keeps the GIL until the window is full, and
+    the sender writes the freed part of the window at once: at a window of
+    256 the server got bursts of ~140 requests and nothing between them
+    (window waits 1.5 ms at the median, 70 % of the run). With a quarter of
+    it the server works on one write while the producer makes the next.
+    """
+    if max_inflight < STEPPED_FROM:
+        return max_inflight + 1
+    return min(HAND_OVER, max_inflight // 4)
 
 
 class Unsent:

@@ -1,6 +1,7 @@
 """A producer publishing back to back hands the PublishAsync stream's sender
-the GIL every ``HAND_OVER`` publishes (``liftbridge._transport._handover``):
-it never has more than that queued for a busy sender, and its wait ends when
+the GIL every quarter of the window, ``HAND_OVER`` at most, from a window of
+256 up (``liftbridge._transport._handover``, ``_sending.sender_step``): it
+never has more than that queued for a busy sender, and its wait ends when
 the sender pulls, when the publisher closes, and after ``WAIT`` at most."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 
 from liftbridge import ClientClosedError
 from liftbridge._publish._request_bytes import Request
+from liftbridge._publish._sending import sender_step
 from liftbridge._transport import _handover
 from liftbridge._transport._handover import HAND_OVER
 from tests.unit.test_publisher_unit import FakeServer, _close_client_threads, make, request
@@ -33,12 +35,13 @@ def _no_switch() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("_no_switch")
-def test_a_producer_back_to_back_never_queues_more_than_a_hand_over_for_the_sender(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(("max_inflight", "step"), [(8192, HAND_OVER), (256, 64)])
+def test_a_producer_back_to_back_never_queues_more_than_a_step_for_the_sender(
+    monkeypatch: pytest.MonkeyPatch, max_inflight: int, step: int
 ) -> None:
     monkeypatch.setattr(_handover, "WAIT", 60.0)  # never runs out here: the sender pulls
     server = FakeServer()
-    p = make(server, max_inflight=8192)
+    p = make(server, max_inflight=max_inflight)
     queued: list[int] = []  # requests queued each time the sender pulls
     pull = p._next_requests
 
@@ -55,7 +58,22 @@ def test_a_producer_back_to_back_never_queues_more_than_a_hand_over_for_the_send
     assert [ack.correlation_id for ack in acks if ack is not None] == [
         f"c{i}" for i in range(count)
     ]
-    assert max(queued) <= HAND_OVER  # before: the whole 5,120 at once
+    # Before: the whole 5,120 at once (8192); before the quarter step, the
+    # window's 256 (the producer kept the GIL until the window was full).
+    assert max(queued) <= step
+
+
+@pytest.mark.parametrize(
+    ("max_inflight", "step"),
+    [(1, 2), (32, 33), (255, 256), (256, 64), (512, 128), (1024, HAND_OVER), (8192, HAND_OVER)],
+)
+def test_the_step_is_a_quarter_of_the_window_from_256_up_and_none_below(
+    max_inflight: int, step: int
+) -> None:
+    assert sender_step(max_inflight) == step  # above the window: the producer never waits
+    p = make(FakeServer(), max_inflight=max_inflight)
+    assert p._sender_takes.frames == step
+    p.close(time.monotonic() + 5)
 
 
 def test_close_lets_a_producer_waiting_for_a_held_up_sender_go(
