@@ -67,11 +67,12 @@ class PublishMethods(BatchMethods, ClientBase):
         Blocks when ``max_inflight`` publishes await acks (those with
         an ``ack_inbox``, sent by the unary Publish RPC, count too), until an
         eighth of that window has freed up (or, at ``timeout``, any slot
-        has), and, with ``max_inflight`` above 256, 256 publishes ahead of a
-        busy sender thread until it takes them (0.1 s at most, to hand it the
-        GIL). The SDK never re-sends a publish: on :class:`AckTimeoutError` or
-        :class:`ConnectionLostError` the message may or may not be stored,
-        so retry only if duplicates are acceptable (or use ``expected_offset``).
+        has), and, with ``max_inflight`` of 256 or more, a quarter of it
+        (256 at most) ahead of a busy sender thread until it takes them (0.1 s
+        at most, to hand it the GIL). The SDK never re-sends a publish: on
+        :class:`AckTimeoutError` or :class:`ConnectionLostError` the message
+        may or may not be stored, so retry only if duplicates are acceptable
+        (or use ``expected_offset``).
 
         Args:
             stream: the stream.
