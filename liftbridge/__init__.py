@@ -26,11 +26,12 @@ from liftbridge._consume._pull import PullConsumer
 from liftbridge._consume._pull_consume import ConsumeHandle
 from liftbridge._consume._pull_options import FromCursor, Stall, StallCallback
 from liftbridge._consume._subscription import Handler, Subscription
+from liftbridge._core._acks import Ack, AckPolicy
 from liftbridge._core._client_api import ClientState
 from liftbridge._core._display import Table, messages_table
 from liftbridge._core._envelope import decode_ack, decode_message, encode_message
 from liftbridge._core._frames import messages_to_arrow, messages_to_pandas
-from liftbridge._core._messages import Ack, AckPolicy, Message
+from liftbridge._core._messages import Message
 from liftbridge._core._metadata import (
     BrokerInfo,
     ConsumerGroupInfo,

@@ -27,8 +27,9 @@ from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtoMessage
 
 from liftbridge._core import _validate
+from liftbridge._core._acks import Ack, AckPolicy, ack_from_proto
 from liftbridge._core._crc32c import crc32c
-from liftbridge._core._messages import Ack, AckPolicy, Message, ack_from_proto, message_from_proto
+from liftbridge._core._messages import Message, message_from_proto
 from liftbridge._core._validate import BytesLike
 from liftbridge._errors import ArgumentTypeError, EnvelopeError, InvalidArgumentError
 from liftbridge_api import api_pb2

@@ -28,8 +28,8 @@ from concurrent.futures import Future
 from typing import Any, Protocol, Unpack
 
 from liftbridge._core import _validate
+from liftbridge._core._acks import Ack, AckPolicy
 from liftbridge._core._callbacks import CallbackRunner
-from liftbridge._core._messages import Ack, AckPolicy
 from liftbridge._core._validate import BytesLike
 from liftbridge._errors import ArgumentTypeError, InvalidArgumentError
 from liftbridge._publish._options import (

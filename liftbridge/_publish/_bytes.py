@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from liftbridge._core import _validate
+from liftbridge._core._acks import AckPolicy
 from liftbridge._core._envelope import EnvelopeType, encode_envelope
-from liftbridge._core._messages import AckPolicy
 from liftbridge._core._validate import BytesLike
 from liftbridge._errors import MessageTooLargeError
 from liftbridge_api import api_pb2

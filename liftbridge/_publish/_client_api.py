@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import Literal, Unpack, overload
 
+from liftbridge._core._acks import Ack, AckPolicy
 from liftbridge._core._client_api import ClientBase, ClientState
-from liftbridge._core._messages import Ack, AckPolicy
 from liftbridge._core._validate import BytesLike
 from liftbridge._publish._batch import Batch, BatchMethods
 from liftbridge._publish._options import (

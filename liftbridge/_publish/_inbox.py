@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
+from liftbridge._core._acks import Ack, ack_from_proto
 from liftbridge._core._callbacks import CallbackRunner
-from liftbridge._core._messages import Ack, ack_from_proto
 from liftbridge._errors import (
     AckTimeoutError,
     ClientClosedError,

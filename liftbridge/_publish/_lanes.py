@@ -49,8 +49,8 @@ import threading
 import time
 import weakref
 
+from liftbridge._core._acks import Ack, response_outcome
 from liftbridge._core._deadlines import AckTimer
-from liftbridge._core._messages import Ack, response_outcome
 from liftbridge._core._router import ANY, Deadline, Router
 from liftbridge._errors import (
     AckTimeoutError,

@@ -13,8 +13,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from liftbridge._core._acks import Ack
 from liftbridge._core._deadlines import AckTimer
-from liftbridge._core._messages import Ack
 from liftbridge._errors import LiftbridgeError
 from liftbridge._publish._leaders import LeaderCheck, leader_lost
 from liftbridge._publish._pending import Pending

@@ -51,10 +51,10 @@ from types import TracebackType
 from typing import Any, Literal, Unpack, overload
 
 from liftbridge._core import _validate
+from liftbridge._core._acks import Ack, AckPolicy
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._deadlines import AckTimer
 from liftbridge._core._envelope import new_message, unmarshal_ack
-from liftbridge._core._messages import Ack, AckPolicy
 from liftbridge._core._validate import BytesLike
 from liftbridge._errors import (
     AckTimeoutError,

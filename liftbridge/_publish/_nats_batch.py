@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from liftbridge._core import _validate
-from liftbridge._core._messages import AckPolicy
+from liftbridge._core._acks import AckPolicy
 from liftbridge._core._router import Router
 from liftbridge._core._validate import BytesLike
 from liftbridge._errors import LiftbridgeError

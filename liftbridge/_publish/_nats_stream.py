@@ -52,9 +52,9 @@ from typing import Literal, Unpack, overload
 
 from liftbridge._client import Client, attach
 from liftbridge._core import _validate
+from liftbridge._core._acks import Ack, AckPolicy
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._futures import Waiter
-from liftbridge._core._messages import Ack, AckPolicy
 from liftbridge._core._validate import BytesLike
 from liftbridge._errors import (
     ArgumentTypeError,

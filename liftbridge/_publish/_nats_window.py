@@ -44,11 +44,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from time import monotonic
 
+from liftbridge._core._acks import Ack, AckPolicy, ack_of_wire, ack_outcome
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._deadlines import AckTimer
 from liftbridge._core._envelope import ack_wire
 from liftbridge._core._futures import Waiter
-from liftbridge._core._messages import Ack, AckPolicy, ack_of_wire, ack_outcome
 from liftbridge._errors import (
     AckTimeoutError,
     EnvelopeError,

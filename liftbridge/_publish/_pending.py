@@ -34,8 +34,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from liftbridge._core._acks import Ack
 from liftbridge._core._callbacks import Outcome
-from liftbridge._core._messages import Ack
 from liftbridge._errors import LiftbridgeError
 from liftbridge._publish._batch import Batch, settle_members
 from liftbridge._publish._request_bytes import Request

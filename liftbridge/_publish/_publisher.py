@@ -63,9 +63,9 @@ from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Literal, overload
 
+from liftbridge._core._acks import Ack, response_outcomes
 from liftbridge._core._callbacks import CallbackRunner, Outcome
 from liftbridge._core._deadlines import AckTimer
-from liftbridge._core._messages import Ack, response_outcomes
 from liftbridge._core._router import ANY, Deadline, Router
 from liftbridge._errors import (
     AckTimeoutError,

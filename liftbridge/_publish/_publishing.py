@@ -21,8 +21,8 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import cast
 
 from liftbridge._core import _validate as check
+from liftbridge._core._acks import Ack, AckPolicy, ack_outcome
 from liftbridge._core._callbacks import CallbackRunner
-from liftbridge._core._messages import Ack, AckPolicy, ack_outcome
 from liftbridge._core._metadata import Metadata
 from liftbridge._core._partitioner import choose_partition
 from liftbridge._core._router import ANY, Router

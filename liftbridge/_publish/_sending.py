@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from liftbridge._core._messages import Ack
+from liftbridge._core._acks import Ack
 from liftbridge._core._router import Router
 from liftbridge._errors import LiftbridgeError
 from liftbridge._publish._leaders import LeaderCheck

@@ -16,7 +16,8 @@ from typing import Any
 import grpc
 import pytest
 
-from liftbridge._core._messages import Ack, AckPolicy, Message, message_from_proto
+from liftbridge._core._acks import Ack, AckPolicy
+from liftbridge._core._messages import Message, message_from_proto
 from liftbridge._errors import AckTimeoutError, IncorrectOffsetError
 from liftbridge._publish._nats import NatsPublisher
 from liftbridge.testing import LocalServer

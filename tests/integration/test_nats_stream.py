@@ -39,7 +39,8 @@ from liftbridge import (
     PublishWindowFullError,
     UnavailableError,
 )
-from liftbridge._core._messages import Ack, Message, message_from_proto
+from liftbridge._core._acks import Ack
+from liftbridge._core._messages import Message, message_from_proto
 from liftbridge.testing import LocalServer
 from liftbridge_api import api_pb2, api_pb2_grpc
 

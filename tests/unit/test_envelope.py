@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from liftbridge._core._acks import AckPolicy
 from liftbridge._core._crc32c import IMPLEMENTATION, crc32c, pure_crc32c
 from liftbridge._core._envelope import (
     MAGIC,
@@ -19,7 +20,6 @@ from liftbridge._core._envelope import (
     unmarshal_ack,
     unmarshal_message,
 )
-from liftbridge._core._messages import AckPolicy
 from liftbridge._errors import (
     ArgumentTypeError,
     EncryptionError,

@@ -10,13 +10,8 @@ import threading
 import pytest
 
 import liftbridge
-from liftbridge._core._messages import (
-    ack_from_proto,
-    ack_of_wire,
-    message_from_proto,
-    response_outcome,
-    response_outcomes,
-)
+from liftbridge._core._acks import ack_from_proto, ack_of_wire, response_outcome, response_outcomes
+from liftbridge._core._messages import message_from_proto
 from liftbridge_api import api_pb2
 from tests.unit.wire import wire_ack
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from liftbridge._core._acks import Ack, AckPolicy
 from liftbridge._core._envelope import EnvelopeType, decode_envelope, encode_envelope
-from liftbridge._core._messages import Ack, AckPolicy
 from liftbridge._errors import (
     AckTimeoutError,
     ArgumentTypeError,

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from liftbridge._core._acks import Ack
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._deadlines import AckTimer
 from liftbridge._core._envelope import EnvelopeType, encode_envelope
-from liftbridge._core._messages import Ack
 from liftbridge._errors import (
     AckTimeoutError,
     ClientClosedError,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import weakref
 from concurrent.futures import Future
 
+from liftbridge._core._acks import Ack
 from liftbridge._core._callbacks import Outcome
-from liftbridge._core._messages import Ack
 from liftbridge._publish._pending import Pending, Spent, claimed_outcomes
 from liftbridge_api import api_pb2
 

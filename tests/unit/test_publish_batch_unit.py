@@ -15,10 +15,10 @@ from concurrent.futures import Future
 import pytest
 
 import liftbridge
+from liftbridge._core._acks import Ack, ack_outcome
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._deadlines import AckTimer
 from liftbridge._core._envelope import EnvelopeType, encode_envelope
-from liftbridge._core._messages import Ack, ack_outcome
 from liftbridge._errors import (
     AckTimeoutError,
     ClientClosedError,
