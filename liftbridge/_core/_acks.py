@@ -56,14 +56,19 @@ class Ack(WireValue):
     # Like Message, an Ack keeps the protobuf it was read as (one per publish,
     # built on the thread that resolves every publish's future) and answers
     # each field from it. The protobuf is private to its Ack. The policy and
-    # the error are decoded up front, so an unknown value fails at the boundary.
+    # the error are checked up front, so an unknown value fails at the boundary;
+    # the policy is then read from the protobuf like the other fields.
     # One made by ack_of_wire (NATS) keeps the checked serialized protobuf,
     # _pb None until a first field read parses it: bytes are not tracked by
     # the collector (see _nats_window).
-    __slots__ = ("_error", "_pb", "_policy", "_wire")
+    # Only _pb (and _wire when it is None) is set on the ack paths: an ack
+    # carries no error there, and each slot written costs a call through the
+    # slot's setter (about 85 ns, once per publish on the acks thread), so
+    # _error is written only when an Ack may carry one (__init__,
+    # ack_from_proto); unset, it reads as None.
+    __slots__ = ("_error", "_pb", "_wire")
 
     _pb: api_pb2.Ack | None
-    _policy: AckPolicy
     _error: LiftbridgeError | None
     _wire: bytes
 
@@ -88,7 +93,6 @@ class Ack(WireValue):
             raise ArgumentTypeError(
                 f"error must be a LiftbridgeError or None, got {type(error).__name__}"
             )
-        policy = ack_policy
         pb = api_pb2.Ack(
             stream=check.text(stream, arg="stream"),
             partitionSubject=check.text(partition_subject, arg="partition_subject"),
@@ -96,7 +100,7 @@ class Ack(WireValue):
             offset=check.int64(offset, arg="offset", minimum=check.INT64_MIN),
             ackInbox=check.text(ack_inbox, arg="ack_inbox"),
             correlationId=check.text(correlation_id, arg="correlation_id"),
-            ackPolicy=policy.value,
+            ackPolicy=ack_policy.value,
             receptionTimestamp=check.int64(
                 reception_timestamp_ns, arg="reception_timestamp_ns", minimum=check.INT64_MIN
             ),
@@ -105,7 +109,6 @@ class Ack(WireValue):
             ),
         )
         _set_ack_pb(self, pb)
-        _set_ack_policy(self, policy)
         _set_ack_error(self, error)
 
     def _parsed(self) -> api_pb2.Ack:
@@ -161,7 +164,7 @@ class Ack(WireValue):
 
     @property
     def ack_policy(self) -> AckPolicy:
-        return self._policy
+        return _ACK_POLICIES[(self._pb or self._parsed()).ackPolicy]  # checked when made
 
     @property
     def reception_timestamp_ns(self) -> int:
@@ -183,7 +186,7 @@ class Ack(WireValue):
 
     @property
     def error(self) -> LiftbridgeError | None:
-        return self._error
+        return getattr(self, "_error", None)  # unset on the ack paths: None
 
     def _fields(self) -> dict[str, object]:
         """Every field by name, in constructor order."""
@@ -216,7 +219,6 @@ class Ack(WireValue):
 
 
 _set_ack_pb = vars(Ack)["_pb"].__set__
-_set_ack_policy = vars(Ack)["_policy"].__set__
 _set_ack_error = vars(Ack)["_error"].__set__
 _set_ack_wire = vars(Ack)["_wire"].__set__
 _new = object.__new__
@@ -262,20 +264,17 @@ def ack_outcome(pb: api_pb2.Ack) -> tuple[Ack | None, LiftbridgeError | None]:
         )
     ack = _new(Ack)
     _set_ack_pb(ack, pb)
-    _set_ack_policy(ack, policy)
-    _set_ack_error(ack, None)
     return ack, None
 
 
-def ack_of_wire(wire: bytes, policy: AckPolicy) -> Ack:
+def ack_of_wire(wire: bytes) -> Ack:
     """The Ack of a serialized wire Ack already parsed (and found to carry no
-    ack error and ``policy``), keeping ``wire`` rather than the protobuf: it
-    reads, compares, hashes and pickles as :func:`ack_outcome`'s would."""
+    ack error and an ack policy this SDK knows), keeping ``wire`` rather than
+    the protobuf: it reads, compares, hashes and pickles as
+    :func:`ack_outcome`'s would."""
     ack = _new(Ack)
     _set_ack_pb(ack, None)
     _set_ack_wire(ack, wire)
-    _set_ack_policy(ack, policy)
-    _set_ack_error(ack, None)
     return ack
 
 
@@ -291,12 +290,10 @@ def ack_from_proto(pb: api_pb2.Ack) -> Ack:
     error = None
     if pb.ackError != _ACK_OK:
         error = from_async_error(wire_enum_name(api_pb2.Ack.Error.Name, pb.ackError), "")
-    policy = _ACK_POLICIES.get(pb.ackPolicy)
-    if policy is None:
-        policy = AckPolicy(pb.ackPolicy)  # raises ValueError naming the unknown value
+    if pb.ackPolicy not in _ACK_POLICIES:
+        AckPolicy(pb.ackPolicy)  # raises ValueError naming the unknown value
     ack = _new(Ack)
     _set_ack_pb(ack, pb)
-    _set_ack_policy(ack, policy)
     _set_ack_error(ack, error)
     return ack
 
@@ -319,15 +316,11 @@ def response_outcomes(
         correlation_id = response.correlationId
         if correlation_id and not _has_field(response, "asyncError"):
             pb = response.ack
-            if pb.ackError == _ACK_OK:
-                policy = policies.get(pb.ackPolicy)
-                if policy is not None:
-                    ack = _new(Ack)
-                    _set_ack_pb(ack, pb)
-                    _set_ack_policy(ack, policy)
-                    _set_ack_error(ack, None)
-                    append((correlation_id, ack, None))
-                    continue
+            if pb.ackError == _ACK_OK and pb.ackPolicy in policies:
+                ack = _new(Ack)
+                _set_ack_pb(ack, pb)
+                append((correlation_id, ack, None))
+                continue
         append(response_outcome(response))
     return outcomes
 

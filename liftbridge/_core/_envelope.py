@@ -265,7 +265,7 @@ def ack_proto(data: bytes) -> api_pb2.Ack:
 def ack_wire(data: bytes) -> tuple[bytes, api_pb2.Ack]:
     """The wire Ack of an ack envelope, serialized and parsed: a publisher
     reads the parsed one as far as its correlation id, policy and error, and
-    keeps the bytes (:func:`~liftbridge._core._messages.ack_of_wire`) for a
+    keeps the bytes (:func:`~liftbridge._core._acks.ack_of_wire`) for a
     publish still pending, letting the protobuf go at once.
 
     Raises:

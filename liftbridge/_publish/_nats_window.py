@@ -324,7 +324,7 @@ class AckWindow:
             ack: Ack | None = None
             error: LiftbridgeError | None = None
             if isinstance(verdict, AckPolicy):
-                ack = ack_of_wire(wires[index], verdict)
+                ack = ack_of_wire(wires[index])
             else:
                 error = verdict
             if entry.batch is not None:  # gathered below, as one run per batch

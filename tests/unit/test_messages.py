@@ -10,7 +10,13 @@ import threading
 import pytest
 
 import liftbridge
-from liftbridge._core._acks import ack_from_proto, ack_of_wire, response_outcome, response_outcomes
+from liftbridge._core._acks import (
+    ack_from_proto,
+    ack_of_wire,
+    ack_outcome,
+    response_outcome,
+    response_outcomes,
+)
 from liftbridge._core._messages import message_from_proto
 from liftbridge_api import api_pb2
 from tests.unit.wire import wire_ack
@@ -136,19 +142,26 @@ def test_an_ack_error_becomes_a_typed_error_and_an_unknown_policy_is_refused() -
         ack_from_proto(wire_ack(ackPolicy=99))
 
 
-def test_ack_equality_hash_copy_pickle_and_immutability() -> None:
-    wired = ack_from_proto(wire_ack())
-    built = liftbridge.Ack(
+def _built(
+    ack_policy: liftbridge.AckPolicy = liftbridge.AckPolicy.ALL, message_subject: str = "orders.1"
+) -> liftbridge.Ack:
+    """The Ack ``wire_ack()`` is, made by its constructor."""
+    return liftbridge.Ack(
         stream="orders",
         partition_subject="orders.1",
-        message_subject="orders.1",
+        message_subject=message_subject,
         offset=42,
         ack_inbox="acks",
         correlation_id="c-7",
-        ack_policy=liftbridge.AckPolicy.ALL,
+        ack_policy=ack_policy,
         reception_timestamp_ns=1_000,
         commit_timestamp_ns=2_000,
     )
+
+
+def test_ack_equality_hash_copy_pickle_and_immutability() -> None:
+    wired = ack_from_proto(wire_ack())
+    built = _built()
     assert wired == built and hash(wired) == hash(built) and len({wired, built}) == 1
     assert wired != ack_from_proto(wire_ack(offset=41))
     assert wired != "not an ack"
@@ -181,7 +194,7 @@ _ACK_FIELDS = (
 
 
 def _of_wire(**fields: object) -> liftbridge.Ack:
-    return ack_of_wire(wire_ack(**fields).SerializeToString(), liftbridge.AckPolicy.ALL)
+    return ack_of_wire(wire_ack(**fields).SerializeToString())
 
 
 def test_an_ack_kept_as_its_bytes_reads_compares_and_pickles_as_one_kept_as_its_protobuf() -> None:
@@ -292,3 +305,39 @@ def test_a_run_of_responses_has_each_response_s_own_outcome_in_order() -> None:
     assert isinstance(run[3][2], liftbridge.IncorrectOffsetError)
     assert isinstance(run[4][2], liftbridge.ServerError)
     assert run[5][1] is not None and run[5][1].correlation_id == "f"
+
+
+@pytest.mark.parametrize("policy", list(liftbridge.AckPolicy))
+def test_an_ack_reads_the_same_whichever_way_it_was_made(policy: liftbridge.AckPolicy) -> None:
+    """The acks paths write only the protobuf (or bytes) into an Ack: its policy
+    is read from the protobuf, its error is None. Every way of making one reads
+    alike, field by field, compares, hashes, prints and pickles alike."""
+    fields = {"ackPolicy": policy.value, "msgSubject": "orders.1.3"}
+    response = api_pb2.PublishResponse(ack=wire_ack(**fields), correlationId="c-7")
+    made = {
+        "run": response_outcomes([response])[0][1],
+        "response": response_outcome(response)[1],
+        "ack_outcome": ack_outcome(wire_ack(**fields))[0],
+        "from_proto": ack_from_proto(wire_ack(**fields)),
+        "of_wire": ack_of_wire(wire_ack(**fields).SerializeToString()),
+        "init": _built(policy, message_subject="orders.1.3"),
+    }
+    expected = {name: getattr(made["init"], name) for name in (*_ACK_FIELDS, "partition")}
+    assert expected["ack_policy"] is policy and expected["error"] is None
+    for way, ack in made.items():
+        assert ack is not None, way
+        for name, value in expected.items():
+            assert getattr(ack, name) == value, (way, name)
+        assert ack.ack_policy is policy and ack.error is None, way
+        assert ack == made["init"] and hash(ack) == hash(made["init"]), way
+        assert repr(ack) == repr(made["init"]), way
+        copied = pickle.loads(pickle.dumps(ack))
+        assert copied == ack and copied.error is None and type(copied) is liftbridge.Ack, way
+
+
+def test_an_ack_made_with_an_error_keeps_it_through_a_copy_and_a_pickle() -> None:
+    refused = ack_from_proto(wire_ack(ackError=api_pb2.Ack.INCORRECT_OFFSET))
+    for copied in (pickle.loads(pickle.dumps(refused)), copy.copy(refused)):
+        assert isinstance(copied.error, liftbridge.IncorrectOffsetError)
+        assert str(copied.error) == str(refused.error) and copied.offset == refused.offset
+    assert refused != ack_from_proto(wire_ack())  # the error is a field: it tells them apart
