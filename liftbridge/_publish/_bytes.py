@@ -98,20 +98,27 @@ def message_bytes(
     return b"".join(parts)
 
 
+_KNOWN_SHAPES = 1024
+"""Shapes of plain frames (subject, value size, id length, policy) whose fixed
+parts :class:`PlainFrames` keeps; past them it formats each frame whole."""
+
+
 class PlainFrames:
     """Whole ``PUB`` frames for the commonest publish: a non-empty value, no key,
     headers, expected offset or CRC. The envelope header and every field
     but the value and the correlation id are the same for all of one
-    publisher's such publishes, so they are joined once here and each
-    frame is one format operation (the bytes :func:`message_bytes` and the
-    frame around it would give, a test checks).
+    publisher's such publishes, and all but those two bytes are the same for
+    every frame of one shape (subject, value size, correlation id length,
+    policy): those parts are joined once per shape, and each frame is one
+    join of five (the bytes :func:`message_bytes` and the frame around it
+    would give, a test checks). Thread-safe.
 
     Args:
         envelope_header: the envelope header of a publish without a CRC.
         ack_inbox: :func:`ack_inbox_field` of the publisher's ack inbox.
     """
 
-    __slots__ = ("_fixed", "_head", "_middle", "_policies", "overhead")
+    __slots__ = ("_fixed", "_head", "_middle", "_policies", "_shapes", "overhead")
 
     def __init__(self, envelope_header: bytes, ack_inbox: bytes) -> None:
         self._head = envelope_header + _NO_OFFSET + _VALUE
@@ -119,6 +126,8 @@ class PlainFrames:
         # The correlation id's length takes one byte (ids are far shorter than 128).
         self._fixed = len(self._head) + len(self._middle) + 1
         self._policies = {0: b"", 1: _ACK_POLICY + varint(1)}  # LEADER is the default: no field
+        # By shape: what comes before the value, between it and the id, after the id.
+        self._shapes: dict[tuple[bytes, int, int, int], tuple[bytes, bytes, bytes]] = {}
         self.overhead = self._fixed + 10 + 64 + 2
         """The most an envelope adds to its value here (the value's length
         as a 10-byte varint, a correlation id under 64 bytes, ALL's field)."""
@@ -127,20 +136,27 @@ class PlainFrames:
         """The frame of ``value`` published with ``correlation_id`` (ASCII,
         under 128 bytes) and the wire ``ack_policy`` LEADER (0) or ALL (1),
         ``prefix`` being the subject's ``PUB <subject> ``."""
-        size = len(value)
+        shape = (prefix, len(value), len(correlation_id), ack_policy)
+        parts = self._shapes.get(shape)
+        if parts is None:
+            parts = self._parts(shape)
+        return b"".join((parts[0], value, parts[1], correlation_id, parts[2]))
+
+    def _parts(self, shape: tuple[bytes, int, int, int]) -> tuple[bytes, bytes, bytes]:
+        """The fixed parts of a frame of ``shape``, kept unless there are
+        :data:`_KNOWN_SHAPES` already."""
+        prefix, size, id_size, ack_policy = shape
         length = SMALL_VARINTS[size] if size < 128 else varint(size)
         policy = self._policies[ack_policy]
-        return b"%s%d\r\n%s%s%s%s%s%s%s\r\n" % (
-            prefix,
-            self._fixed + len(length) + size + len(correlation_id) + len(policy),
-            self._head,
-            length,
-            value,
-            self._middle,
-            SMALL_VARINTS[len(correlation_id)],
-            correlation_id,
-            policy,
+        envelope = self._fixed + len(length) + size + id_size + len(policy)
+        parts = (
+            b"%s%d\r\n%s%s" % (prefix, envelope, self._head, length),
+            self._middle + SMALL_VARINTS[id_size],
+            policy + b"\r\n",
         )
+        if len(self._shapes) < _KNOWN_SHAPES:
+            self._shapes[shape] = parts
+        return parts
 
 
 def envelope_frame(

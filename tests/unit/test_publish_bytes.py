@@ -111,3 +111,38 @@ def test_a_plain_frame_is_the_generated_message_in_its_pub_frame(
     frames = PlainFrames(header, ack_inbox_field(INBOX))
     assert frames.frame(b"PUB orders.3 ", data, correlation_id.encode(), policy) == expected
     assert len(envelope) - len(data) <= frames.overhead
+
+
+SHARED = PlainFrames(encode_envelope(EnvelopeType.MESSAGE, b""), ack_inbox_field(INBOX))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.binary(min_size=1, max_size=200),
+    counter=st.integers(0, 2**63),
+    policy=st.sampled_from([0, 1]),
+    subject=st.sampled_from(["a", "orders.3", "x" * 40]),
+)
+def test_plain_frames_of_a_shape_seen_before_are_the_generated_message(
+    value: bytes, counter: int, policy: int, subject: str
+) -> None:
+    # One PlainFrames for every example: most shapes (subject, value size, id
+    # length, policy) come again, and the second frame of one is made from its kept parts.
+    correlation_id = f"0123456789ab-{counter}"
+    header = encode_envelope(EnvelopeType.MESSAGE, b"")
+    envelope = header + generated(value, correlation_id, None, INBOX, policy, -1)
+    prefix = b"PUB %s " % subject.encode()
+    expected = b"%s%d\r\n%s\r\n" % (prefix, len(envelope), envelope)
+    for _ in range(2):
+        assert SHARED.frame(prefix, value, correlation_id.encode(), policy) == expected
+
+
+def test_plain_frames_past_the_shapes_kept_are_still_whole() -> None:
+    header = encode_envelope(EnvelopeType.MESSAGE, b"")
+    frames = PlainFrames(header, ack_inbox_field(INBOX))
+    for size in range(1, 1500, 1):  # more shapes than are kept
+        data = b"v" * size
+        envelope = header + generated(data, "0123456789ab-7", None, INBOX, 0, -1)
+        expected = b"PUB s %d\r\n%s\r\n" % (len(envelope), envelope)
+        assert frames.frame(b"PUB s ", data, b"0123456789ab-7", 0) == expected
+        assert frames.frame(b"PUB s ", data, b"0123456789ab-7", 0) == expected
