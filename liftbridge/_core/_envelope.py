@@ -55,10 +55,12 @@ class EnvelopeType(enum.IntEnum):
     """An acknowledgement: the payload is an ``Ack``."""
 
 
-# The header of every ack the server sends (no CRC): such an ack skips the
-# field-by-field checks of decode_envelope, which would accept it as is.
-_PLAIN_ACK_HEADER = MAGIC + bytes((VERSION, HEADER_LENGTH, 0, EnvelopeType.ACK))
-_ack_from_string = api_pb2.Ack.FromString
+PLAIN_ACK_HEADER = MAGIC + bytes((VERSION, HEADER_LENGTH, 0, EnvelopeType.ACK))
+"""The header of every ack the server sends (no CRC): such an ack skips the
+field-by-field checks of decode_envelope, which would accept it as is."""
+ack_from_string = api_pb2.Ack.FromString
+"""Parses a serialized wire Ack (raises ``DecodeError``): :func:`ack_wire`
+after the header, for a publisher reading many acks at once."""
 
 
 def _describe_type(value: int) -> str:
@@ -272,13 +274,13 @@ def ack_wire(data: bytes) -> tuple[bytes, api_pb2.Ack]:
         ArgumentTypeError: ``data`` is not bytes-like.
         EnvelopeError: ``data`` is not an ack envelope or does not parse.
     """
-    if type(data) is bytes and data[:HEADER_LENGTH] == _PLAIN_ACK_HEADER:
+    if type(data) is bytes and data[:HEADER_LENGTH] == PLAIN_ACK_HEADER:
         # What decode_envelope would return (the path of every ack a publisher reads).
         wire = data[HEADER_LENGTH:]
     else:
         wire = bytes(decode_envelope(data, EnvelopeType.ACK))
     try:
-        return wire, _ack_from_string(wire)
+        return wire, ack_from_string(wire)
     except DecodeError as e:
         raise EnvelopeError(f"envelope payload is not a valid Ack protobuf: {e}") from e
 

@@ -44,10 +44,17 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from time import monotonic
 
+from google.protobuf.message import DecodeError
+
 from liftbridge._core._acks import Ack, AckPolicy, ack_of_wire, ack_outcome
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._deadlines import AckTimer
-from liftbridge._core._envelope import ack_wire
+from liftbridge._core._envelope import (
+    HEADER_LENGTH,
+    PLAIN_ACK_HEADER,
+    ack_from_string,
+    ack_wire,
+)
 from liftbridge._core._futures import Waiter
 from liftbridge._errors import (
     AckTimeoutError,
@@ -307,11 +314,16 @@ class AckWindow:
         wires: list[bytes] = []
         verdicts: list[AckPolicy | LiftbridgeError] = []
         policies, ok = _POLICIES, _ACK_OK
+        plain, size, from_string = PLAIN_ACK_HEADER, HEADER_LENGTH, ack_from_string
         for payload in payloads:
             try:
-                wire, pb = ack_wire(payload)
-            except EnvelopeError as e:
-                logger.warning("Dropping a message on ack inbox %s: %s", self._inbox, e)
+                if payload[:size] == plain:  # every ack the server sends: ack_wire's short way
+                    wire = payload[size:]
+                    pb = from_string(wire)
+                else:
+                    wire, pb = ack_wire(payload)
+            except (EnvelopeError, DecodeError) as e:
+                logger.warning("Dropping a message on ack inbox %s: %s", self._inbox, _bad(e))
                 continue
             ids.append(pb.correlationId)
             wires.append(wire)
@@ -497,6 +509,14 @@ def _refusal(pb: api_pb2.Ack) -> LiftbridgeError:
     ack, error = ack_outcome(pb)
     if error is None:  # an Ack after all: never, by the caller's test
         raise AssertionError(f"no refusal in {ack!r}")
+    return error
+
+
+def _bad(error: Exception) -> Exception:
+    """What a dropped ack's log line says: :func:`ack_wire`'s error for
+    one its short way in :meth:`AckWindow.settle_acks` failed to parse."""
+    if isinstance(error, DecodeError):
+        return EnvelopeError(f"envelope payload is not a valid Ack protobuf: {error}")
     return error
 
 

@@ -33,6 +33,9 @@ the server's own headers are a few dozen bytes)."""
 _MAX_DIGITS = 9
 """Digits of a size at most: every size allowed (64 MiB) has 8."""
 
+_KNOWN_SIZES = 1024
+"""Distinct size fields of the usual frame whose value a parser remembers."""
+
 _PUBLISH_DENIED = re.compile(r'Permissions Violation for Publish to "?([^"]+)"?', re.IGNORECASE)
 
 
@@ -74,6 +77,8 @@ class FrameParser:
         self._sid = sid
         self._usual = b"MSG " + subject + b" " + sid + b" " if subject else b""
         self._where = where
+        # Size fields of the usual frame read so far (digits only), as ints.
+        self._sizes: dict[bytes, int] = {}
         # What is left of the last read: a partial line or frame, as reads.
         self._parts: list[bytes] = []
         self._have = 0  # bytes in _parts
@@ -135,6 +140,7 @@ class FrameParser:
         starts, and how many bytes from there it needs (0: its line's end)."""
         size = len(buf)
         usual, usual_size = self._usual, len(self._usual)
+        sizes = self._sizes
         limit = self.max_payload
         payloads: list[bytes] = []
         pos = 0
@@ -148,8 +154,12 @@ class FrameParser:
                 return payloads, pos, 0
             if usual and buf.startswith(usual, pos):
                 count = buf[pos + usual_size : end]
-                if count.isdigit():  # else a reply subject, a sign: the general case below
+                length = sizes.get(count)  # an ack's size seen before: no int() again
+                if length is None and count.isdigit():  # else a reply subject, a sign: below
                     length = int(count)
+                    if length <= limit and len(sizes) < _KNOWN_SIZES:
+                        sizes[count] = length
+                if length is not None:
                     if length > limit:
                         raise self._too_large("MSG", length)
                     stop = end + 2 + length

@@ -102,6 +102,25 @@ def test_info_sets_the_limit_for_the_frames_after_it() -> None:
     assert parser.max_payload == 4
 
 
+def test_a_size_read_before_is_checked_against_a_lower_limit_later() -> None:
+    # The usual frame's sizes are remembered: one seen under the old limit
+    # is still refused once an INFO lowers it.
+    parser = _parser(max_payload=MAX_PAYLOAD_LIMIT)
+    assert parser.feed(b"MSG _INBOX.abc 1 5\r\nfive!\r\n" * 2) == [b"five!", b"five!"]
+    with pytest.raises(ProtocolError, match="5 bytes, over its max_payload of 4"):
+        parser.feed(b'INFO {"max_payload": 4}\r\nMSG _INBOX.abc 1 5\r\nfive!\r\n')
+
+
+def test_sizes_of_the_usual_frame_read_again_and_again() -> None:
+    parser = _parser(max_payload=MAX_PAYLOAD_LIMIT)
+    payloads = [b"p" * (n % 3000) for n in range(4000)]  # more sizes than are remembered
+    data = b"".join(b"MSG _INBOX.abc 1 %d\r\n%s\r\n" % (len(p), p) for p in payloads)
+    assert parser.feed(data + data) == payloads + payloads
+    assert parser.feed(b"MSG _INBOX.abc 1 005\r\nfive!\r\n" * 2) == [b"five!", b"five!"]
+    with pytest.raises(ProtocolError, match="not followed by CRLF"):
+        parser.feed(b"MSG _INBOX.abc 1 5\r\nfive!!\r\n")
+
+
 @pytest.mark.parametrize(
     ("info", "match"),
     [

@@ -17,11 +17,12 @@ import pytest
 from liftbridge._core._acks import Ack
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._deadlines import AckTimer
-from liftbridge._core._envelope import EnvelopeType, encode_envelope
+from liftbridge._core._envelope import EnvelopeType, ack_wire, encode_envelope
 from liftbridge._errors import (
     AckTimeoutError,
     ClientClosedError,
     ConnectionLostError,
+    EnvelopeError,
     LeaderLostError,
     PublishWindowFullError,
     ServerError,
@@ -88,6 +89,25 @@ def test_acks_resolve_their_publishes_once(parts: tuple[AckTimer, CallbackRunner
     assert second_ack is not None and second_ack.offset == 7
     assert handler.handled.wait(TIMEOUT) and [o[0].offset for o in handler.calls if o[0]] == [6]
     assert window.flush(time.monotonic())  # nothing left pending
+
+
+def test_an_ack_envelope_whose_ack_does_not_parse_is_dropped_and_logged(
+    parts: tuple[AckTimer, CallbackRunner], caplog: pytest.LogCaptureFixture
+) -> None:
+    window = _window(parts)
+    entry = _pending(parts[1], "a")
+    window.admit(entry)
+    broken = encode_envelope(EnvelopeType.ACK, b"\x0a\xff")  # a string field past the end
+    with caplog.at_level("WARNING", logger="liftbridge._publish._nats_window"):
+        window.settle_acks([broken, _ack("a", 5)])
+    ack = _f(entry).result(0)
+    assert ack is not None and ack.offset == 5
+    with pytest.raises(EnvelopeError) as told:  # what the log line says: ack_wire's error
+        ack_wire(broken)
+    assert "not a valid Ack protobuf" in str(told.value)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"Dropping a message on ack inbox in: {told.value}"
+    ]
 
 
 def test_an_ack_with_an_unknown_policy_fails_its_publish_at_once(
