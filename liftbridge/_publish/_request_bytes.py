@@ -6,7 +6,7 @@ the request field by field on the publishing thread, reading four of its
 fields back there (each read of a upb field is a dozen lines of Python's
 work), and serializing it on the sender. Joining the fields' bytes here
 once, next to the few values the publisher reads as plain attributes,
-costs a fraction of that (figures in ``/work/notes/issue-29.md``, stop 36).
+costs a fraction of that (figures in CHANGELOG.md).
 
 The bytes are what protobuf's own serializer writes for the same request
 (fields in number order, proto3 zeros left out), so the server reads them
