@@ -170,22 +170,45 @@ class Http2Connection:
         it whole at once; False (nothing sent) when they do not or the call
         has ended: then send it through the request iterator (a thread that
         also reads the call must not wait for window: the update it waits
-        for comes in on what it would read). Never waits to write: what the
-        socket does not take at once goes while the thread reads. Only for a
+        for comes in on what it would read). Never waits to write: with
+        nobody else writing and nothing queued, the frame goes straight to
+        the socket (one frame, one ``send``: the usual paced publish); what
+        the socket does not take at once goes while the thread reads. Only for a
         caller that is the call's one writer apart from that iterator, one
         request at a time.
         """
         chunk = request.SerializeToString()
-        payload = len(chunk).to_bytes(5, "big") + chunk
-        size = len(payload)
+        size = len(chunk) + 5
         peer = self._peer
-        with self._flow:
+        with self._flow_lock:
             if self._finished or size > peer.max_frame or size > peer.stream or size > peer.conn:
                 return False
             peer.stream -= size
             peer.conn -= size
+        # The DATA frame's header and the message's length prefix in one go.
+        frame = (size << 88 | DATA << 80 | STREAM << 40 | len(chunk)).to_bytes(14, "big") + chunk
+        write_lock = self._write_lock
+        if self._tls is None and write_lock.acquire(blocking=False):
+            try:  # the usual own write: nobody else writes, nothing queued to go first
+                if not self._pending:
+                    sent = send_nowait(self._sock, frame)
+                    if sent < len(frame):  # the rest, before anything queued meanwhile
+                        with self._out_lock:
+                            self._pending[0:0] = frame[sent:]
+                    frame = b""
+            except OSError as e:
+                self._finish(
+                    StreamError(grpc.StatusCode.UNAVAILABLE, f"the connection failed: {e}")
+                )
+                return True
+            finally:
+                write_lock.release()
+            if not frame:
+                if self._pending:  # queued by a reader while this thread wrote
+                    self._flush()
+                return True
         with self._out_lock:
-            self._pending += self._wrap(frame_bytes(DATA, 0, STREAM, payload))
+            self._pending += self._wrap(frame)
         self._flush()
         return True
 

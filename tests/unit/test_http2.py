@@ -24,9 +24,10 @@ import pytest
 
 import liftbridge
 from liftbridge._errors import LiftbridgeError
-from liftbridge._transport import _http2_wire
+from liftbridge._transport import _http2_conn, _http2_wire
 from liftbridge._transport._http2 import Http2Call
 from liftbridge._transport._http2_wire import Keepalive, StreamError
+from liftbridge._transport._nowait import send_nowait
 from liftbridge._transport._status import from_rpc_error
 from liftbridge_api import api_pb2
 from tests.unit.h2_peer import (
@@ -774,6 +775,34 @@ def test_write_now_sends_on_the_calling_thread_what_the_windows_take_whole(
     peer.write(peer.trailers(0))
     assert isinstance(reader.finish(), StopIteration)
     assert not call.write_now(small)  # the call has ended
+    requests.put(None)
+
+
+def test_an_own_write_the_socket_takes_in_part_goes_whole_before_frames_queued_meanwhile(
+    connection: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """write_now sends straight to the socket when nobody else writes; what
+    the socket does not take goes first in the queue, so a frame a reader
+    queued meanwhile (a PING ack, a WINDOW_UPDATE) never splits it."""
+    call, peer, requests = connection.open()
+    peer.write(settings((INITIAL_WINDOW_SIZE, 65_535)) + peer.response_headers())
+    reader = Reader(call)
+    peer.read_until(SETTINGS, ACK)
+
+    def in_part(sock: socket.socket, data: bytes) -> int:
+        monkeypatch.setattr(_http2_conn, "send_nowait", send_nowait)
+        call._queue(frame(PING, ACK, 0, b"queued!!"))  # as a reader would, while this writes
+        return send_nowait(sock, data[:10])
+
+    monkeypatch.setattr(_http2_conn, "send_nowait", in_part)
+    own = request(b"a" * 200)
+    assert call.write_now(own)
+    peer.read_until(PING, ACK)
+    kinds = [f.kind for f in peer.frames if f.kind in (DATA, PING)]
+    assert kinds == [DATA, PING]
+    assert split_messages(bytes(peer.data)) == [own.SerializeToString()]
+    peer.write(peer.trailers(0))
+    assert isinstance(reader.finish(), StopIteration)
     requests.put(None)
 
 
