@@ -160,6 +160,7 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
         # None: a wake-up call).
         self._outbox = Unsent()
         self._last_submit = 0.0  # time.monotonic() of the last publish submitted
+        self._burst = 0  # publishes in a row each soon after the last (_sending._direct)
         # _send_lock is held by the one sender pulling from _outbox at a time
         # (a stream's sender and an outdated one may overlap), and guards
         # _carry: requests pulled from _outbox but not handed over (the rest

@@ -32,7 +32,7 @@ from liftbridge._publish import _sending
 from liftbridge._publish._outbox import Outbox
 from liftbridge._publish._pending import Pending
 from liftbridge._publish._publisher import _RUN, Publisher
-from liftbridge._publish._sending import DIRECT_BELOW
+from liftbridge._publish._sending import BURST_OWN
 from liftbridge_api import api_pb2
 from tests.unit.fake_router import FakeRpcError
 
@@ -893,19 +893,21 @@ def test_at_low_rates_the_publishing_thread_writes_and_never_overtakes_a_queued_
 def test_with_publishes_in_flight_the_sender_writes_a_burst(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """A paced loop that fell behind catches up with a few publishes back to
+    back: their own thread writes the first BURST_OWN - 1 that follow the last
+    soon (after one apart: BURST_OWN in a row), the sender the rest of a
+    longer burst, in order."""
     monkeypatch.setattr(_sending, "BURST_GAP", 3600.0)  # every publish follows the last soon
     server = FakeServer()
     server.ack = False
     p = make(server, ack_wait=30.0)
     p.submit(request(0), None, None)
     _until_idle(p)
-    for i in range(1, 3 * DIRECT_BELOW):
+    for i in range(1, BURST_OWN + 3):
         p.submit(request(i), None, None)
-    # Written here only while fewer than DIRECT_BELOW were in flight (c0 and
-    # itself included), else queued for the sender, in order.
-    assert len(server.writers) == max(0, DIRECT_BELOW - 2)
+    assert server.writers == [threading.current_thread().name] * (BURST_OWN - 1)
     _until_idle(p)
-    assert server.log == [f"c{i}" for i in range(3 * DIRECT_BELOW)]
+    assert server.log == [f"c{i}" for i in range(BURST_OWN + 3)]
     p.close(_soon())
 
 
