@@ -71,9 +71,10 @@ burst. A paced loop runs late (``time.sleep`` wakes ~50-100 us after its
 time at 10,000 msgs/s) and catches up with two or three publishes back to
 back: written by the sender, each such pair woke it (~20 us of its CPU a
 wake-up), and it was then still busy when the next publish came, so only
-0.38 of the publishes were written by their own thread. With this, 0.85,
-and liftbridge-h2-send 12.7 -> 3.0 us a message for the publishing
-thread's 28.3 -> 35.7 (``bench.e2e_probe``'s loop, LocalServer, 100 B)."""
+0.40-0.44 of the publishes were written by their own thread. With this,
+0.90-0.91, and liftbridge-h2-send 12.3 -> 1.7 us a message for the
+publishing thread's 28.7 -> 32.0; the client in all 82.0 -> 77.3
+(``bench.e2e_probe``'s loop, LocalServer, 100 B, two alternating pairs)."""
 
 STEPPED_FROM = 256
 """The smallest ``max_inflight`` window at which a producer hands the sender
