@@ -16,9 +16,10 @@ only while the sender waits for a request with everything it took written
 and nothing queued (:attr:`Unsent.idle`: queueing anything ends it, so
 nothing queued before goes after), when no run would form anyway
 (:meth:`Sending._direct`: nothing else in flight, or the publishing threads
-paused since the last publish, or only the first few of a burst; in a burst
-the sender's runs carry many requests per write: fewer writes for both
-sides), and when the stream takes
+paused since the last publish, or only the first few of a burst; in a burst,
+a window refilled after its acks came in one read included, the sender's
+runs carry many requests per write: fewer writes for both sides), and when
+the stream takes
 the request at once (``Stream.write_now``: the SDK's own HTTP/2 call when
 its flow-control windows have room; grpcio's never).
 """
@@ -240,14 +241,24 @@ class Sending:
         threads were away :data:`BURST_GAP` or more since the last publish
         (since its write, if they wrote it: a loop publishing back to back
         is a burst however long a write takes), or this is one of the first
-        :data:`BURST_OWN` of a burst."""
+        :data:`BURST_OWN` of a burst.
+
+        A publish that waited for room goes to the sender even with nothing
+        else in flight, unless it fills the window: the whole window's acks
+        came in one read, and the producer is about to fill it again. Written
+        on its own, it cost each window one more write, a server batch of one
+        and an ack read of its own (at a window of 32: about 2.5 us of client
+        and 4 us of server CPU a message)."""
         last, self._last_submit = self._last_submit, now
         in_flight = len(self._pending)
         if self._outbox.idle != generation:
             return False
+        window = self._window
+        if waited and window.used < window.size:
+            return False
         if in_flight < DIRECT_BELOW:
             return True
-        if waited or in_flight > self._window.size // BACKLOG_FRACTION:
+        if waited or in_flight > window.size // BACKLOG_FRACTION:
             return False
         if now - last >= BURST_GAP:
             self._burst = 0

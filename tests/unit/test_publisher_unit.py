@@ -1104,11 +1104,25 @@ def test_with_a_backlog_in_flight_the_sender_writes_even_publishes_apart(
     p.close(_soon())
 
 
+def _waiting_for_room(p: Publisher, i: int) -> threading.Thread:
+    """A thread named c<i> submitting request(i), once it waits for window room."""
+    producer = threading.Thread(target=p.submit, args=(request(i), None, None), name=f"c{i}")
+    producer.start()
+    deadline = time.monotonic() + 5
+    while p._window._waiters == 0:
+        assert time.monotonic() < deadline, f"c{i} never waited for room"
+        time.sleep(0.005)
+    return producer
+
+
+@pytest.mark.parametrize("acked", [15, 16])
 def test_a_publish_that_waited_for_window_room_goes_to_the_sender(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, acked: int
 ) -> None:
     """Acks read in one run empty a full window at once: the publishes it
-    frees are a burst, however few are left in flight when they go."""
+    frees are a burst, however few are left in flight when they go, none
+    (16: the whole window's acks in one read, as at a window of 32 with one
+    write a window) included."""
     monkeypatch.setattr(_sending, "BURST_GAP", 0.0)
     server = FakeServer()
     server.ack, server.hold = False, True
@@ -1116,16 +1130,29 @@ def test_a_publish_that_waited_for_window_room_goes_to_the_sender(
     for i in range(16):
         p.submit(request(i), None, None)
     held = [server.held.get(timeout=5) for _ in range(16)]
-    producer = threading.Thread(target=p.submit, args=(request(16), None, None), name="c16")
-    producer.start()
-    deadline = time.monotonic() + 5
-    while p._window._waiters == 0:
-        assert time.monotonic() < deadline, "c16 never waited for room"
-        time.sleep(0.005)
+    producer = _waiting_for_room(p, 16)
     call = held[0][0]
-    call.answer_together([call.ack_for(request) for _, request in held[:15]])  # one run
+    call.answer_together([call.ack_for(request) for _, request in held[:acked]])  # one run
     producer.join(5)
     server.held.get(timeout=5)  # c16 is written
     assert "c16" not in server.writers
     assert server.log == [f"c{i}" for i in range(17)]
+    p.close(_soon())
+
+
+def test_a_publish_that_waited_and_fills_the_window_writes_its_own() -> None:
+    """With a window of one, the publish that waited for the slot is the
+    whole run: nothing can join it, so its own thread writes it."""
+    server = FakeServer()
+    server.ack, server.hold = False, True
+    p = make(server, ack_wait=30.0, max_inflight=1)
+    p.submit(request(0), None, None)
+    call, first = server.held.get(timeout=5)
+    _until_idle(p)
+    producer = _waiting_for_room(p, 1)
+    call.ack(first)
+    producer.join(5)
+    server.held.get(timeout=5)  # c1 is written
+    assert server.writers.count("c1") == 1
+    assert server.log == ["c0", "c1"]
     p.close(_soon())
