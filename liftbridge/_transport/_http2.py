@@ -48,7 +48,7 @@ import grpc
 import hpack
 from google.protobuf.message import Message
 
-from liftbridge._transport._http2_conn import Http2Connection
+from liftbridge._transport._http2_conn import HELD_MS, Http2Connection
 from liftbridge._transport._http2_reader import (
     DEFAULT_MAX_MESSAGE,
     MAX_HEADER_LIST,
@@ -285,7 +285,8 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
             else:
                 if self._pending:
                     self._flush()
-                can_read = bool(self._poll(0))
+                # Bytes held below HELD_BYTES do not make poll say readable: recv looks.
+                can_read = self._held or bool(self._poll(0))
             if can_read and not self._finished:
                 count = self._inbox.recv(self._sock)
                 if count is not None:
@@ -320,6 +321,8 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
         else:
             if reader.ended:
                 self._finish(reader.end)
+            elif self._ready and not self._held and self._can_hold:
+                self._hold()
         if self._ping_sent and reader.pongs != self._pongs:  # our keepalive PING answered
             self._ping_sent = 0.0
         if self._pending:
@@ -353,14 +356,27 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
 
         The usual wait (nothing queued, no PING out) is one poll bounded by
         the keepalive interval; the server counts as silent from when the
-        wait began, so a poll that times out sends the PING."""
+        wait began, so a poll that times out sends the PING. Bytes held
+        below ``HELD_BYTES`` wait ``HELD_MS`` at most, then every byte wakes
+        it again."""
         keepalive = self._keepalive
         since = 0.0  # when the server's silence began, for the keepalive
         if not self._pending and not self._ping_sent:
-            if self._poll(self._keepalive_ms):
+            millis = self._keepalive_ms
+            if self._held:
+                bound = HELD_MS if millis < 0 else min(HELD_MS, millis)
+                if self._poll(bound):
+                    return True
+                with self._flow_lock:
+                    self._release()
+                millis = -1 if millis < 0 else millis - bound
+            if self._poll(millis):
                 return True
             if keepalive is not None:  # silent for a whole interval
                 since = time.monotonic() - keepalive.interval
+        if self._held:  # a write or a PING's answer to wait for: no bytes held back
+            with self._flow_lock:
+                self._release()
         if not since:
             since = time.monotonic()
         while not self._finished:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -45,6 +46,16 @@ _log = logging.getLogger(__name__)
 
 _BATCH_BYTES = 1 << 16
 """At most this many request bytes are gathered into one write."""
+
+HELD_BYTES = 31
+"""The socket's SO_RCVLOWAT while a call's responses flow (Linux, no TLS):
+for each request it reads while no ping of its is out, a grpc-go server
+sends a connection WINDOW_UPDATE and a BDP PING (30 bytes), 0.1-0.7 ms
+before the response. Held below this mark in the kernel, they come in the
+response's read instead of waking the reading thread on their own."""
+HELD_MS = 50
+"""Milliseconds a reader waits on held bytes before it reads them anyway (a
+lone PING, WINDOW_UPDATE, RST_STREAM, GOAWAY or small trailers)."""
 
 
 class Http2Connection:
@@ -84,10 +95,39 @@ class Http2Connection:
         self._sending = sending  # liftbridge-h2-send is running
         self._reading = False  # a thread is inside recv
         self._closed = False  # the socket is closed
+        # Bytes below HELD_BYTES may wait in the kernel (a sending call on a
+        # plain socket, until its sending half ends); _held: they do now.
+        self._can_hold = sending and tls is None and sys.platform == "linux"
+        self._held = False
 
     def _wrap(self, data: bytes) -> bytes:
         """``data`` as written: TLS records with TLS (under ``_out_lock``, in order)."""
         return data if self._tls is None else self._tls.wrap(data)
+
+    # --------------------------------------------------------------- holding --
+
+    def _hold(self) -> None:
+        """Lets frames below HELD_BYTES wait in the kernel for the next
+        response (after a read that brought responses), unless a sender
+        waits for window: the WINDOW_UPDATE it waits for must wake the reader."""
+        with self._flow_lock:
+            if self._held or not self._can_hold or self._finished or self._peer.waiting:
+                return
+            try:
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, HELD_BYTES)
+            except OSError:  # not on this socket (or it closed): read every byte as it comes
+                self._can_hold = False
+                return
+            self._held = True
+
+    def _release(self) -> None:
+        """Every byte wakes the reader again; a reader asleep in poll wakes at
+        once if held bytes are there (Linux checks when the mark is set).
+        The caller holds ``_flow_lock``."""
+        if self._held:
+            self._held = False
+            with contextlib.suppress(OSError):  # closed: nobody reads it any more
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
 
     # ---------------------------------------------------------------- sending --
 
@@ -219,12 +259,17 @@ class Http2Connection:
         view = memoryview(payload)
         pos = 0
         peer = self._peer
+        if end_stream:  # the trailers that follow are small: let them wake the reader
+            with self._flow:
+                self._can_hold = False
+                self._release()
         while True:
             frames = []
             with self._flow:
                 while not self._finished and pos < len(payload):
                     if min(peer.stream, peer.conn) > 0:
                         break
+                    self._release()
                     peer.waiting += 1
                     try:
                         self._flow.wait(1.0)

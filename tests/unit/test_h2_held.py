@@ -1,0 +1,183 @@
+"""Small frames held in the kernel on a publishing call (``HELD_BYTES``):
+after a read that brought responses, a grpc-go server's WINDOW_UPDATE and BDP
+PING (30 bytes) wait for the next response's read instead of waking the
+reader on their own; whatever must wake it (held bytes past ``HELD_MS``, a
+WINDOW_UPDATE a sender waits for, the trailers after our END_STREAM) still
+does. Played frame by frame on 127.0.0.1 (:mod:`tests.unit.h2_peer`).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+from liftbridge._transport import _http2
+from liftbridge._transport._http2 import Http2Call
+from liftbridge._transport._http2_conn import HELD_BYTES
+from tests.unit.h2_peer import (
+    ACK,
+    DATA,
+    END_STREAM,
+    INITIAL_WINDOW_SIZE,
+    PING,
+    RST_STREAM,
+    SETTINGS,
+    STREAM,
+    WAIT,
+    frame,
+    grpc_message,
+    settings,
+    split_messages,
+    window_update,
+)
+from tests.unit.test_http2 import Connection, Reader, ended_with, request, status_of
+
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.skipif(sys.platform != "linux", reason="SO_RCVLOWAT holds bytes on Linux only"),
+]
+
+_BDP_PAIR = window_update(0, 143) + frame(PING, 0, 0, b"bdp-ping")
+"""What grpc-go sends for a request while no BDP ping of its is out: 30 bytes."""
+
+
+@pytest.fixture
+def connection() -> Iterator[Connection]:
+    opened = Connection()
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+@pytest.fixture
+def held_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Held bytes wait longer than any test: only what must wake the reader does."""
+    monkeypatch.setattr(_http2, "HELD_MS", int(WAIT * 1000 * 10))
+
+
+def _responded(reader: Reader, count: int) -> None:
+    """Waits until the reader has ``count`` responses (the read that
+    brought the last one has returned)."""
+    deadline = time.monotonic() + WAIT
+    while len(reader.responses) < count:
+        assert time.monotonic() < deadline, "the response was not read"
+        time.sleep(0.005)
+
+
+def _counted_feeds(call: Http2Call[bytes]) -> list[bytes]:
+    """Records the bytes of each read the call's frame reader is fed."""
+    fed: list[bytes] = []
+    feed = call._reader.feed
+
+    def counted(data: bytes) -> None:
+        fed.append(bytes(data))
+        feed(data)
+
+    call._reader.feed = counted  # type: ignore[method-assign]
+    return fed
+
+
+def test_a_bdp_ping_after_a_response_comes_in_the_next_response_s_read(
+    connection: Connection, held_long: None
+) -> None:
+    call, peer, requests = connection.open()
+    fed = _counted_feeds(call)
+    peer.accept()
+    reader = Reader(call)
+    peer.read_until(SETTINGS, ACK)  # all the client sends before the PING's answer
+    peer.write(frame(DATA, 0, STREAM, grpc_message(b"first")))
+    _responded(reader, 1)
+    peer.write(_BDP_PAIR)
+    # Held below HELD_BYTES: nothing wakes the reader, so nothing answers the PING yet.
+    assert not peer.pending(wait=0.2)
+    peer.write(frame(DATA, 0, STREAM, grpc_message(b"second")))
+    assert peer.read_until(PING, ACK).payload == b"bdp-ping"
+    assert reader.responses == [b"first", b"second"]
+    assert fed[-1] == _BDP_PAIR + frame(DATA, 0, STREAM, grpc_message(b"second"))
+    requests.put(None)
+    peer.read_until(DATA, END_STREAM)
+    peer.write(peer.trailers(0))
+    assert isinstance(reader.finish(), StopIteration)
+
+
+def test_held_bytes_with_no_response_after_them_are_read_within_the_bound(
+    connection: Connection,
+) -> None:
+    assert len(_BDP_PAIR) < HELD_BYTES
+    call, peer, _ = connection.open()
+    peer.accept()
+    reader = Reader(call)
+    peer.write(frame(DATA, 0, STREAM, grpc_message(b"first")))
+    _responded(reader, 1)
+    peer.write(_BDP_PAIR)
+    assert peer.read_until(PING, ACK).payload == b"bdp-ping"
+    # A lone RST_STREAM (13 bytes) still ends the call, with its typed error.
+    peer.write(frame(RST_STREAM, 0, STREAM, (2).to_bytes(4, "big")))
+    end = reader.finish()
+    assert status_of(end)[0] == grpc.StatusCode.INTERNAL
+    assert reader.responses == [b"first"]
+
+
+def test_done_sees_a_lone_rst_stream_held_after_a_response(
+    connection: Connection, held_long: None
+) -> None:
+    # A lane asks done() before it sends on a call: an end the server sent
+    # must count even while it is held below the mark.
+    call, peer, _ = connection.open()
+    peer.accept()
+    peer.write(frame(DATA, 0, STREAM, grpc_message(b"first")))
+    assert next(call) == b"first"
+    assert call._held
+    peer.write(frame(RST_STREAM, 0, STREAM, (2).to_bytes(4, "big")))
+    deadline = time.monotonic() + WAIT
+    while not call.done():
+        assert time.monotonic() < deadline, "done() did not see the RST_STREAM"
+        time.sleep(0.005)
+    assert status_of(ended_with(call))[0] == grpc.StatusCode.INTERNAL
+
+
+def test_a_sender_waiting_for_window_is_woken_by_a_lone_window_update(
+    connection: Connection, held_long: None
+) -> None:
+    call, peer, requests = connection.open()
+    flow = call._flow
+    bounded = flow.wait
+    flow.wait = lambda timeout=None: bounded(None)  # type: ignore[method-assign]
+    peer.write(settings((INITIAL_WINDOW_SIZE, 0)) + peer.response_headers())
+    reader = Reader(call)
+    peer.write(frame(DATA, 0, STREAM, grpc_message(b"first")))
+    _responded(reader, 1)
+    sent = request(b"waits for window")
+    requests.put(sent)
+    deadline = time.monotonic() + WAIT
+    while not call._peer.waiting:  # taken, waiting for window
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    peer.write(window_update(STREAM, 1000))  # 13 bytes: below HELD_BYTES
+    peer.read_until(DATA)
+    assert split_messages(bytes(peer.data)) == [sent.SerializeToString()]
+    requests.put(None)
+    peer.write(peer.trailers(0))
+    assert isinstance(reader.finish(), StopIteration)
+
+
+def test_small_trailers_after_the_end_of_the_requests_end_the_call(
+    connection: Connection, held_long: None
+) -> None:
+    call, peer, requests = connection.open()
+    peer.accept()
+    reader = Reader(call)
+    peer.write(frame(DATA, 0, STREAM, grpc_message(b"first")))
+    _responded(reader, 1)
+    requests.put(None)
+    while not peer.half_closed:
+        peer.read_frame()
+    trailers = peer.trailers(0)
+    assert len(trailers) < HELD_BYTES
+    peer.write(trailers)
+    assert isinstance(reader.finish(), StopIteration)
