@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -18,6 +17,7 @@ import pytest
 from liftbridge._transport import _http2
 from liftbridge._transport._http2 import Http2Call
 from liftbridge._transport._http2_conn import HELD_BYTES
+from tests.unit import test_http2
 from tests.unit.h2_peer import (
     ACK,
     DATA,
@@ -28,30 +28,30 @@ from tests.unit.h2_peer import (
     SETTINGS,
     STREAM,
     WAIT,
+    Peer,
     frame,
     grpc_message,
     settings,
-    split_messages,
     window_update,
 )
-from tests.unit.test_http2 import Connection, Reader, ended_with, request, status_of
+from tests.unit.test_http2 import (
+    Connection,
+    Reader,
+    ended_with,
+    request,
+    status_of,
+    waiting_for_window,
+)
 
 pytestmark = [
     pytest.mark.timeout(60),
     pytest.mark.skipif(sys.platform != "linux", reason="SO_RCVLOWAT holds bytes on Linux only"),
 ]
 
+connection = test_http2.connection  # the fixture: calls to a listening socket
+
 _BDP_PAIR = window_update(0, 143) + frame(PING, 0, 0, b"bdp-ping")
 """What grpc-go sends for a request while no BDP ping of its is out: 30 bytes."""
-
-
-@pytest.fixture
-def connection() -> Iterator[Connection]:
-    opened = Connection()
-    try:
-        yield opened
-    finally:
-        opened.close()
 
 
 @pytest.fixture
@@ -60,13 +60,17 @@ def held_long(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_http2, "HELD_MS", int(WAIT * 1000 * 10))
 
 
-def _responded(reader: Reader, count: int) -> None:
-    """Waits until the reader has ``count`` responses (the read that
-    brought the last one has returned)."""
+def _responding(call: Http2Call[bytes], peer: Peer, opening: bytes) -> Reader:
+    """Writes ``opening`` (the server's SETTINGS and headers) and a response;
+    returns the call's reader once that response is read (the read that
+    brought it has returned: the mark is up)."""
+    reader = Reader(call)
+    peer.write(opening + frame(DATA, 0, STREAM, grpc_message(b"first")))
     deadline = time.monotonic() + WAIT
-    while len(reader.responses) < count:
+    while not reader.responses:
         assert time.monotonic() < deadline, "the response was not read"
         time.sleep(0.005)
+    return reader
 
 
 def _counted_feeds(call: Http2Call[bytes]) -> list[bytes]:
@@ -87,11 +91,8 @@ def test_a_bdp_ping_after_a_response_comes_in_the_next_response_s_read(
 ) -> None:
     call, peer, requests = connection.open()
     fed = _counted_feeds(call)
-    peer.accept()
-    reader = Reader(call)
+    reader = _responding(call, peer, settings() + peer.response_headers())
     peer.read_until(SETTINGS, ACK)  # all the client sends before the PING's answer
-    peer.write(frame(DATA, 0, STREAM, grpc_message(b"first")))
-    _responded(reader, 1)
     peer.write(_BDP_PAIR)
     # Held below HELD_BYTES: nothing wakes the reader, so nothing answers the PING yet.
     assert not peer.pending(wait=0.2)
@@ -110,10 +111,7 @@ def test_held_bytes_with_no_response_after_them_are_read_within_the_bound(
 ) -> None:
     assert len(_BDP_PAIR) < HELD_BYTES
     call, peer, _ = connection.open()
-    peer.accept()
-    reader = Reader(call)
-    peer.write(frame(DATA, 0, STREAM, grpc_message(b"first")))
-    _responded(reader, 1)
+    reader = _responding(call, peer, settings() + peer.response_headers())
     peer.write(_BDP_PAIR)
     assert peer.read_until(PING, ACK).payload == b"bdp-ping"
     # A lone RST_STREAM (13 bytes) still ends the call, with its typed error.
@@ -148,19 +146,13 @@ def test_a_sender_waiting_for_window_is_woken_by_a_lone_window_update(
     flow = call._flow
     bounded = flow.wait
     flow.wait = lambda timeout=None: bounded(None)  # type: ignore[method-assign]
-    peer.write(settings((INITIAL_WINDOW_SIZE, 0)) + peer.response_headers())
-    reader = Reader(call)
-    peer.write(frame(DATA, 0, STREAM, grpc_message(b"first")))
-    _responded(reader, 1)
+    reader = _responding(call, peer, settings((INITIAL_WINDOW_SIZE, 0)) + peer.response_headers())
     sent = request(b"waits for window")
     requests.put(sent)
-    deadline = time.monotonic() + WAIT
-    while not call._peer.waiting:  # taken, waiting for window
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    waiting_for_window(call)
     peer.write(window_update(STREAM, 1000))  # 13 bytes: below HELD_BYTES
     peer.read_until(DATA)
-    assert split_messages(bytes(peer.data)) == [sent.SerializeToString()]
+    assert bytes(peer.data) == grpc_message(sent.SerializeToString())
     requests.put(None)
     peer.write(peer.trailers(0))
     assert isinstance(reader.finish(), StopIteration)
@@ -170,10 +162,7 @@ def test_small_trailers_after_the_end_of_the_requests_end_the_call(
     connection: Connection, held_long: None
 ) -> None:
     call, peer, requests = connection.open()
-    peer.accept()
-    reader = Reader(call)
-    peer.write(frame(DATA, 0, STREAM, grpc_message(b"first")))
-    _responded(reader, 1)
+    reader = _responding(call, peer, settings() + peer.response_headers())
     requests.put(None)
     while not peer.half_closed:
         peer.read_frame()

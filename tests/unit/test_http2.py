@@ -846,16 +846,21 @@ def test_a_window_update_wakes_the_sender_waiting_for_window(connection: Connect
     peer.read_until(SETTINGS, ACK)
     sent = request(b"waits for window")
     requests.put(sent)
-    deadline = time.monotonic() + WAIT
-    while not call._peer.waiting:  # taken, waiting for window
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    waiting_for_window(call)
     _grant(peer, 1000)
     peer.read_until(DATA)
     assert split_messages(bytes(peer.data)) == [sent.SerializeToString()]
     assert not call._peer.waiting
     peer.write(peer.trailers(0))
     assert isinstance(reader.finish(), StopIteration)
+
+
+def waiting_for_window(call: Http2Call[bytes]) -> None:
+    """Waits until the call's sender has taken a request and waits for window."""
+    deadline = time.monotonic() + WAIT
+    while not call._peer.waiting:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
 
 
 def _grant(peer: Peer, increment: int) -> int:
