@@ -9,6 +9,7 @@ does. Played frame by frame on 127.0.0.1 (:mod:`tests.unit.h2_peer`).
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 import grpc
@@ -170,3 +171,24 @@ def test_small_trailers_after_the_end_of_the_requests_end_the_call(
     assert len(trailers) < HELD_BYTES
     peer.write(trailers)
     assert isinstance(reader.finish(), StopIteration)
+
+
+def test_a_reader_that_writes_its_own_requests_holds_nothing(connection: Connection) -> None:
+    # A lane's thread writes a request and reads its answer: nothing is held
+    # for it once it writes; another thread's own write (a producer beside
+    # liftbridge-acks) leaves the hold as it is.
+    call, peer, _ = connection.open()
+    peer.accept()
+    assert call.write_now(request(b"one"))
+    peer.write(frame(DATA, 0, STREAM, grpc_message(b"first")))
+    assert next(call) == b"first"
+    assert call._held
+    producer = threading.Thread(target=call.write_now, args=(request(b"two"),))
+    producer.start()
+    producer.join(WAIT)
+    assert call._held
+    assert call.write_now(request(b"three"))
+    assert not call._held
+    peer.write(frame(DATA, 0, STREAM, grpc_message(b"second")))
+    assert next(call) == b"second"
+    assert not call._held
