@@ -72,6 +72,7 @@ from liftbridge._publish._nats_window import AckHandler, AckWindow, Pending
 from liftbridge._publish._options import (
     STREAM_OPTIONS,
     StreamPublishOptions,
+    ack_handler_checks,
     check_ack_handler,
     check_correlation_id,
     check_names,
@@ -322,11 +323,9 @@ class NatsStreamPublisher(NatsBatchMethods):
 
         Returns:
             A Future of the :class:`Ack` (None for AckPolicy.NONE, once handed
-            to NATS). It cannot be cancelled. None with ``future=False``. Until
-            something waits on it before its outcome is in, it is three
-            attributes, not a Future's lock and lists
-            (:class:`~liftbridge._core._futures.CallbackFuture`): with a Future
-            per message this path spends less client CPU than with a handler.
+            to NATS); it cannot be cancelled. None with ``future=False``. Until
+            something waits on it, it is three attributes, not a Future's lock
+            and lists (:class:`~liftbridge._core._futures.CallbackFuture`).
 
         Raises:
             InvalidArgumentError, ArgumentTypeError: bad input or an unknown
@@ -351,7 +350,8 @@ class NatsStreamPublisher(NatsBatchMethods):
     ) -> Future[Ack | None] | None:
         """:meth:`publish_async`; with ``waiter``, the outcome goes to it
         instead of a new Future (``publish`` waits on it), and None is returned."""
-        if ack_handler is not None:  # the two checks below: a call each only when needed
+        # A call each only when needed (a loop hands the same handler, checked once).
+        if ack_handler is not None and ack_handler is not ack_handler_checks.passed:
             check_ack_handler(ack_handler)
         if options:
             check_names(options, STREAM_OPTIONS, "publish_async")
@@ -397,7 +397,7 @@ class NatsStreamPublisher(NatsBatchMethods):
                 f"ack_policy must be an AckPolicy ({', '.join(p.name for p in AckPolicy)}), "
                 f"got {type(ack_policy).__name__}"
             )
-        if future is not True:
+        if future is not True and (future is not False or ack_handler is None):
             check_future(future, ack_handler, ack_policy)
         if expected_offset is not None:
             _validate.positive_int(expected_offset, arg="expected_offset", minimum=0)
