@@ -312,7 +312,7 @@ class AckWindow:
         # bytes, the policy); each protobuf is freed as the next one is made.
         ids: list[str] = []
         wires: list[bytes] = []
-        verdicts: list[AckPolicy | LiftbridgeError] = []
+        refused: dict[int, LiftbridgeError] = {}  # by index: rare, so an ack tests no type
         policies, ok = _POLICIES, _ACK_OK
         plain, size, from_string = PLAIN_ACK_HEADER, HEADER_LENGTH, ack_from_string
         for payload in payloads:
@@ -325,10 +325,10 @@ class AckWindow:
             except (EnvelopeError, DecodeError) as e:
                 logger.warning("Dropping a message on ack inbox %s: %s", self._inbox, _bad(e))
                 continue
+            if pb.ackError != ok or pb.ackPolicy not in policies:
+                refused[len(ids)] = _refusal(pb)
             ids.append(pb.correlationId)
             wires.append(wire)
-            policy = policies.get(pb.ackPolicy) if pb.ackError == ok else None
-            verdicts.append(policy if policy is not None else _refusal(pb))
         with self._lock:
             pop = self._pending.pop
             entries: list[Pending | None] = [pop(correlation_id, None) for correlation_id in ids]
@@ -343,13 +343,10 @@ class AckWindow:
                 continue
             entries[index] = None  # let go of as it settles (see the module docstring)
             settled += 1
-            verdict = verdicts[index]
             ack: Ack | None = None
-            error: LiftbridgeError | None = None
-            if isinstance(verdict, AckPolicy):
+            error = refused.get(index) if refused else None
+            if error is None:
                 ack = ack_of_wire(wires[index])
-            else:
-                error = verdict
             if entry.batch is not None:  # gathered below, as one run per batch
                 members.append((entry, ack, error))
                 continue

@@ -516,6 +516,14 @@ def test_bad_input_is_refused_before_sending(
         publisher.publish_async(stream, b"v", future=False)
     with pytest.raises(ArgumentTypeError, match="future must be a bool"):
         publisher.publish_async(stream, b"v", lambda ack, error: None, future=1)  # type: ignore[call-overload]
+    # A handler that passed is not checked again; another one, and the future flag, still are.
+    heard = threading.Event()
+    publisher.publish_async(stream, b"v", lambda ack, error: heard.set(), future=False)
+    assert heard.wait(10)
+    with pytest.raises(ArgumentTypeError, match="ack_handler"):
+        publisher.publish_async(stream, b"v", lambda ack: None, future=False)  # type: ignore[call-overload]
+    with pytest.raises(ArgumentTypeError, match="future must be a bool"):
+        publisher.publish_async(stream, b"v", lambda ack, error: None, future=0)  # type: ignore[call-overload]
     # Nothing to hand over without an ack: no handler needed.
     assert publisher.publish_async(stream, b"v", ack_policy=AckPolicy.NONE, future=False) is None
     with pytest.raises(MessageTooLargeError, match="max_payload"):

@@ -24,6 +24,7 @@ from liftbridge._errors import (
     ConnectionLostError,
     EnvelopeError,
     LeaderLostError,
+    LiftbridgeError,
     PublishWindowFullError,
     ServerError,
 )
@@ -125,6 +126,30 @@ def test_an_ack_with_an_unknown_policy_fails_its_publish_at_once(
         _f(entry).result(0)  # not left to its deadline, TIMEOUT away
     assert handler.handled.wait(TIMEOUT)
     assert handler.calls[0][0] is None and isinstance(handler.calls[0][1], ServerError)
+    assert window.flush(time.monotonic())
+
+
+def test_a_refused_ack_among_others_fails_only_its_own_publish(
+    parts: tuple[AckTimer, CallbackRunner],
+) -> None:
+    # A payload dropped ahead of it must not shift which publish the refusal goes to.
+    window = _window(parts)
+    entries = [_pending(parts[1], name) for name in ("a", "b", "c")]
+    for entry in entries:
+        window.admit(entry)
+    refused = api_pb2.Ack(correlationId="b", ackError=api_pb2.Ack.INCORRECT_OFFSET)
+    window.settle_acks(
+        [
+            b"not an envelope",
+            _ack("a", 1),
+            encode_envelope(EnvelopeType.ACK, refused.SerializeToString()),
+            _ack("c", 3),
+        ]
+    )
+    first, third = _f(entries[0]).result(0), _f(entries[2]).result(0)
+    assert first is not None and first.offset == 1
+    assert third is not None and third.offset == 3
+    assert isinstance(_f(entries[1]).exception(0), LiftbridgeError)
     assert window.flush(time.monotonic())
 
 
