@@ -7,8 +7,9 @@ Life of a publish:
 
 1. :meth:`Publisher.submit` takes a window slot, registers the publish under
    its correlation id and queues the request. When the window is full it
-   blocks until an eighth of the window has freed up (or, at its timeout,
-   until any slot has).
+   blocks until an eighth of the window (half of it from 32 to 255:
+   ``_sending.resume_free``) has freed up (or, at its timeout, until any
+   slot has).
 2. gRPC's sender pulls requests from an :class:`~liftbridge._publish._outbox.Outbox`
    for the current stream generation (or, at low rates, the publishing thread
    writes its request itself: see "Speed"). A request pulled or written is
@@ -43,7 +44,7 @@ hand-over to the callbacks thread per run); settled Futures are freed by the
 publishing thread, settled entries by the acks thread
 (:mod:`liftbridge._publish._pending` says why); the window is a
 count under the lock the producer takes anyway; a producer blocked on a full
-window is woken once per eighth of the window, not per ack (else the producer
+window is woken once per eighth (or half) of the window, not per ack (else the producer
 and the acks thread trade the GIL per message); publishes with the default
 timeout wait for the timer in a deque in deadline order, not a heap.
 ``bench/`` measures the result against the bare gRPC stub.
@@ -84,7 +85,7 @@ from liftbridge._publish._leaders_lost import LeadersLost
 from liftbridge._publish._outbox import Outbox
 from liftbridge._publish._pending import Pending, Spent, claimed_outcomes
 from liftbridge._publish._request_bytes import Request
-from liftbridge._publish._sending import Sending, Unsent, sender_step
+from liftbridge._publish._sending import Sending, Unsent, resume_free, sender_step
 from liftbridge._publish._window import Window
 from liftbridge._transport._handover import Handover
 from liftbridge._transport._stream import Stream
@@ -143,7 +144,7 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
         # those holds a slot, as does each ack-inbox publish under way: see
         # borrow), _flushers, _generation, _closed, _threads_started and _call.
         self._lock = threading.Lock()
-        self._window = Window(self._lock, max_inflight)
+        self._window = Window(self._lock, max_inflight, resume_free(max_inflight))
         self._pending: dict[str, Pending] = {}
         # Threads in flush() waiting for publishes without a Future; _claimed
         # (on _lock) is notified when a publish is claimed while there are any.
@@ -192,7 +193,8 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
 
         self._stop = threading.Event()
         # A producer waits for the sender every quarter of the window queued
-        # (HAND_OVER at most), from a window of 256 up (_sending.sender_step).
+        # (HAND_OVER at most) from a window of 256 up, every half of it from
+        # 32 up (_sending.sender_step).
         self._sender_takes = Handover(sender_step(max_inflight), None, self._stop)
         self._dispatcher = threading.Thread(
             target=self._dispatch_loop, name="liftbridge-acks", daemon=True

@@ -79,17 +79,38 @@ publishing thread's 28.7 -> 32.0; the client in all 82.0 -> 77.3
 
 STEPPED_FROM = 256
 """The smallest ``max_inflight`` window at which a producer hands the sender
-the GIL (:func:`sender_step`). Below it a quarter of the window is under 64
-requests a write: at a window of 32, steps of 16 and 8 read 23.8-33.1k and
-19.3-26.6k msgs/s against 26.3-28.5k without, at 20-29 and 28-40 us of client
-CPU a message against 19-20 (three alternations of a 50,000-message probe)."""
+the GIL every quarter of the window (:func:`sender_step`). Below it a quarter
+of the window is under 64 requests a write: at a window of 32, steps of 16
+and 8 read 23.8-33.1k and 19.3-26.6k msgs/s against 26.3-28.5k without, at
+20-29 and 28-40 us of client CPU a message against 19-20 (three alternations
+of a 50,000-message probe, before the producer's own writes and without the
+resume at half of :data:`HALVED_FROM`: a step of 16 was bimodal then)."""
+
+HALVED_FROM = 32
+"""The smallest ``max_inflight`` window (below :data:`STEPPED_FROM`) at which
+a producer hands the sender the GIL at half the window, and a producer
+blocked on a full window goes on once half of it is free
+(:func:`resume_free`), so the window travels as two halves: the server works
+on one while the client reads the other's acks and makes the next. Without,
+the window was one serial cycle: all its acks in one read, the producer
+refilling it, one write, the server's turn (the client idle). At a window
+of 32 (LocalServer, 100 B, three alternations of a 50,000-message probe):
+32.1-33.8k -> 34.8-35.3k msgs/s, client CPU 15.0-15.6 -> 18.7 us a message (a
+hand-over, one more ack read and one more sender wake a window), server
+20.8-22.0 -> 23.2-23.8; at 48, 64 and 128 (30,000, two alternations)
+37.2-37.5k -> 40.2-42.4k, 40.8-42.1k -> 43.7-45.9k, 47.0-48.8k -> 48.8-52.1k.
+At 16, halves read 24.9-25.1k msgs/s at 27.5 us of client CPU against
+21.9-28.1k at 19-20 without. The CPU they cost shows where there is none to
+spare: beside a loop burning a core, a window of 32 read 20.9-23.3k with
+halves against 27.0-27.1k without."""
 
 
 def sender_step(max_inflight: int) -> int:
     """Publishes a producer queues for a busy sender before it waits for the
     sender to pull them (:class:`~liftbridge._transport._handover.Handover`):
     a quarter of the window, :data:`HAND_OVER` at most, from a window of
-    :data:`STEPPED_FROM` up; more than the window (never) below it.
+    :data:`STEPPED_FROM` up; half of it from :data:`HALVED_FROM` up; more
+    than the window (never) below that.
 
     Without a step the producer keeps the GIL until the window is full, and
     the sender writes the freed part of the window at once: at a window of
@@ -97,9 +118,21 @@ def sender_step(max_inflight: int) -> int:
     (window waits 1.5 ms at the median, 70 % of the run). With a quarter of
     it the server works on one write while the producer makes the next.
     """
-    if max_inflight < STEPPED_FROM:
-        return max_inflight + 1
-    return min(HAND_OVER, max_inflight // 4)
+    if max_inflight >= STEPPED_FROM:
+        return min(HAND_OVER, max_inflight // 4)
+    if max_inflight >= HALVED_FROM:
+        return max_inflight // 2
+    return max_inflight + 1
+
+
+def resume_free(max_inflight: int) -> int | None:
+    """Slots a full window must have free before a producer blocked on it goes
+    on: half of it where the sender takes halves (:data:`HALVED_FROM` up to
+    :data:`STEPPED_FROM`), so each half is made and written whole; None (the
+    window's own eighth) elsewhere."""
+    if HALVED_FROM <= max_inflight < STEPPED_FROM:
+        return max_inflight // 2
+    return None
 
 
 class Unsent:

@@ -25,14 +25,19 @@ class Window:
     Args:
         lock: the owner's lock; it guards ``used`` and the waiters' count.
         size: the slots (the client's ``max_inflight``).
+        resume_free: slots that must be free before a producer blocked on a
+            full window goes on; None for 1/:data:`RESUME_FRACTION` of it.
     """
 
-    def __init__(self, lock: threading.Lock, size: int) -> None:
+    def __init__(self, lock: threading.Lock, size: int, resume_free: int | None = None) -> None:
         self.size = size
         self.used = 0
         # A producer blocked on a full window resumes at this size: woken once
-        # per eighth of the window, not once per ack (see _publisher, "Speed").
-        self._resume_at = size - max(1, size // RESUME_FRACTION)
+        # per eighth of the window (or resume_free), not once per ack (see
+        # _publisher, "Speed").
+        if resume_free is None:
+            resume_free = max(1, size // RESUME_FRACTION)
+        self._resume_at = size - resume_free
         self._free = threading.Condition(lock)  # notified as slots free up, and on close
         self._waiters = 0
         self._closed = False

@@ -1,6 +1,7 @@
 """A producer publishing back to back hands the PublishAsync stream's sender
 the GIL every quarter of the window, ``HAND_OVER`` at most, from a window of
-256 up (``liftbridge._transport._handover``, ``_sending.sender_step``): it
+256 up, every half of it from 32 up (``liftbridge._transport._handover``,
+``_sending.sender_step``): it
 never has more than that queued for a busy sender, and its wait ends when
 the sender pulls, when the publisher closes, and after ``WAIT`` at most."""
 
@@ -64,15 +65,29 @@ def test_a_producer_back_to_back_never_queues_more_than_a_step_for_the_sender(
 
 
 @pytest.mark.parametrize(
-    ("max_inflight", "step"),
-    [(1, 2), (32, 33), (255, 256), (256, 64), (512, 128), (1024, HAND_OVER), (8192, HAND_OVER)],
+    ("max_inflight", "step", "resume_at"),
+    [
+        (1, 2, 0),
+        (16, 17, 14),
+        (31, 32, 28),
+        (32, 16, 16),
+        (255, 127, 128),
+        (256, 64, 224),
+        (512, 128, 448),
+        (1024, HAND_OVER, 896),
+        (8192, HAND_OVER, 7168),
+    ],
 )
-def test_the_step_is_a_quarter_of_the_window_from_256_up_and_none_below(
-    max_inflight: int, step: int
+def test_the_step_is_a_quarter_of_the_window_from_256_up_half_from_32_and_none_below(
+    max_inflight: int, step: int, resume_at: int
 ) -> None:
+    """Where the sender takes halves, a producer blocked on the full window
+    goes on at half of it free (an eighth elsewhere): each half is made and
+    written whole."""
     assert sender_step(max_inflight) == step  # above the window: the producer never waits
     p = make(FakeServer(), max_inflight=max_inflight)
     assert p._sender_takes.frames == step
+    assert p._window._resume_at == resume_at
     p.close(time.monotonic() + 5)
 
 
