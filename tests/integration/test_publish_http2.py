@@ -3,17 +3,25 @@ against the real server: values far past one flow-control window and one
 DATA frame come back exact, a full window of publishes in flight is acked in
 order, and the stream really is on that connection for a plaintext client
 (thread ``liftbridge-h2-send``); the TLS client's stays on grpcio
-(``tests/integration/test_tls.py``)."""
+(``tests/integration/test_tls.py``). On Linux the real server's small frames
+(its WINDOW_UPDATE and BDP PING a request) are held for the next ack on the
+shared stream, not on a thread's lane."""
 
 from __future__ import annotations
 
 import hashlib
+import socket
+import sys
 import threading
 import time
 from concurrent.futures import Future
+from typing import Any
+
+import pytest
 
 import liftbridge
 from liftbridge._core import _validate
+from liftbridge._transport._http2_conn import HELD_BYTES, Http2Connection
 from liftbridge_api import api_pb2
 
 SENDER = "liftbridge-h2-send"
@@ -97,3 +105,31 @@ def test_a_plaintext_clients_publish_stream_is_its_own_connection(
     for sender in _senders():
         sender.join(max(0.0, deadline - time.monotonic()))
     assert _senders() == []
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="SO_RCVLOWAT holds bytes on Linux only")
+def test_the_shared_publish_stream_holds_small_frames_and_a_lane_does_not(
+    client: liftbridge.Client, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A connection's id: the connection, and its SO_RCVLOWAT after each hold.
+    holds: dict[int, tuple[Any, list[int]]] = {}
+    hold = Http2Connection._hold
+
+    def recording(self: Any) -> None:
+        hold(self)
+        mark = self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
+        holds.setdefault(id(self), (self, []))[1].append(mark)
+
+    monkeypatch.setattr(Http2Connection, "_hold", recording)
+    for i in range(20):  # this thread's lane: it writes its requests and reads their acks
+        client.publish(stream, b"%d" % i)
+    lanes = [connection for connection, _ in holds.values()]
+    assert lanes, "the lane's first ack read never offered to hold"
+    for connection in lanes:  # its own next write turned the hold off for good
+        assert connection._sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT) == 1
+    lane_ids = set(holds)
+    futures = [client.publish_async(stream, b"y" * 100) for _ in range(500)]
+    for future in futures:
+        future.result(timeout=30)
+    shared = [marks for key, (_, marks) in holds.items() if key not in lane_ids]
+    assert any(HELD_BYTES in marks for marks in shared), shared
