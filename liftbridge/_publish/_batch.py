@@ -172,9 +172,12 @@ class BatchMethods:
         options, through the same in-flight window as :meth:`publish_async`:
         as many at a time as the window has room for (a batch larger than
         the free window waits, as a publish does, for room for its next
-        part; the window is never exceeded). The options are checked and
-        the partition chosen once per batch (per message only with a
-        ``partitioner``, which sees each value). Costs less client CPU per
+        part; the window is never exceeded; over gRPC, with ``max_inflight``
+        of 256 or more, a part is at most a quarter of the window, 256 at
+        most, and a batch waits, as :meth:`publish_async` does, for a busy
+        sender thread to take that many, 0.1 s at most). The options are
+        checked and the partition chosen once per batch (per message only
+        with a ``partitioner``, which sees each value). Costs less client CPU per
         message than ``publish_async`` with an ack handler: one Future and
         one gathering of outcomes per batch, at the price of one outcome for
         the whole batch.

@@ -7,10 +7,18 @@ pending publishes in one loop and enter the in-flight window a part at a
 time: as many as the window has room for (at least one, waiting as a
 single publish waits while it is full), registered, queued for the sender
 (the part as one item) and given their ack deadline under one round of
-the publisher's lock per part. From there each is a publish like any other (sent, resent never,
-failed by a broken stream, a leader lost, its deadline or close), except
-that its outcome goes to its :class:`~liftbridge._publish._batch.Batch`
-(settled on the thread that resolves it: no handler call per message on
+the publisher's lock per part. From a window of
+:data:`~liftbridge._publish._sending.STEPPED_FROM` up, a producer publishing
+batches back to back hands the sender the GIL every
+:func:`~liftbridge._publish._sending.sender_step` requests, as
+:meth:`~liftbridge._publish._publisher.Publisher.submit` does: a part is at
+most what is left of the step, and once a step's requests are queued for a
+busy sender the producer waits until it pulls (without, it kept the GIL
+until the window was full, and the sender wrote the freed window at once). From there
+each is a publish like any other (sent, resent never, failed by a broken
+stream, a leader lost, its deadline or close), except that its outcome
+goes to its :class:`~liftbridge._publish._batch.Batch` (settled on the
+thread that resolves it: no handler call per message on
 ``liftbridge-callbacks``).
 """
 
@@ -28,8 +36,9 @@ from liftbridge._errors import ClientClosedError, LiftbridgeError
 from liftbridge._publish._batch import Batch
 from liftbridge._publish._pending import Pending, Spent
 from liftbridge._publish._request_bytes import Request
-from liftbridge._publish._sending import Unsent
+from liftbridge._publish._sending import STEPPED_FROM, Unsent
 from liftbridge._publish._window import Window
+from liftbridge._transport._handover import Handover
 
 
 class BatchSubmit:
@@ -45,6 +54,13 @@ class BatchSubmit:
     _threads_started: bool
     _dispatcher: threading.Thread
     _outbox: Unsent  # its put ends producers' own writes (see _sending.py)
+    _generation: int
+    # A producer that queued Handover.frames requests for a busy sender waits
+    # here until the sender pulls (it gets the GIL then: _handover.py).
+    _sender_takes: Handover
+    # Requests of batches queued for a busy sender since a producer last
+    # waited for it or found it idle (under _lock).
+    _batch_unpulled: int
     _in_order: OrderedDeadlines[Any]
     _spent: Spent
     _expire: Callable[[Pending], None]
@@ -108,10 +124,12 @@ class BatchSubmit:
         in_order = wait == self._ack_wait
         while start < count:
             try:
-                end = self._admit_part(pendings, start, wait)
+                end, behind = self._admit_part(pendings, start, wait)
             except LiftbridgeError as error:  # closed, or the window stayed full
                 batch.fail_rest(start, error)
                 raise
+            if behind:  # a step queued for a busy sender: let it have the GIL (_handover.py)
+                self._sender_takes.wait()
             if not in_order:
                 part = pendings[start:end]
                 self._timer.schedule(
@@ -120,14 +138,28 @@ class BatchSubmit:
             self._spent.free(end - start)
             start = end
 
-    def _admit_part(self, pendings: list[Pending], start: int, wait: float) -> int:
+    def _admit_part(self, pendings: list[Pending], start: int, wait: float) -> tuple[int, bool]:
         """Admits ``pendings[start:]`` as far as the window has room (at
-        least one, waiting while it is full), in one round of the lock;
-        returns the index after the last one admitted."""
+        least one, waiting while it is full) and the sender step allows, in
+        one round of the lock.
+
+        Returns:
+            The index after the last one admitted, and whether the producer
+            now waits for the sender to pull: a step's requests
+            (:attr:`Handover.frames`) queued while it was busy. Below a
+            window of :data:`~liftbridge._publish._sending.STEPPED_FROM`
+            parts are never cut, nor waited on (from 32 the window's halves,
+            ``resume_free``, already give the sender a part at a time).
+        """
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the client is closed; the publish was not sent")
-            end = start + self._window.take_some(wait, len(pendings) - start)
+            window, step = self._window, self._sender_takes.frames
+            stepped = window.size >= STEPPED_FROM
+            want = len(pendings) - start
+            if stepped:
+                want = min(want, step - self._batch_unpulled)  # at least 1: reset at step
+            end = start + window.take_some(wait, want)
             if not self._threads_started:
                 self._threads_started = True
                 self._dispatcher.start()
@@ -136,12 +168,19 @@ class BatchSubmit:
             for pending in part:
                 pending.deadline = deadline
                 registered[pending.correlation_id] = pending
-            self._outbox.put(part)  # one item: the sender takes it a run at a time
+            outbox, behind = self._outbox, False
+            if outbox.idle == self._generation:  # it took and wrote all: this part wakes it
+                self._batch_unpulled = 0
+            elif stepped:  # busy: it writes this part after what it has
+                unpulled = self._batch_unpulled + end - start
+                behind = unpulled >= step
+                self._batch_unpulled = 0 if behind else unpulled
+            outbox.put(part)  # one item: the sender takes it a run at a time
             if wait == self._ack_wait:
                 append = self._in_order.append_held  # in deadline order: under _lock
                 for pending in part:
                     append(pending)
-        return end
+        return end, behind
 
 
 def _expire_each(expire: Callable[[Pending], None], part: list[Pending]) -> None:

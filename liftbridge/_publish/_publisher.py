@@ -162,6 +162,7 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
         self._outbox = Unsent()
         self._last_submit = 0.0  # time.monotonic() of the last publish submitted
         self._burst = 0  # publishes in a row each soon after the last (_sending._direct)
+        self._batch_unpulled = 0  # see _batch_submit.py
         # _send_lock is held by the one sender pulling from _outbox at a time
         # (a stream's sender and an outdated one may overlap), and guards
         # _carry: requests pulled from _outbox but not handed over (the rest

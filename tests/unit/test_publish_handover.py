@@ -2,7 +2,8 @@
 the GIL every quarter of the window, ``HAND_OVER`` at most, from a window of
 256 up, every half of it from 32 up (``liftbridge._transport._handover``,
 ``_sending.sender_step``): it
-never has more than that queued for a busy sender, and its wait ends when
+never has more than that queued for a busy sender (``publish_many_async``
+batches too from 256 up, a step cut out of them), and its wait ends when
 the sender pulls, when the publisher closes, and after ``WAIT`` at most."""
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future
 
 import pytest
 
 from liftbridge import ClientClosedError
+from liftbridge._publish._batch import Batch
+from liftbridge._publish._pending import Pending
 from liftbridge._publish._request_bytes import Request
-from liftbridge._publish._sending import sender_step
+from liftbridge._publish._sending import Unsent, sender_step
 from liftbridge._transport import _handover
 from liftbridge._transport._handover import HAND_OVER
 from tests.unit.test_publisher_unit import FakeServer, _close_client_threads, make, request
@@ -62,6 +66,55 @@ def test_a_producer_back_to_back_never_queues_more_than_a_step_for_the_sender(
     # Before: the whole 5,120 at once (8192); before the quarter step, the
     # window's 256 (the producer kept the GIL until the window was full).
     assert max(queued) <= step
+
+
+class _CountingOutbox(Unsent):
+    """The outbox, counting the requests producers queue (a batch's part: each of its)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queued = 0
+
+    def put(self, item: Pending | list[Pending] | None) -> None:
+        if isinstance(item, list):
+            self.queued += len(item)
+        elif item is not None:
+            self.queued += 1
+        super().put(item)
+
+
+@pytest.mark.usefixtures("_no_switch")
+@pytest.mark.parametrize(("max_inflight", "most"), [(256, 128), (32, 32)])
+def test_a_producer_of_batches_back_to_back_hands_the_sender_a_step_at_a_time(
+    monkeypatch: pytest.MonkeyPatch, max_inflight: int, most: int
+) -> None:
+    monkeypatch.setattr(_handover, "WAIT", 60.0)  # never runs out here: the sender pulls
+    p = make(FakeServer(), max_inflight=max_inflight)
+    outbox = p._outbox = _CountingOutbox()
+    between: list[int] = []  # requests queued since the sender's last pull, at each pull
+    last = 0
+    pull = p._next_requests
+
+    def counting(generation: int, *, block: bool) -> list[Request]:
+        nonlocal last
+        between.append(outbox.queued - last)
+        last = outbox.queued
+        return pull(generation, block=block)
+
+    monkeypatch.setattr(p, "_next_requests", counting)
+    batches = [Batch(Future(), 100) for _ in range(20)]
+    for b, batch in enumerate(batches):
+        requests: list[Request] = [request(b * 100 + i) for i in range(100)]
+        p.submit_many(requests, batch, None, one_partition=True)
+    assert p.flush(10)
+    p.close(time.monotonic() + 5)
+    acks = [ack for batch in batches for ack in batch.future.result()]
+    assert [ack.correlation_id for ack in acks] == [f"c{i}" for i in range(2000)]
+    # From 256: a step (64) for the idle sender (its part wakes it) and a
+    # step while it is busy, then the producer waits. Before: the window's
+    # 256 at once (the producer kept the GIL until the window was full).
+    # Below 256 parts are not cut: at most the window.
+    assert max(between) <= most
 
 
 @pytest.mark.parametrize(
