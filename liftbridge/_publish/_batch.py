@@ -84,10 +84,37 @@ class Batch:
             self._left = left
             if left:
                 return
+        self._resolve()
+
+    def settle_run(
+        self, outcomes: Sequence[tuple[Member, Ack | None, BaseException | None]], start: int
+    ) -> int:
+        """:meth:`settle` for members' outcomes ``(member, ack, error)`` from
+        ``outcomes[start]`` (this batch's) up to the first of another batch,
+        read in place (no outcome made per message); returns the index after
+        the last one settled."""
+        end = start
+        with self._lock:
+            acks = self._acks
+            for member, ack, error in itertools.islice(outcomes, start, None):
+                if member.batch is not self:
+                    break
+                end += 1
+                if error is None:
+                    acks[member.index] = ack
+                elif self._error is None:
+                    self._error = error
+            left = self._left = self._left - (end - start)
+            if left:
+                return end
+        self._resolve()
+        return end
+
+    def _resolve(self) -> None:  # every outcome is in: no thread writes them now
         if self._error is not None:
             self.future.set_exception(self._error)
         else:
-            self.future.set_result(acks)
+            self.future.set_result(self._acks)
 
     def fail_rest(self, start: int, error: BaseException) -> None:
         """Settles the messages from ``start`` on, which never entered the
@@ -103,22 +130,15 @@ class Member(Protocol):
     index: int  # its place in the batch
 
 
-def settle_members(outcomes: Sequence[tuple[Any, Ack | None, BaseException | None]]) -> None:
+def settle_members(outcomes: Sequence[tuple[Member, Ack | None, BaseException | None]]) -> None:
     """Settles batch members' outcomes ``(member, ack, error)``, one round of
     a batch's lock per run of the same batch (acks come in order, so a run
     is usually a whole window's worth)."""
-    run: list[tuple[int, Ack | None, BaseException | None]] = []
-    current: Batch | None = None
-    for member, ack, error in outcomes:
-        batch = member.batch
-        if batch is not current:
-            if current is not None:
-                current.settle(run)
-                run = []
-            current = batch
-        run.append((member.index, ack, error))
-    if current is not None:
-        current.settle(run)
+    start, count = 0, len(outcomes)
+    while start < count:
+        batch = outcomes[start][0].batch
+        assert batch is not None  # a member's
+        start = batch.settle_run(outcomes, start)
 
 
 def _payloads(values: object) -> list[bytes]:
