@@ -216,17 +216,28 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
     # ------------------------------------------------------------- StreamCall --
 
     def __iter__(self) -> Iterator[T]:
-        # A generator: resuming it per response costs less than a __next__ call.
+        # A generator: resuming it per response costs less than a __next__
+        # call, and it reads as __next__ does without calling it (at a paced
+        # rate each response is a read of its own: the call through next()
+        # and the type's slot would come with every one).
         ready = self._ready
         popleft = ready.popleft
+        read_lock = self._read_lock
         while True:
             while ready:
                 yield popleft()
+            end = self._end
+            if end is not None:
+                if ready:  # done() read the last responses and the end meanwhile
+                    continue
+                if isinstance(end, StopIteration):
+                    return
+                raise end
+            read_lock.acquire()  # the lock's own methods: no bound __enter__/__exit__
             try:
-                response = next(self)  # reads more, or raises how the call ended
-            except StopIteration:
-                return
-            yield response
+                self._read(wait=True)
+            finally:
+                read_lock.release()
 
     def __next__(self) -> T:
         ready = self._ready
@@ -272,11 +283,15 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
         the subscription's CPU per message, so the usual read is kept to a
         poll, a ``recv`` and the flow lock taken (raw, not through the
         Condition) twice; writing and keepalive steps only when due."""
-        with self._flow_lock:
-            if self._finished:
-                self._end = self._ending()
-                return
+        flow = self._flow_lock  # taken by its own methods (see __iter__)
+        flow.acquire()
+        finished = self._finished
+        if not finished:
             self._reading = True
+        flow.release()
+        if finished:
+            self._end = self._ending()
+            return
         received: memoryview | None = None
         failure = "the server closed the connection"
         try:
@@ -295,8 +310,9 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
             received = self._inbox.view[:0]
             failure = f"the connection failed: {e}"
         finally:
-            with self._flow_lock:
-                self._reading = False
+            flow.acquire()
+            self._reading = False
+            flow.release()
         if received is None:  # nothing read: a keepalive, cancel or done() without data
             if self._finished:
                 self._end = self._ending()
@@ -321,7 +337,7 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
         else:
             if reader.ended:
                 self._finish(reader.end)
-            elif self._ready and not self._held and self._can_hold:
+            elif self._can_hold and self._ready and not self._held:
                 self._hold()
         if self._ping_sent and reader.pongs != self._pongs:  # our keepalive PING answered
             self._ping_sent = 0.0

@@ -100,6 +100,9 @@ a server sends one of each per ack at a paced rate, and neither changes the
 stream's state or our receive window."""
 _NOT_PLAIN = PADDED | END_STREAM
 """DATA flags that take a frame off :meth:`FrameReader._frames`' own loop."""
+_HEAD, _PREFIX = FRAME_HEAD.unpack_from, MESSAGE_PREFIX.unpack_from
+_HEAD_AND_PREFIX = FRAME_AND_PREFIX.unpack_from
+"""The unpackers :meth:`FrameReader._frames` uses, bound once."""
 
 
 def _past_window() -> StreamError:
@@ -185,6 +188,9 @@ class FrameReader(Generic[T]):
     ) -> None:
         self._parse = parse
         self._max_message = max_message
+        # The largest message a plain DATA frame may carry whole (the limit, or
+        # what fits a frame), worked out once: _frames runs once per read.
+        self._one = min(max_message, MAX_FRAME_IN - 5)
         self._windows = windows
         self._flow = flow
         self._reply = reply
@@ -270,11 +276,11 @@ class FrameReader(Generic[T]):
         checks what it may be and do.
         """
         end, need = len(data), FRAME_HEAD.size
-        parse, ready = self._parse, self.ready.append
-        head, prefix, limit = FRAME_HEAD.unpack_from, MESSAGE_PREFIX.unpack_from, self._max_message
-        both, one = FRAME_AND_PREFIX.unpack_from, min(limit, MAX_FRAME_IN - 5)
+        parse, ready, limit, one = self._parse, self.ready.append, self._max_message, self._one
+        head, prefix, both = _HEAD, _PREFIX, _HEAD_AND_PREFIX
         window = self._window
-        plain = self._plain()
+        # _plain(), written out: this runs once per read.
+        plain = self._headers_seen and not (self._continuing or self._body or self.ended)
         try:
             while end - pos >= 9:
                 while plain and end - pos >= 14:
@@ -344,7 +350,8 @@ class FrameReader(Generic[T]):
         finally:
             if not self.ended:
                 self._window = window
-                self._rest += memoryview(data)[pos:]
+                if pos < end:  # the start of a frame to come (usually none is left)
+                    self._rest += memoryview(data)[pos:]
                 self._need = need
         unacked = RECEIVE_WINDOW - self._window
         if unacked >= REOPEN_AT and not self.ended:
