@@ -96,11 +96,24 @@ class OrderedDeadlines(Generic[T]):
             items.popleft()
         items.append(item)
         if len(items) > self._sweep_at:
-            self._items = collections.deque(i for i in items if not i.done)
-            # With more items pending than compact_at (a window that
-            # wide), sweeping again at the next append would make every
-            # append walk them all: the next sweep waits for twice as many.
-            self._sweep_at = max(self._compact_at, 2 * len(self._items))
+            self._sweep()
+
+    def _sweep(self) -> None:  # the queue's lock held
+        self._items = collections.deque(i for i in self._items if not i.done)
+        # With more items pending than compact_at (a window that wide),
+        # sweeping again at the next append would make every append walk
+        # them all: the next sweep waits for twice as many.
+        self._sweep_at = max(self._compact_at, 2 * len(self._items))
+
+    def extend_held(self, items: list[T]) -> None:
+        """:meth:`append_held` of each of ``items`` (a ``publish_many_async``
+        part, all due at once): a call for the first, and the rest queued at
+        once (one call per part instead of one per item)."""
+        if items:
+            self.append_held(items[0])
+            self._items.extend(itertools.islice(items, 1, None))
+            if len(self._items) > self._sweep_at:
+                self._sweep()
 
     def drop_done_held(self) -> None:
         """Lets go of the resolved items at the front, for a caller holding

@@ -177,9 +177,7 @@ class BatchSubmit:
                 self._batch_unpulled = 0 if behind else unpulled
             outbox.put(part)  # one item: the sender takes it a run at a time
             if wait == self._ack_wait:
-                append = self._in_order.append_held  # in deadline order: under _lock
-                for pending in part:
-                    append(pending)
+                self._in_order.extend_held(part)  # in deadline order: under _lock
         return end, behind
 
 

@@ -86,3 +86,33 @@ def test_the_thread_that_resolved_the_front_items_lets_go_of_them_in_order() -> 
         assert len(queue) == 1  # the fourth went with the third; the fifth waits
     finally:
         timer.close(time.monotonic() + TIMEOUT)
+
+
+def test_a_part_extended_at_once_queues_as_appending_each_would() -> None:
+    """``extend_held`` (a ``publish_many_async`` part) drops the resolved
+    items at the front, queues the part in order, and sweeps the resolved
+    ones out once the queue outgrows the sweep mark, as ``append_held`` does."""
+    lock = threading.Lock()
+    timer = AckTimer()
+    expired: list[_Due] = []
+    queue: OrderedDeadlines[_Due] = timer.ordered(
+        expired.append, wait=60.0, lock=lock, compact_at=8
+    )
+    try:
+        later = time.monotonic() + 60.0
+        with lock:
+            queue.extend_held([_Due(later, done=True) for _ in range(3)])
+            part = [_Due(later) for _ in range(4)]
+            queue.extend_held(part)  # the resolved front goes first
+        assert len(queue) == 4
+        for item in part[1:]:  # resolved behind an unresolved one
+            item.done = True
+        with lock:
+            queue.extend_held([_Due(later) for _ in range(4)])
+        assert len(queue) == 8  # not past the mark: nothing swept
+        with lock:
+            queue.extend_held([_Due(later)])
+        assert len(queue) == 6  # past it: the three resolved ones went
+        assert expired == []
+    finally:
+        timer.close(time.monotonic() + TIMEOUT)
