@@ -51,6 +51,7 @@ from liftbridge._publish._request_bytes import (
     Request,
     plain_publish_bytes,
     publish_bytes,
+    publish_bytes_like,
     stream_field,
 )
 from liftbridge_api import api_pb2
@@ -339,7 +340,14 @@ class Publishing:
             )
 
         requests: list[Request] = [first]
-        if isinstance(first, PublishBytes):
+        if isinstance(first, PublishBytes) and not each:
+            rest = publish_bytes_like(first, stream_field(stream), values[1:], ids[1:])
+            limit = self._wire_limit
+            for request in rest:
+                if len(request.wire) > limit:
+                    check.message_size(request, limit=self._max_message_size)
+            requests += rest
+        elif isinstance(first, PublishBytes):
             field = stream_field(stream)
             for value, correlation_id in zip(values[1:], ids[1:], strict=True):
                 request = publish_bytes(

@@ -15,7 +15,12 @@ from liftbridge._core import _validate as check
 from liftbridge._publish._bytes import varint
 from liftbridge._publish._options import ClientPublishOptions
 from liftbridge._publish._publishing import Publishing
-from liftbridge._publish._request_bytes import PublishBytes, publish_bytes, stream_field
+from liftbridge._publish._request_bytes import (
+    PublishBytes,
+    publish_bytes,
+    publish_bytes_like,
+    stream_field,
+)
 from liftbridge_api import api_pb2
 
 
@@ -111,6 +116,11 @@ def test_any_request_matches_the_generated_class(
     expected = generated(stream, value, correlation_id, key, partition, policy, offset)
     assert request.SerializeToString() == expected.SerializeToString()
     assert api_pb2.PublishRequest.FromString(request.SerializeToString()) == expected
+    # A publish_many_async batch's later requests, made like a first one: the same bytes.
+    first = ours(stream, b"first", "id-0", key, partition, policy, offset)
+    later = publish_bytes_like(first, stream_field(stream), [value], [correlation_id])
+    fields = ("stream", "partition", "correlationId", "ackPolicy", "key", "expectedOffset", "wire")
+    assert [getattr(later[0], f) for f in fields] == [getattr(request, f) for f in fields]
 
 
 class _Ids:
