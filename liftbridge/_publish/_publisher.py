@@ -299,7 +299,9 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
                 self._last_submit = now
                 direct = False
                 outbox.put_behind(pending)
-                behind = outbox.qsize() >= self._sender_takes.frames
+                # A step queued; not when this publish filled the window: the next
+                # one waits for room, which lets the sender have the GIL too.
+                behind = window.used < window.size and outbox.qsize() >= self._sender_takes.frames
             in_order = wait == self._ack_wait
             if in_order:
                 self._in_order.append_held(pending)  # in deadline order: under _lock (lent to it)

@@ -107,7 +107,9 @@ halves against 27.0-27.1k without."""
 
 def sender_step(max_inflight: int) -> int:
     """Publishes a producer queues for a busy sender before it waits for the
-    sender to pull them (:class:`~liftbridge._transport._handover.Handover`):
+    sender to pull them (:class:`~liftbridge._transport._handover.Handover`;
+    not when its publish filled the window: its next one waits for room,
+    and the sender gets the GIL then, without a second wait a half window):
     a quarter of the window, :data:`HAND_OVER` at most, from a window of
     :data:`STEPPED_FROM` up; half of it from :data:`HALVED_FROM` up; more
     than the window (never) below that.

@@ -144,6 +144,35 @@ def test_the_step_is_a_quarter_of_the_window_from_256_up_half_from_32_and_none_b
     p.close(time.monotonic() + 5)
 
 
+@pytest.mark.usefixtures("_no_switch")
+def test_a_publish_that_fills_the_window_does_not_wait_for_the_sender(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The next publish waits for room, and the sender gets the GIL then: a
+    hand-over there too was a second wait (and wake) for every half window."""
+    monkeypatch.setattr(_handover, "WAIT", 0.5)
+    server = FakeServer()
+    held = threading.Event()
+    server.gates["c0"] = held  # the sender is held up with c0 in hand: busy, nothing acked
+    server.direct = False
+    p = make(server, max_inflight=32)
+    used_at_wait: list[int] = []  # the window's used slots at each hand-over
+    wait = _handover.Handover.wait
+
+    def counting(self: _handover.Handover) -> None:
+        used_at_wait.append(p._window.used)
+        wait(self)
+
+    monkeypatch.setattr(_handover.Handover, "wait", counting)
+    futures = [p.submit(request(i), None, None) for i in range(32)]
+    held.set()
+    assert p.flush(10)
+    p.close(time.monotonic() + 5)
+    assert [f.result() is not None for f in futures] == [True] * 32
+    assert used_at_wait  # the first half's hand-over
+    assert max(used_at_wait) < 32  # before: 32 (c31 filled the window, and waited)
+
+
 def test_close_lets_a_producer_waiting_for_a_held_up_sender_go(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
