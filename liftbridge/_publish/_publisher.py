@@ -209,7 +209,6 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
         request: Request,
         handler: AckHandler | None,
         timeout: float | None,
-        *,
         future: Literal[True] = True,
     ) -> Future[Ack | None]: ...
 
@@ -219,7 +218,6 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
         request: Request,
         handler: AckHandler | None,
         timeout: float | None,
-        *,
         future: bool,
     ) -> Future[Ack | None] | None: ...
 
@@ -228,7 +226,6 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
         request: Request,
         handler: AckHandler | None,
         timeout: float | None,
-        *,
         future: bool = True,
     ) -> Future[Ack | None] | None:
         """Queues a publish; see the module docstring for its life.
@@ -237,7 +234,8 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
             request: the request, with its correlation id set.
             handler: called with the outcome, or None.
             timeout: ack timeout in seconds; None for the client's ``ack_wait``.
-            future: False for no Future (the handler alone hears the outcome).
+            future: False for no Future (the handler alone hears the outcome);
+                positional (a keyword costs the call ~0.04 us: every publish_async).
 
         Returns:
             A Future resolving to the Ack (None for AckPolicy.NONE) or failing
@@ -267,7 +265,9 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
                 kept.popleft()
             except IndexError:  # another publishing thread took the last
                 pass
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # its own methods: a with costs ~0.1 us more (bound __enter__, __exit__)
+        try:
             if self._closed:
                 raise ClientClosedError("the client is closed; the publish was not sent")
             window = self._window
@@ -305,6 +305,8 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
             in_order = wait == self._ack_wait
             if in_order:
                 self._in_order.append_held(pending)  # in deadline order: under _lock (lent to it)
+        finally:
+            lock.release()
         if not in_order:
             self._timer.schedule(pending.deadline, functools.partial(self._expire, pending))
         if direct:

@@ -295,14 +295,14 @@ class Publishing:
                 )
                 if len(plain.wire) > self._wire_limit:
                     check.message_size(plain, limit=self._max_message_size)
-                return self._publisher.submit(plain, ack_handler, None, future=future)
+                return self._publisher.submit(plain, ack_handler, None, future)
         request = self.request(stream, value, ack_policy, options, "publish_async")
         timeout = options.get("timeout")
         if isinstance(request, _PublishRequest) and request.ackInbox:
             wait = self._ack_wait if timeout is None else timeout
             outcome = self._inbox.publish_async(request, wait, ack_handler)
             return outcome if future else None
-        return self._publisher.submit(request, ack_handler, timeout, future=future)
+        return self._publisher.submit(request, ack_handler, timeout, future)
 
     def publish_batch(
         self,

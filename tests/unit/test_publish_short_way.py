@@ -64,7 +64,7 @@ class _Recorder:
     def next_correlation_id(self) -> str:
         return f"id-{next(self._ids)}"
 
-    def submit(self, request: Any, handler: Any, timeout: Any, *, future: bool) -> None:
+    def submit(self, request: Any, handler: Any, timeout: Any, future: bool) -> None:
         self.submitted.append((request, handler, timeout, future))
 
 
