@@ -77,7 +77,7 @@ from liftbridge._transport._http2_wire import (
     read_poll,
     wait_ready,
 )
-from liftbridge._transport._nowait import Inbox
+from liftbridge._transport._nowait import Inbox, receive_timeout
 from liftbridge._transport._stream import ReadyResponses
 
 _log = logging.getLogger(__name__)
@@ -210,6 +210,12 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
         except OSError as e:
             self._sock.close()
             raise StreamError(grpc.StatusCode.UNAVAILABLE, f"{address}: {e}") from e
+        # A unary call's reader has nothing to write while it waits (no sender,
+        # no hold): it waits in recv itself, one system call a wake-up instead
+        # of a poll and a recv; the keepalive interval bounds the wait.
+        self._wait_in_recv = bool(unary) and receive_timeout(
+            self._sock, None if keepalive is None else keepalive.interval
+        )
         if not unary:
             threading.Thread(target=self._send_loop, name="liftbridge-h2-send", daemon=True).start()
 
@@ -282,7 +288,8 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
         a sleep in poll with its caches cold: every step it takes shows in
         the subscription's CPU per message, so the usual read is kept to a
         poll, a ``recv`` and the flow lock taken (raw, not through the
-        Condition) twice; writing and keepalive steps only when due."""
+        Condition) twice (a unary call's, a subscription's: one ``recv``
+        that waits, no poll); writing and keepalive steps only when due."""
         flow = self._flow_lock  # taken by its own methods (see __iter__)
         flow.acquire()
         finished = self._finished
@@ -295,17 +302,22 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
         received: memoryview | None = None
         failure = "the server closed the connection"
         try:
-            if wait:
-                can_read = self._until_readable()
-            else:
+            count = None
+            if not wait:
                 if self._pending:
                     self._flush()
                 # Bytes held below HELD_BYTES do not make poll say readable: recv looks.
                 can_read = self._held or bool(self._poll(0))
+            elif self._wait_in_recv and not self._pending and not self._ping_sent:
+                count = self._inbox.recv_waiting(self._sock)
+                # None: silent for the keepalive interval (SO_RCVTIMEO).
+                can_read = count is None and self._until_readable(silent=True)
+            else:
+                can_read = self._until_readable()
             if can_read and not self._finished:
                 count = self._inbox.recv(self._sock)
-                if count is not None:
-                    received = self._inbox.view[:count]
+            if count is not None:
+                received = self._inbox.view[:count]
         except OSError as e:
             received = self._inbox.view[:0]
             failure = f"the connection failed: {e}"
@@ -364,7 +376,7 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
             return None
         return plain
 
-    def _until_readable(self) -> bool:
+    def _until_readable(self, *, silent: bool = False) -> bool:
         """Waits until the socket has data (or an end) to read, writing what
         is queued meanwhile as the socket takes it, and keeping the
         connection alive. False when the call ended meanwhile (keepalive
@@ -372,12 +384,15 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
 
         The usual wait (nothing queued, no PING out) is one poll bounded by
         the keepalive interval; the server counts as silent from when the
-        wait began, so a poll that times out sends the PING. Bytes held
-        below ``HELD_BYTES`` wait ``HELD_MS`` at most, then every byte wakes
-        it again."""
+        wait began, so a poll that times out sends the PING (``silent``: the
+        caller's own wait timed out so). Bytes held below ``HELD_BYTES`` wait
+        ``HELD_MS`` at most, then every byte wakes it again."""
         keepalive = self._keepalive
         since = 0.0  # when the server's silence began, for the keepalive
-        if not self._pending and not self._ping_sent:
+        if silent:
+            if keepalive is not None:
+                since = time.monotonic() - keepalive.interval
+        elif not self._pending and not self._ping_sent:
             millis = self._keepalive_ms
             if self._held:
                 bound = HELD_MS if millis < 0 else min(HELD_MS, millis)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import errno
 import os
 import socket
+import struct
 import sys
 from typing import Any
 
@@ -119,3 +120,38 @@ class Inbox:
             return sock.recv_into(self.view, 0, _FLAGS)
         except BlockingIOError:
             return None
+
+    def recv_waiting(self, sock: socket.socket) -> int | None:
+        """Reads what ``sock`` has into the buffer, waiting for it with the
+        GIL let go (as a poll waits): the count read (0: the peer closed the
+        connection, or the socket was shut down), None when the socket's
+        receive timeout (:func:`receive_timeout`) passed first. The socket
+        must be in blocking mode.
+
+        Raises:
+            OSError: the connection failed, or the socket is closed.
+        """
+        try:
+            return sock.recv_into(self.view)
+        except BlockingIOError:  # SO_RCVTIMEO passed with nothing read
+            return None
+
+
+def receive_timeout(sock: socket.socket, seconds: float | None) -> bool:
+    """Bounds a waiting ``recv`` on the blocking ``sock`` to ``seconds``
+    (SO_RCVTIMEO; None: no bound), for :meth:`Inbox.recv_waiting`. False
+    where that cannot be had (not Linux, or the option refused): wait with
+    poll then."""
+    if not sys.platform.startswith("linux") or sock.gettimeout() is not None:
+        return False
+    if seconds is None:
+        return True
+    try:
+        whole = int(seconds)
+        micros = int((seconds - whole) * 1_000_000)
+        if not whole and not micros:  # a zero timeval means no bound
+            micros = 1
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("@ll", whole, micros))
+    except (OSError, OverflowError, ValueError, struct.error):
+        return False
+    return True

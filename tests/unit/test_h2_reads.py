@@ -5,10 +5,13 @@ socket pair, the records then cut as a socket could deliver them)."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import socket
 import ssl
+import struct
+import sys
 import threading
 import time
 import tracemalloc
@@ -22,7 +25,7 @@ from chaos import fuzz_http2
 from liftbridge._transport._http2 import Http2Call
 from liftbridge._transport._http2_reader import REOPEN_AT, FrameReader, PeerWindows
 from liftbridge._transport._http2_tls import _PLAIN_BUFFER, TlsLayer, TlsSettings
-from liftbridge._transport._http2_wire import StreamError
+from liftbridge._transport._http2_wire import Keepalive, StreamError
 from liftbridge_api import api_pb2
 from tests.unit.h2_peer import (
     ACK,
@@ -162,24 +165,36 @@ def test_a_corrupt_record_is_an_ssl_error(pair: Pair) -> None:
         pair.client.unwrap(bytes(records))
 
 
-def test_small_reads_allocate_no_read_sized_object_each() -> None:
-    """A subscription keeping up with its server reads a few messages per
-    recv: each recv lands in the call's kept buffer (a new 256 KiB bytes
-    object per recv cost more than the recv itself)."""
+@contextlib.contextmanager
+def _subscribe_call(keepalive: Keepalive | None = None) -> Iterator[tuple[Http2Call[bytes], Peer]]:
+    """A Subscribe call (one request: no sender) and the server end of its
+    connection, past the opening and the response headers."""
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(WAIT)
-    address = f"127.0.0.1:{listener.getsockname()[1]}"
     call: Http2Call[bytes] = Http2Call(
-        address,
+        f"127.0.0.1:{listener.getsockname()[1]}",
         "/proto.API/Subscribe",
         api_pb2.SubscribeRequest(stream="s"),
         bytes,
         connect_timeout=WAIT,
+        keepalive=keepalive,
     )
     peer = Peer(listener.accept()[0])
     try:
         peer.opening()
         peer.accept()
+        yield call, peer
+    finally:
+        call.cancel()
+        peer.close()
+        listener.close()
+
+
+def test_small_reads_allocate_no_read_sized_object_each() -> None:
+    """A subscription keeping up with its server reads a few messages per
+    recv: each recv lands in the call's kept buffer (a new 256 KiB bytes
+    object per recv cost more than the recv itself)."""
+    with _subscribe_call() as (call, peer):
         peer.write(frame(DATA, 0, STREAM, grpc_message(b"first")))
         assert next(call) == b"first"  # what the opening allocates comes before the count
         tracemalloc.start()
@@ -191,10 +206,40 @@ def test_small_reads_allocate_no_read_sized_object_each() -> None:
         finally:
             tracemalloc.stop()
         assert peak < 64 * 1024, peak
-    finally:
-        call.cancel()
-        peer.close()
-        listener.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_RCVTIMEO as on Linux")
+def test_a_unary_calls_reader_waits_in_recv_and_still_pings_a_silent_server() -> None:
+    """A subscription's stream has nothing to write while it waits, so each
+    wake-up is one recv (the wait and the read in one system call), with no
+    poll before it; the keepalive interval bounds that recv (SO_RCVTIMEO), so
+    a silent server is still PINGed and its answer read."""
+    with _subscribe_call(Keepalive(interval=0.25, timeout=WAIT)) as (call, peer):
+        polls: list[int] = []
+        poll = call._poll
+
+        def counted(millis: int) -> object:
+            polls.append(millis)
+            return poll(millis)
+
+        call._poll = counted
+        for i in range(20):
+            peer.write(frame(DATA, 0, STREAM, grpc_message(b"m%d" % i)))
+            assert next(call) == b"m%d" % i
+        assert polls == []
+        seconds, micros = struct.unpack(
+            "@ll", call._sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, 16)
+        )
+        assert 0.25 <= seconds + micros / 1e6 < 0.3  # the kernel rounds it up to its tick
+        later: list[bytes] = []
+        reader = threading.Thread(target=lambda: later.append(next(call)), daemon=True)
+        reader.start()  # waits in recv until the server's silence has lasted the interval
+        ping = peer.read_until(PING)
+        assert ping.flags == 0
+        peer.write(frame(PING, ACK, 0, ping.payload) + frame(DATA, 0, STREAM, grpc_message(b"on")))
+        reader.join(WAIT)
+        assert later == [b"on"]
+        assert not call._ping_sent  # the answer was read
 
 
 def _reader(replies: list[bytes]) -> FrameReader[int]:
