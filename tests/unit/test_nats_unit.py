@@ -214,30 +214,34 @@ def test_the_servers_refusal_is_raised(publisher: NatsPublisher, clients: list[F
 # --------------------------------------------------------------- timeouts --
 
 
-def test_publish_times_out(publisher: NatsPublisher, clients: list[FakeClient]) -> None:
-    clients[0].responder = None
-    started = time.monotonic()
-    with pytest.raises(AckTimeoutError, match=r"^no ack within 0\.05s .* 'orders' .*'c-9'"):
-        publisher.publish("orders", b"v", correlation_id="c-9", timeout=0.05)
-    assert time.monotonic() - started < 1.0
-    # A late ack is dropped, and the id is free again.
-    clients[0].deliver(ack_for(_sent(clients[0].published[0][1]), 0))
-    clients[0].responder = Leader()
-    ack = publisher.publish("orders", b"v", correlation_id="c-9")
-    assert ack is not None and ack.correlation_id == "c-9"
+def test_publish_times_out(clients: list[FakeClient]) -> None:
+    with NatsPublisher("nats://127.0.0.1:4333", ack_wait=30.0) as publisher:
+        clients[0].responder = None
+        started = time.monotonic()
+        with pytest.raises(AckTimeoutError, match=r"^no ack within 0\.05s .* 'orders' .*'c-9'"):
+            publisher.publish("orders", b"v", correlation_id="c-9", timeout=0.05)
+        # The call's 0.05 s, not ack_wait's 30 s (3 s of room for a loaded CI machine).
+        assert time.monotonic() - started < 3.0
+        # A late ack is dropped, and the id is free again.
+        clients[0].deliver(ack_for(_sent(clients[0].published[0][1]), 0))
+        clients[0].responder = Leader()
+        ack = publisher.publish("orders", b"v", correlation_id="c-9")
+        assert ack is not None and ack.correlation_id == "c-9"
 
 
-def test_publish_async_times_out_on_the_timer_thread(
-    publisher: NatsPublisher, clients: list[FakeClient]
-) -> None:
-    clients[0].responder = None
-    slow = publisher.publish_async("orders", b"v", timeout=1.0)
-    fast = publisher.publish_async("orders", b"v", timeout=0.05)
-    with pytest.raises(AckTimeoutError):
-        fast.result(0.9)  # well before the slower deadline: the timer woke for it
-    assert not slow.done()
-    with pytest.raises(AckTimeoutError):
-        slow.result(2)
+def test_publish_async_times_out_on_the_timer_thread(clients: list[FakeClient]) -> None:
+    # The deadlines far apart and ack_wait past both: fast must fail within
+    # 1.95 s of its deadline (room for a loaded CI machine), and this thread
+    # then has the 2 s left before slow's deadline to see slow still waiting.
+    with NatsPublisher("nats://127.0.0.1:4333", ack_wait=30.0) as publisher:
+        clients[0].responder = None
+        slow = publisher.publish_async("orders", b"v", timeout=4.0)
+        fast = publisher.publish_async("orders", b"v", timeout=0.05)
+        with pytest.raises(AckTimeoutError):
+            fast.result(2.0)  # well before the slower deadline: the timer woke for it
+        assert not slow.done()
+        with pytest.raises(AckTimeoutError):
+            slow.result(10)
 
 
 def test_done_callbacks_run_on_the_callbacks_thread(
@@ -422,7 +426,9 @@ def test_lost_connection(clients: list[FakeClient]) -> None:
         publisher.publish("orders", b"v")
     started = time.monotonic()
     publisher.close()  # closes the socket first, so pynats2's close returns
-    assert time.monotonic() - started < 1.0
+    # Not CLOSE_TIMEOUT (5 s) waiting on the blocked close first (3 s of room
+    # for a loaded CI machine).
+    assert time.monotonic() - started < 3.0
     assert clients[0].socket_closed.is_set() and clients[0].closed
 
 
