@@ -628,7 +628,9 @@ def test_a_keepalive_ping_left_unanswered_ends_the_call_unavailable_in_its_timeo
     """A broker hung while its kernel still answers TCP: the call PINGs after
     ``interval`` of silence; an answered PING keeps it open (a second PING
     follows the next silence), an unanswered one ends it with a typed error
-    within ``timeout`` (+1 s for a loaded machine), however long the call
+    within ``timeout`` (+3 s: a loaded 2-core CI machine can be that late
+    to run the reading thread; a call never ended fails ``finish``'s 10 s
+    wait, and the default keepalive timeout is far past both), however long the call
     itself may live."""
     keepalive = Keepalive(interval=0.3, timeout=0.5)
     call, peer, _ = connection.open(keepalive=keepalive)
@@ -645,7 +647,7 @@ def test_a_keepalive_ping_left_unanswered_ends_the_call_unavailable_in_its_timeo
     assert reader.responses == [b"x"]
     assert isinstance(error, liftbridge.UnavailableError), repr(error)
     assert f"did not answer a keepalive PING within {keepalive.timeout} s" in str(error)
-    assert took <= keepalive.timeout + 1.0, f"ended {took:.2f} s after the PING"
+    assert took <= keepalive.timeout + 3.0, f"ended {took:.2f} s after the PING"
 
 
 def test_only_an_ack_after_the_keepalive_ping_answers_it(connection: Connection) -> None:
