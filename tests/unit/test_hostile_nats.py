@@ -41,8 +41,10 @@ pytestmark = pytest.mark.timeout(60)
 
 TIMEOUT = 2.0
 """The publish timeout of every case."""
-SLACK = 1.0
-"""Seconds past its deadline a case's call may end."""
+SLACK = 3.0
+"""Seconds past its deadline a case's call may end: room for a loaded 2-core
+CI machine (was 1 s); a call the hostile server holds up hangs, or waits out
+the test's 60 s timeout."""
 RSS_BOUND = 16 << 20
 """Bytes the process may grow by during a case: measured at most 2.7 MiB
 (the PING flood), the rest is room for a noisy process. The one case with a
