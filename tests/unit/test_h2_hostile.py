@@ -58,8 +58,10 @@ pytestmark = pytest.mark.timeout(60)
 
 TIMEOUT = 2.0
 """The publish timeout of every case."""
-SLACK = 1.0
-"""Seconds past its timeout a case's call may end."""
+SLACK = 3.0
+"""Seconds past its timeout a case's call may end: room for a loaded 2-core
+CI machine (was 1 s), short of the client's ack_wait (10 s) and rpc_timeout
+(10 s) the calls would fall back on if their own timeout were lost."""
 RSS_BOUND = 16 << 20
 """Bytes the process may grow by during a case: measured at most 1.3 MiB
 (the PING flood's queued acks), the rest is room for a noisy process. The
