@@ -112,6 +112,11 @@ def publish(client: liftbridge.Client, stream: str, partitions: int, per_partiti
         future.result()
 
 
+def joined(member: Consumer) -> bool:
+    """Whether ``member``'s join was answered: the server has it in the group."""
+    return member.member
+
+
 def holder(consumers: dict[str, Consumer], tp: StreamPartition) -> str | None:
     owners = [name for name, c in consumers.items() if tp in c.assignment]
     assert len(owners) <= 1, f"{tp} held by {owners}"
@@ -475,7 +480,11 @@ def test_pinned_group_standby_takes_over_and_release_hands_over(
     for name in ("first", "second", "third"):
         members[name] = make_consumer(unique_name)
         members[name].subscribe(unique_name, tally.handler(name))
-        time.sleep(0.01)  # distinct join times
+        # In the group before the next subscribes: generated ids sort by
+        # creation, but each member's group thread joins on its own, and on a
+        # busy machine a later one joining first holds the partition until
+        # the first joins (a move this test does not expect).
+        wait_for(functools.partial(joined, members[name]), 10, f"{name} joined")
     wait_for(lambda: holder(members, tp) == "first", 3 * HEARTBEAT, "the first joiner holds it")
     publish(client, unique_name, 1, 10)
     wait_for(lambda: tally.complete({0: 10}), 5, "handled by the active member")
@@ -569,12 +578,17 @@ def in_election(client: liftbridge.Client, group: str, member: Consumer) -> bool
     return members is not None and member.consumer_id in {m.consumer_id for m in members}
 
 
+def is_pinned(member: Consumer) -> bool:
+    """Whether ``member``'s own view says it holds the pin."""
+    return member.pin is not None and member.pin.pinned
+
+
 def pinned_holder(members: dict[str, Consumer]) -> str | None:
     """The one member whose own view says it holds the pin; None when none
     does, or while a handover shows in two views at once (the member losing
     the pin learns so at its next heartbeat; reading is fenced by the group
     epoch meanwhile)."""
-    pinned = [name for name, c in members.items() if c.pin is not None and c.pin.pinned]
+    pinned = [name for name, c in members.items() if is_pinned(c)]
     return pinned[0] if len(pinned) == 1 else None
 
 
@@ -635,7 +649,7 @@ def test_stuck_handler_loses_the_pin_within_pin_timeout(
 
     stuck, log = pinned_member(make_consumer, unique_name, pin_timeout=1.5)
     stuck.subscribe(unique_name, tally.handler("stuck", stick_at_5))
-    time.sleep(0.01)
+    wait_for(functools.partial(is_pinned, stuck), 10, "stuck is pinned")  # before the next stands
     standby, _ = pinned_member(make_consumer, unique_name)
     standby.subscribe(unique_name, tally.handler("standby"))
     wait_for(lambda: len(stuck.assignment) == 2, 5, "the first member is pinned")
@@ -669,7 +683,8 @@ def test_unpin_from_outside_moves_the_pin_and_events_come_in_order(
     for name in ("a", "b"):
         members[name], logs[name] = pinned_member(make_consumer, unique_name)
         members[name].subscribe(unique_name, tally.handler(name))
-        time.sleep(0.01)
+        if name == "a":  # pinned before b stands, or b may take the pin first
+            wait_for(functools.partial(is_pinned, members[name]), 10, "a is pinned first")
     wait_for(lambda: pinned_holder(members) == "a", 15, "a is pinned")
     first_pin = members["a"].pin
     assert first_pin is not None and first_pin.pin_id
@@ -750,7 +765,8 @@ def test_describe_group_tells_who_holds_the_pin(
     for name in ("a", "b"):
         members[name], _ = pinned_member(make_consumer, unique_name)
         members[name].subscribe(unique_name, Tally().handler(name))
-        time.sleep(0.01)
+        if name == "a":  # pinned before b stands, or b may take the pin first
+            wait_for(functools.partial(is_pinned, members[name]), 10, "a is pinned first")
     wait_for(lambda: pinned_holder(members) == "a", 5, "a is pinned")
 
     def pinned_is(name: str) -> bool:
@@ -1075,7 +1091,7 @@ def test_a_pinned_puller_that_stops_pulling_loses_the_pin_and_comes_back_as_stan
     client.create_stream(unique_name)
     first, log = pinned_member(make_consumer, unique_name, pin_timeout=1.5)
     first.subscribe(unique_name)
-    time.sleep(0.01)  # a later join: the second in line
+    wait_for(functools.partial(is_pinned, first), 10, "first is pinned")  # second stands behind
     second, _ = pinned_member(make_consumer, unique_name, pin_timeout=1.5)
     second.subscribe(unique_name)
     parts = (StreamPartition(unique_name, 0),)
@@ -1134,7 +1150,10 @@ def test_an_expired_pinned_member_comes_back_as_a_standby(
         standby.subscribe(unique_name, tally.handler("standby"))
         publish(client, unique_name, 1, 5)
         wait_for(lambda: len([w for w in lines if w[0] == "offset"]) == 5, 10, "child handled 5")
-        time.sleep(0.5)  # its auto-checkpoint
+        # Its auto-checkpoint (every 0.2 s) has committed them: a fixed pause
+        # stood in for this, and a busy machine can run the child later.
+        committed = functools.partial(client.fetch_cursor, f"__group:{unique_name}", unique_name, 0)
+        wait_for(lambda: committed() == 4, 10, "the child's commit of offset 4")
         assert standby.pin is not None and not standby.pin.pinned
         child.send_signal(signal.SIGSTOP)
         took = wait_for(
