@@ -80,12 +80,15 @@ def test_min_offsets_per_trigger_holds_a_batch_back_until_max_trigger_delay(
     server: LocalServer, client: liftbridge.Client, unique_name: str
 ) -> None:
     client.create_stream(unique_name)
-    reader = _reader(server, unique_name, minOffsetsPerTrigger="10", maxTriggerDelay="500ms")
+    # The delay runs from the reader's creation: the RPCs and four publishes
+    # up to the first latestOffset must take less than it, and a loaded CI
+    # machine can take most of a second for them (it was 500 ms).
+    reader = _reader(server, unique_name, minOffsetsPerTrigger="10", maxTriggerDelay="2s")
     start = reader.initialOffset()  # latest: the empty partition's end
     assert start == {unique_name: {"0": 0}}
     _publish(client, unique_name, {0: 4})
     assert reader.latestOffset(start, ReadAllAvailable()) == start  # 4 < 10: wait
-    time.sleep(0.6)
+    time.sleep(2.1)
     assert reader.latestOffset(start, ReadAllAvailable()) == {unique_name: {"0": 4}}
 
 
