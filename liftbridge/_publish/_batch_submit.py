@@ -129,7 +129,7 @@ class BatchSubmit:
                 batch.fail_rest(start, error)
                 raise
             if behind:  # a step queued for a busy sender: let it have the GIL (_handover.py)
-                self._sender_takes.wait()
+                self._sender_takes.wait(self._outbox.qsize)
             if not in_order:
                 part = pendings[start:end]
                 self._timer.schedule(

@@ -312,7 +312,7 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
         if direct:
             self._write(pending, generation)
         elif behind:  # a step queued for a busy sender: let it have the GIL (_handover.py)
-            self._sender_takes.wait()
+            self._sender_takes.wait(self._outbox.qsize)
         return outcome
 
     def borrow(self, wait: float) -> None:

@@ -24,7 +24,9 @@ the next. (Waking an idle I/O thread keeps the GIL instead: ``_nowait``.)
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
+from collections.abc import Callable
 
 HAND_OVER = 256
 """Items a sender queues for a busy writing thread before it waits (a
@@ -54,11 +56,17 @@ class Handover:
         # Each a lock held, released by the I/O thread once it took the outbox.
         self._takers: collections.deque[threading.Lock] = collections.deque()
 
-    def wait(self) -> None:
+    def wait(self, queued: Callable[[], int]) -> None:
         """Waits (up to :data:`WAIT`) until the I/O thread calls :meth:`release`.
         Returns at once while a sender waits already or an earlier wait ran
         out (the I/O thread is held up: a write to a server that does not
-        read), once the I/O thread ended, and on the I/O thread itself."""
+        read), once the I/O thread ended, and on the I/O thread itself.
+
+        ``queued()``: how many items the I/O thread has yet to take. It is read
+        once this sender is in line: the I/O thread looks for waiting senders
+        only after it took, so one that took everything between the caller's
+        look at the queue and this line would release no one, and the sender
+        would wait out :data:`WAIT` while the I/O thread slept."""
         takers = self._takers
         if takers or self._ended.is_set() or threading.current_thread() is self._io:
             return
@@ -66,6 +74,10 @@ class Handover:
         taken.acquire()
         takers.append(taken)
         if self._ended.is_set():  # it ended after the check above
+            return
+        if not queued():  # taken already: no release comes for this wait
+            with contextlib.suppress(ValueError):  # unless it came just now
+                takers.remove(taken)
             return
         taken.acquire(timeout=WAIT)
 

@@ -227,7 +227,7 @@ class NatsSocket:
             self._idle = False
             self._wake(not waits)
         elif len(outbox) >= self._handover.frames:
-            self._handover.wait()
+            self._handover.wait(outbox.__len__)
 
     def send_frames(self, items: list[tuple[str, bytes, object]]) -> None:
         """Queues many ``(subject, frame, entry)`` in order, as
@@ -238,7 +238,7 @@ class NatsSocket:
             self._idle = False
             self._wake()
         elif len(outbox) >= self._handover.frames:
-            self._handover.wait()
+            self._handover.wait(outbox.__len__)
 
     def drop_unsent(self) -> None:
         """Forgets envelopes not written yet (closing: the owner fails them)."""

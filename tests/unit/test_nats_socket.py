@@ -300,15 +300,19 @@ def test_a_sender_back_to_back_stays_within_a_hand_over_of_the_io_thread(
 def test_a_wait_that_ran_out_is_not_waited_again_until_the_io_thread_comes() -> None:
     io = threading.Thread(target=lambda: None, name="test-io")
     handover = Handover(2, io, threading.Event())
+
+    def queued() -> int:
+        return 2  # nothing taken
+
     _handover.WAIT, wait = 0.01, _handover.WAIT
     try:
-        handover.wait()  # no I/O thread takes: it runs out
+        handover.wait(queued)  # no I/O thread takes: it runs out
         assert handover.waiting
         _handover.WAIT = 3600.0
-        handover.wait()  # returns at once: the I/O thread is held up
+        handover.wait(queued)  # returns at once: the I/O thread is held up
         handover.release()
         assert not handover.waiting
-        released = threading.Thread(target=handover.wait, name="test-sender")
+        released = threading.Thread(target=handover.wait, args=(queued,), name="test-sender")
         released.start()
         while not handover.waiting and released.is_alive():
             threading.Event().wait(0.001)  # polling from a test, not a stoppable loop
@@ -319,11 +323,35 @@ def test_a_wait_that_ran_out_is_not_waited_again_until_the_io_thread_comes() -> 
         _handover.WAIT = wait
 
 
+def test_a_sender_does_not_wait_for_a_take_that_came_before_it_was_in_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The I/O thread took the whole queue (and saw no one waiting) between
+    # the sender's look at the queue and its place in line: no release comes.
+    # Before, the sender waited out WAIT (0.1 s a publish stall; the test's
+    # hour ran until the fake server's connection went stale).
+    monkeypatch.setattr(_handover, "WAIT", 3600.0)
+    handover = Handover(2, threading.Thread(target=lambda: None), threading.Event())
+    sender = threading.Thread(target=handover.wait, args=(lambda: 0,), name="test-sender")
+    sender.start()
+    sender.join(30)
+    assert not sender.is_alive(), "the sender waited for a take that had come"
+    assert not handover.waiting  # out of line: the next sender's wait is a real one
+    released = threading.Thread(target=handover.wait, args=(lambda: 2,), name="test-sender")
+    released.start()
+    while not handover.waiting and released.is_alive():
+        threading.Event().wait(0.001)  # polling from a test, not a stoppable loop
+    assert released.is_alive()  # something queued: it waits for the I/O thread
+    handover.release()
+    released.join(30)
+    assert not released.is_alive()
+
+
 def test_no_wait_once_the_io_thread_ended_nor_on_the_io_thread(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(_handover, "WAIT", 3600.0)
     ended = threading.Event()
     ended.set()
-    Handover(1, threading.Thread(target=lambda: None), ended).wait()
-    Handover(1, threading.current_thread(), threading.Event()).wait()
+    Handover(1, threading.Thread(target=lambda: None), ended).wait(lambda: 1)
+    Handover(1, threading.current_thread(), threading.Event()).wait(lambda: 1)

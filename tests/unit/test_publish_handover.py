@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 
 import pytest
@@ -159,9 +159,9 @@ def test_a_publish_that_fills_the_window_does_not_wait_for_the_sender(
     used_at_wait: list[int] = []  # the window's used slots at each hand-over
     wait = _handover.Handover.wait
 
-    def counting(self: _handover.Handover) -> None:
+    def counting(self: _handover.Handover, queued: Callable[[], int]) -> None:
         used_at_wait.append(p._window.used)
-        wait(self)
+        wait(self, queued)
 
     monkeypatch.setattr(_handover.Handover, "wait", counting)
     futures = [p.submit(request(i), None, None) for i in range(32)]
