@@ -72,38 +72,55 @@ def test_every_path_survives_the_first_seed_leading_and_dying(
                 errors.append(error)
             elif message is not None:
                 received.append(message.value)
-                if len(received) >= 3:
+                if {b"0", b"1", b"2"} <= set(received):
                     three.set()
 
         sub = client.subscribe(stream, handler, start=liftbridge.StartPosition.EARLIEST)
         pull = client.pull(stream, start=liftbridge.StartPosition.EARLIEST)
         client.publish(stream, b"0", ack_policy=ALL, timeout=5)
         _sigkill(leader)
-        killed = time.monotonic()
 
         # Each on a thread of its own: a sync publish's stream is then opened
         # after the kill, through the rotation that starts at the dead seed.
         # The server elects a new leader in about 1-4 s here; with AckPolicy.ALL
         # the ack also waits for the dead replica to leave the ISR (3 s more
-        # at most), so the calls get 10 s: each must wait, not fail at once.
+        # at most), so the calls get 10 s: each must wait, not fail at once
+        # with "cannot reach" (UnavailableError, issue 25's failure). A try may
+        # still fail typed: under load (the whole suite on two cores) one
+        # publish sent as the new leader took over got no ack in its 10 s (the
+        # election alone took 4 s), so the publish is tried again, and b"1"
+        # may then be stored twice (at-least-once).
+        failover = (
+            liftbridge.AckTimeoutError,
+            liftbridge.DeadlineExceededError,
+            liftbridge.LeaderLostError,
+        )
         with ThreadPoolExecutor(2) as pool:
-            sync = pool.submit(client.publish, stream, b"1", ack_policy=ALL, timeout=10)
+            sync = pool.submit(
+                _publish_until_acked,
+                lambda: client.publish(stream, b"1", ack_policy=ALL, timeout=10),
+                bound=10 + 2,
+                deadline=time.monotonic() + 40,
+                failover=failover,
+            )
             read = pool.submit(client.get, stream, 0, timeout=10)
-            ack = sync.result(20)
-            assert ack is not None and ack.offset == 1
+            sync.result(60)
             assert read.result(20).value == b"0"
-        future = client.publish_async(stream, b"2", ack_policy=ALL, timeout=10)
-        assert future.result(20) is not None
-        assert time.monotonic() - killed < 10 + 10 + 2, "the calls took longer than their deadlines"
+        _publish_until_acked(
+            lambda: client.publish_async(stream, b"2", ack_policy=ALL, timeout=10).result(20),
+            bound=10 + 2,
+            deadline=time.monotonic() + 40,
+            failover=failover,
+        )
 
         assert three.wait(30), f"the subscription received {received}"
-        assert received == [b"0", b"1", b"2"]
+        assert _once(received) == [b"0", b"1", b"2"]
         assert errors == []
         values: list[bytes] = []
         deadline = time.monotonic() + 30
-        while len(values) < 3 and time.monotonic() < deadline:
-            values += [m.value for m in pull.fetch(3 - len(values), timeout=1)]
-        assert values == [b"0", b"1", b"2"]
+        while not {b"0", b"1", b"2"} <= set(values) and time.monotonic() < deadline:
+            values += [m.value for m in pull.fetch(3, timeout=1)]
+        assert _once(values) == [b"0", b"1", b"2"]
         pull.close()
         sub.close()
 
@@ -130,10 +147,31 @@ def _try_publish(client: liftbridge.Client, stream: str, value: bytes) -> object
         return e
 
 
-def _publish_until_acked(publish: Callable[[], object], bound: float, deadline: float) -> int:
+def _once(values: list[bytes]) -> list[bytes]:
+    """``values`` in order, each the first time it came (a retried publish may be stored twice)."""
+    return list(dict.fromkeys(values))
+
+
+FAILING_OVER: tuple[type[liftbridge.LiftbridgeError], ...] = (
+    liftbridge.AckTimeoutError,
+    # No new leader within this try's own deadline (a slow election under
+    # load): the publish was not sent, and the next try may find one.
+    liftbridge.DeadlineExceededError,
+    liftbridge.LeaderLostError,
+    liftbridge.UnavailableError,
+)
+
+
+def _publish_until_acked(
+    publish: Callable[[], object],
+    bound: float,
+    deadline: float,
+    failover: tuple[type[liftbridge.LiftbridgeError], ...] = FAILING_OVER,
+) -> int:
     """Calls ``publish`` until it returns an ack; each try must resolve within
     ``bound`` seconds, and the ack must come before ``deadline``. Returns the
-    number of failed tries (typed errors: the partition was failing over)."""
+    number of failed tries (the typed errors in ``failover``: the partition
+    was failing over; any other error fails the test)."""
     failed = 0
     while True:
         assert time.monotonic() < deadline, f"no ack before the deadline ({failed} failed tries)"
@@ -141,14 +179,7 @@ def _publish_until_acked(publish: Callable[[], object], bound: float, deadline: 
         try:
             publish()
             return failed
-        except (
-            liftbridge.AckTimeoutError,
-            # No new leader within this try's own deadline (a slow election under
-            # load): the publish was not sent, and the next try may find one.
-            liftbridge.DeadlineExceededError,
-            liftbridge.LeaderLostError,
-            liftbridge.UnavailableError,
-        ):
+        except failover:
             failed += 1
         finally:
             assert time.monotonic() - started < bound, "a publish overran its own deadline"
