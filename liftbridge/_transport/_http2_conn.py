@@ -275,7 +275,7 @@ class Http2Connection:
                 self._can_hold = False
                 self._release()
         while True:
-            frames = []
+            frames: list[bytes | memoryview] = []
             with self._flow:
                 while not self._finished and pos < len(payload):
                     if min(peer.stream, peer.conn) > 0:
@@ -294,14 +294,12 @@ class Http2Connection:
                         break
                     peer.stream -= size
                     peer.conn -= size
-                    last = end_stream and pos + size == len(payload)
-                    frames.append(
-                        frame_bytes(
-                            DATA,
-                            END_STREAM if last else 0,
-                            STREAM,
-                            bytes(view[pos : pos + size]),
-                        )
+                    flags = END_STREAM if end_stream and pos + size == len(payload) else 0
+                    # The header, then a view of the payload: the join below is
+                    # the one copy (frame_bytes over a sliced copy made three).
+                    frames += (
+                        (size << 48 | DATA << 40 | flags << 32 | STREAM).to_bytes(9, "big"),
+                        view[pos : pos + size],
                     )
                     pos += size
             if end_stream and not payload:
