@@ -208,7 +208,8 @@ class Sending:
             # no lock taken (the blocking call looks at carry under the lock).
             return []
         taken: list[Pending] = []
-        sent: list[Pending] = []
+        requests: list[Request] = []
+        unacked: list[Pending] = []  # AckPolicy.NONE: no answer comes
         with self._send_lock:
             while True:
                 while carry and len(taken) < _DRAIN:
@@ -243,22 +244,26 @@ class Sending:
                         raise StopIteration
                     # Leaders are looked at one by one only while some broker is down.
                     anything_down = self._router.any_broker_down()
+                    # One pass, the requests and the unacked taken as it goes (a
+                    # second pass and a comprehension cost more a publish).
                     for pending in taken:
                         if pending.done:  # timed out while queued
                             continue
                         pending.generation = generation
                         if anything_down:
                             self._suspect(pending)
-                        sent.append(pending)
-                if sent or not block:
+                        requests.append(pending.request)
+                        if not pending.expects_ack:
+                            unacked.append(pending)
+                if requests or not block:
                     break
                 taken.clear()
         if self._sender_takes.waiting:  # the producer queues more while this thread writes
             self._sender_takes.release()
-        for pending in sent:
-            if not pending.expects_ack and self._claim(pending):  # AckPolicy.NONE: no answer
-                self._complete(pending, None, None)  # comes; done once handed to the sender
-        return [pending.request for pending in sent]
+        for pending in unacked:
+            if self._claim(pending):  # done once handed to the sender
+                self._complete(pending, None, None)
+        return requests
 
     def _suspect(self, pending: Pending) -> None:  # _handover_lock held
         """Marks a publish being sent to a leader known down: liftbridge-leader-check decides."""
