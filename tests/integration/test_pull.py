@@ -40,7 +40,12 @@ def test_fetch_returns_at_the_message_limit(client: liftbridge.Client, stream: s
 def test_fetch_returns_what_came_at_the_timeout(client: liftbridge.Client, stream: str) -> None:
     _publish(client, stream, 3)
     with client.pull(stream, start=EARLIEST) as consumer:
+        # All three read ahead first: reading them is not what the 1 s times
+        # (on a loaded machine it can take longer than that).
+        _until(lambda: consumer.buffered == 3, "the three were not read ahead")
+        started = time.monotonic()
         assert [m.offset for m in consumer.fetch(10, timeout=1)] == [0, 1, 2]
+        assert time.monotonic() - started >= 0.9  # it waited for the other seven
         assert consumer.fetch(timeout=0.2) == []
 
 
