@@ -228,17 +228,14 @@ class Http2Connection:
         chunk = request.SerializeToString()
         size = len(chunk) + 5
         peer = self._peer
-        flow_lock = self._flow_lock
-        flow_lock.acquire()  # not ``with``: fewer instructions a publish, nothing here raises
-        if self._finished or size > peer.max_frame or size > peer.stream or size > peer.conn:
-            flow_lock.release()
-            return False
-        peer.stream -= size
-        peer.conn -= size
-        if self._held and self._holder == threading.get_ident():  # a lane: see _hold
-            self._can_hold = False
-            self._release()  # suppresses the OSError it may meet
-        flow_lock.release()
+        with self._flow_lock:
+            if self._finished or size > peer.max_frame or size > peer.stream or size > peer.conn:
+                return False
+            peer.stream -= size
+            peer.conn -= size
+            if self._held and self._holder == threading.get_ident():  # a lane: see _hold
+                self._can_hold = False
+                self._release()
         # The DATA frame's header and the message's length prefix in one go, not
         # frame_bytes over a prefixed chunk: 0.47 against 0.89 us for 130 B (timeit).
         frame = (size << 88 | DATA << 80 | STREAM << 40 | len(chunk)).to_bytes(14, "big") + chunk
