@@ -37,6 +37,7 @@ from liftbridge._transport._http2_wire import (
     STREAM,
     StreamError,
     frame_bytes,
+    frame_header,
 )
 from liftbridge._transport._nowait import send_nowait
 from liftbridge._transport._status import from_rpc_error
@@ -297,10 +298,7 @@ class Http2Connection:
                     flags = END_STREAM if end_stream and pos + size == len(payload) else 0
                     # The header, then a view of the payload: the join below is
                     # the one copy (frame_bytes over a sliced copy made three).
-                    frames += (
-                        (size << 48 | DATA << 40 | flags << 32 | STREAM).to_bytes(9, "big"),
-                        view[pos : pos + size],
-                    )
+                    frames += (frame_header(DATA, flags, STREAM, size), view[pos : pos + size])
                     pos += size
             if end_stream and not payload:
                 frames.append(frame_bytes(DATA, END_STREAM, STREAM))

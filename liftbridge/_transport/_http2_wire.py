@@ -105,10 +105,13 @@ def keep_alive(sock: socket.socket) -> None:
                 sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
 
 
+def frame_header(kind: int, flags: int, stream: int, length: int) -> bytes:
+    """The 9-byte header of a frame whose payload is ``length`` bytes."""
+    return (length << 48 | kind << 40 | flags << 32 | stream).to_bytes(9, "big")
+
+
 def frame_bytes(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    return (
-        len(payload).to_bytes(3, "big") + bytes((kind, flags)) + stream.to_bytes(4, "big") + payload
-    )
+    return frame_header(kind, flags, stream, len(payload)) + payload
 
 
 def host_port(address: str) -> tuple[str, int]:
