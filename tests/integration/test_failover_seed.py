@@ -90,11 +90,7 @@ def test_every_path_survives_the_first_seed_leading_and_dying(
         # publish sent as the new leader took over got no ack in its 10 s (the
         # election alone took 4 s), so the publish is tried again, and b"1"
         # may then be stored twice (at-least-once).
-        failover = (
-            liftbridge.AckTimeoutError,
-            liftbridge.DeadlineExceededError,
-            liftbridge.LeaderLostError,
-        )
+        failover = tuple(e for e in FAILING_OVER if e is not liftbridge.UnavailableError)
         with ThreadPoolExecutor(2) as pool:
             sync = pool.submit(
                 _publish_until_acked,
