@@ -82,13 +82,15 @@ def test_min_offsets_per_trigger_holds_a_batch_back_until_max_trigger_delay(
     client.create_stream(unique_name)
     # The delay runs from the reader's creation: the RPCs and four publishes
     # up to the first latestOffset must take less than it, and a loaded CI
-    # machine can take most of a second for them (it was 500 ms).
-    reader = _reader(server, unique_name, minOffsetsPerTrigger="10", maxTriggerDelay="2s")
+    # machine can take seconds for them (it was 500 ms, then 2 s); the second
+    # look waits out the delay from the reader's creation, not a fixed sleep.
+    reader = _reader(server, unique_name, minOffsetsPerTrigger="10", maxTriggerDelay="6s")
+    created = time.monotonic()  # after the reader's own clock started
     start = reader.initialOffset()  # latest: the empty partition's end
     assert start == {unique_name: {"0": 0}}
     _publish(client, unique_name, {0: 4})
     assert reader.latestOffset(start, ReadAllAvailable()) == start  # 4 < 10: wait
-    time.sleep(2.1)
+    time.sleep(max(0.0, created + 6.1 - time.monotonic()))
     assert reader.latestOffset(start, ReadAllAvailable()) == {unique_name: {"0": 4}}
 
 
