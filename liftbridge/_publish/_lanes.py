@@ -106,6 +106,20 @@ class _Lane:
         """False once the lane failed, or its stream ended (nothing was sent on it then)."""
         return not self.broken and not self._call.done()
 
+    def watch(self, leader: str | None, due: float) -> None:
+        """Registers the publish about to be sent: due by ``due``, acked by
+        ``leader``; from here the timer's cancels apply to it."""
+        with self._lock:
+            self.leader = leader
+            self.deadline = due
+
+    def unwatch(self) -> bool:
+        """Withdraws :meth:`watch` (nothing was sent). Returns whether the
+        leader was found down meanwhile, which cancelled the stream."""
+        with self._lock:
+            self.deadline = 0.0
+            return self.leader_lost is not None
+
     def publish(self, request: Request) -> Ack:
         """Sends ``request`` and reads its outcome, due by ``self.deadline``
         (set first, so the timer sees it). Raises its typed error.
@@ -234,13 +248,24 @@ class Lanes:
         if lane is None:
             return None
         leader = self._router.leader_address(request.stream, request.partition)
-        if leader is not None and (
-            self._router.broker_down(leader) or self._router.suspect(leader)
-        ):
-            # Known down, or it just refused a connection of ours.
+        while True:
+            # Registered before the check: a broker-down notice landing after
+            # the check finds the lane waiting on that leader and cancels it.
+            lane.watch(leader, due)
+            if leader is None or not (
+                self._router.broker_down(leader) or self._router.suspect(leader)
+            ):
+                break
+            # Known down, or it just refused a connection of ours: held back
+            # (nothing was sent) until a live broker leads the partition.
+            cancelled = lane.unwatch()
             leader = live_leader(self._router, request, leader, due)
-        lane.leader = leader
-        lane.deadline = due
+            if cancelled:  # by the notice, between watch and the check
+                lane = self._lane(
+                    Deadline(min(max(0.0, due - time.monotonic()), self._router.rpc_timeout))
+                )
+                if lane is None:
+                    return None
         # A weak reference: a lane must be free to end with its thread.
         self._timer.schedule(due, functools.partial(_expire, weakref.ref(lane), due))
         while True:
