@@ -340,7 +340,8 @@ class Http2Connection:
         try:
             with self._write_lock:
                 with self._out_lock:
-                    data = self._wrap(data)
+                    if self._tls is not None:
+                        data = self._tls.wrap(data)
                     if self._pending:
                         data = bytes(self._pending) + data
                         self._pending.clear()
@@ -351,6 +352,8 @@ class Http2Connection:
                     if sent < len(data):
                         self._sock.sendall(data[sent:])
                     with self._out_lock:
+                        if not self._pending:  # the usual: nothing queued meanwhile
+                            break
                         data = bytes(self._pending)
                         self._pending.clear()
         except OSError as e:
