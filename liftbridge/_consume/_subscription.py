@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from liftbridge._consume._handoff import Empty, Handoff
 from liftbridge._core import _validate as check
-from liftbridge._core._messages import Message, message_from_proto
+from liftbridge._core._messages import Message, message_parts
 from liftbridge._core._router import Deadline, Leader, Replica, Router
 from liftbridge._errors import (
     ClientClosedError,
@@ -462,6 +462,7 @@ class Subscription:
         else:
             floor = -1
         name, partition = self._request.stream, self._request.partition
+        new, set_pb, set_offset = message_parts  # message_from_proto inline: no call a message
         try:
             for pb in stream:
                 offset = pb.offset
@@ -478,8 +479,11 @@ class Subscription:
                         offset,
                     )
                     continue
+                message = new(Message)
+                set_pb(message, pb)
+                set_offset(message, offset)
                 try:
-                    handler(message_from_proto(pb, offset), None)
+                    handler(message, None)
                 except Exception as e:
                     _log.exception(
                         "handler raised on %s/%s offset %d; the subscription stops",
