@@ -223,18 +223,10 @@ _set_ack_error = vars(Ack)["_error"].__set__
 _set_ack_wire = vars(Ack)["_wire"].__set__
 _new = object.__new__
 _ack_from_string = api_pb2.Ack.FromString
-ACK_POLICIES = {policy.value: policy for policy in AckPolicy}
-"""Each ack policy this SDK knows, by its wire value."""
-_ACK_POLICIES = ACK_POLICIES
-ACK_OK = api_pb2.Ack.OK
-has_field = api_pb2.PublishResponse.HasField
-"""The class's HasField: half the cost of looking it up on each message."""
-new_ack_shell = _new
-set_ack_pb = _set_ack_pb
-"""``set_ack_pb(new_ack_shell(Ack), pb)`` is :func:`response_outcomes`'
-plain Ack in two C calls and no Python frame, for the acks thread's loop
-(``Publisher._resolve``), which takes that way for a plain ack and
-:func:`response_outcome`'s for anything else. The Ack takes ``pb`` over."""
+_ACK_POLICIES = {policy.value: policy for policy in AckPolicy}
+_ACK_OK = api_pb2.Ack.OK
+# The class's HasField: half the cost of looking it up on each message.
+_has_field = api_pb2.PublishResponse.HasField
 
 
 def wire_enum_name(name_of: Callable[[Any], str], number: int) -> str:
@@ -261,7 +253,7 @@ def ack_outcome(pb: api_pb2.Ack) -> tuple[Ack | None, LiftbridgeError | None]:
     The Ack takes ``pb`` over: the caller must not change it.
     """
     # ack_from_proto, unrolled: this runs once per acked publish.
-    if pb.ackError != ACK_OK:
+    if pb.ackError != _ACK_OK:
         return None, from_async_error(wire_enum_name(api_pb2.Ack.Error.Name, pb.ackError), "")
     policy = _ACK_POLICIES.get(pb.ackPolicy)
     if policy is None:
@@ -296,7 +288,7 @@ def ack_from_proto(pb: api_pb2.Ack) -> Ack:
         ValueError: the ack policy is not one this SDK knows.
     """
     error = None
-    if pb.ackError != ACK_OK:
+    if pb.ackError != _ACK_OK:
         error = from_async_error(wire_enum_name(api_pb2.Ack.Error.Name, pb.ackError), "")
     if pb.ackPolicy not in _ACK_POLICIES:
         AckPolicy(pb.ackPolicy)  # raises ValueError naming the unknown value
@@ -319,12 +311,12 @@ def response_outcomes(
     """
     outcomes: list[tuple[str, Ack | None, LiftbridgeError | None]] = []
     append = outcomes.append
-    policies = ACK_POLICIES
+    policies = _ACK_POLICIES
     for response in responses:
         correlation_id = response.correlationId
-        if correlation_id and not has_field(response, "asyncError"):
+        if correlation_id and not _has_field(response, "asyncError"):
             pb = response.ack
-            if pb.ackError == ACK_OK and pb.ackPolicy in policies:
+            if pb.ackError == _ACK_OK and pb.ackPolicy in policies:
                 ack = _new(Ack)
                 _set_ack_pb(ack, pb)
                 append((correlation_id, ack, None))

@@ -64,8 +64,7 @@ from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Literal, overload
 
-from liftbridge._core import _acks
-from liftbridge._core._acks import Ack, response_outcome
+from liftbridge._core._acks import Ack, response_outcomes
 from liftbridge._core._callbacks import CallbackRunner, Outcome
 from liftbridge._core._deadlines import AckTimer
 from liftbridge._core._router import ANY, Deadline, Router
@@ -366,24 +365,10 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
         settled: list[Outcome] = []
         members: list[Claim] = []  # publish_many_async's: they settle their batch
         unknown: list[tuple[str, LiftbridgeError | None]] = []
+        outcomes = response_outcomes(responses)
         pop = self._pending.pop
-        new, set_pb, has_field = _acks.new_ack_shell, _acks.set_ack_pb, _acks.has_field
-        ok, policies = _acks.ACK_OK, _acks.ACK_POLICIES
         with self._lock:
-            for response in responses:
-                # response_outcomes' plain ack written out: one loop, no tuple an ack.
-                correlation_id = response.correlationId
-                if (
-                    correlation_id
-                    and not has_field(response, "asyncError")
-                    and (pb := response.ack).ackError == ok
-                    and pb.ackPolicy in policies
-                ):
-                    ack: Ack | None = new(Ack)
-                    set_pb(ack, pb)
-                    error: LiftbridgeError | None = None
-                else:
-                    correlation_id, ack, error = response_outcome(response)
+            for correlation_id, ack, error in outcomes:
                 # Claimed: out of _pending (an entry is there until it is done).
                 pending = pop(correlation_id, None)
                 if pending is None:  # unknown, or resolved already (timed out)
