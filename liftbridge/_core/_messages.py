@@ -189,7 +189,8 @@ message_parts = (_new, _set_pb, _set_offset)
 
 
 def message_from_proto(pb: api_pb2.Message, offset: int | None = None) -> Message:
-    """Wraps a wire Message, the only way one is built from a protobuf.
+    """Wraps a wire Message: how one is built from a protobuf (a
+    subscription's thread does the same three steps inline, ``message_parts``).
 
     The Message takes ``pb`` over: the caller must not keep or change it.
     ``offset`` is ``pb.offset`` when the caller has read it already (a
