@@ -229,12 +229,9 @@ class Http2Connection:
         """
         chunk = request.SerializeToString()
         size = len(chunk) + 5
-        peer = self._peer
         with self._flow_lock:
-            if self._finished or size > peer.max_frame or size > peer.stream or size > peer.conn:
+            if not self._take_window(size):
                 return False
-            peer.stream -= size
-            peer.conn -= size
             if self._held and self._holder == threading.get_ident():  # a lane: see _hold
                 self._can_hold = False
                 self._release()
@@ -266,6 +263,18 @@ class Http2Connection:
         self._flush()
         return True
 
+    def _take_window(self, size: int) -> bool:
+        """Takes ``size`` bytes of the stream's and the connection's windows
+        for one DATA frame; False (nothing taken) once the call has ended, or
+        when the frame is over the peer's max frame size or a window. The
+        caller holds ``_flow_lock``."""
+        peer = self._peer
+        if self._finished or size > peer.max_frame or size > peer.stream or size > peer.conn:
+            return False
+        peer.stream -= size
+        peer.conn -= size
+        return True
+
     def _send_run(self, parts: list[bytes], size: int) -> bool:
         """Writes the length-prefixed requests ``parts[1:]`` (``size`` bytes;
         ``parts[0]`` is b"") as DATA; False once the call has ended.
@@ -275,17 +284,8 @@ class Http2Connection:
         requests (through :meth:`_send_data`, the payload was joined, then
         the frames were joined from views of it: two copies and a round of
         the flow Condition a run). Anything else takes :meth:`_send_data`."""
-        peer = self._peer
         with self._flow_lock:  # taken directly where nobody waits (as write_now)
-            fits = (
-                not self._finished
-                and size <= peer.max_frame
-                and size <= peer.stream
-                and size <= peer.conn
-            )
-            if fits:
-                peer.stream -= size
-                peer.conn -= size
+            fits = self._take_window(size)
         if not fits:
             return self._send_data(b"".join(parts), end_stream=False)
         parts[0] = frame_header(DATA, 0, STREAM, size)
