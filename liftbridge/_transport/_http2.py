@@ -309,8 +309,13 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
                 # Bytes held below HELD_BYTES do not make poll say readable: recv looks.
                 can_read = self._held or bool(self._poll(0))
             elif self._wait_in_recv and not self._pending and not self._ping_sent:
-                count = self._inbox.recv_waiting(self._sock)
-                # None: silent for the keepalive interval (SO_RCVTIMEO).
+                # Waits with the GIL let go, as a poll does (a blocking socket,
+                # bounded by receive_timeout); read here, not through a method:
+                # a paced subscription comes this way once per message.
+                try:
+                    count = self._sock.recv_into(self._inbox.view)
+                except BlockingIOError:  # silent for the keepalive interval (SO_RCVTIMEO)
+                    count = None
                 can_read = count is None and self._until_readable(silent=True)
             else:
                 can_read = self._until_readable()

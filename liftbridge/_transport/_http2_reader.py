@@ -79,6 +79,8 @@ RECEIVE_WINDOW = 1 << 24
 on their way before the server waits for a WINDOW_UPDATE."""
 REOPEN_AT = RECEIVE_WINDOW // 4
 """Bytes read before the windows are reopened by what was read."""
+_REOPEN_BELOW = RECEIVE_WINDOW - REOPEN_AT
+"""The receive window left once REOPEN_AT bytes were read."""
 PEER_WINDOW = 65_535
 """The peer's windows until its SETTINGS say otherwise (RFC 9113 §6.9.2)."""
 MAX_HEADER_LIST = 1 << 16
@@ -229,7 +231,8 @@ class FrameReader(Generic[T]):
         if self.ended:
             return
         rest = self._rest
-        if len(rest) + len(data) < self._need:  # still no whole frame: keep it
+        # Without a start kept (the usual read), _frames keeps what is short of a frame.
+        if rest and len(rest) + len(data) < self._need:  # still no whole frame: keep it
             rest += data
             return
         try:
@@ -353,8 +356,8 @@ class FrameReader(Generic[T]):
                 if pos < end:  # the start of a frame to come (usually none is left)
                     self._rest += memoryview(data)[pos:]
                 self._need = need
-        unacked = RECEIVE_WINDOW - self._window
-        if unacked >= REOPEN_AT and not self.ended:
+        if window <= _REOPEN_BELOW and not self.ended:  # (the window as kept just above)
+            unacked = RECEIVE_WINDOW - window
             self._window = RECEIVE_WINDOW
             increment = unacked.to_bytes(4, "big")
             self._reply(

@@ -121,27 +121,13 @@ class Inbox:
         except BlockingIOError:
             return None
 
-    def recv_waiting(self, sock: socket.socket) -> int | None:
-        """Reads what ``sock`` has into the buffer, waiting for it with the
-        GIL let go (as a poll waits): the count read (0: the peer closed the
-        connection, or the socket was shut down), None when the socket's
-        receive timeout (:func:`receive_timeout`) passed first. The socket
-        must be in blocking mode.
-
-        Raises:
-            OSError: the connection failed, or the socket is closed.
-        """
-        try:
-            return sock.recv_into(self.view)
-        except BlockingIOError:  # SO_RCVTIMEO passed with nothing read
-            return None
-
 
 def receive_timeout(sock: socket.socket, seconds: float | None) -> bool:
     """Bounds a waiting ``recv`` on the blocking ``sock`` to ``seconds``
-    (SO_RCVTIMEO; None: no bound), for :meth:`Inbox.recv_waiting`. False
-    where that cannot be had (not Linux, or the option refused): wait with
-    poll then."""
+    (SO_RCVTIMEO; None: no bound): such a ``recv`` that times out raises
+    BlockingIOError (a paced subscription's reader waits so,
+    :meth:`liftbridge._transport._http2.Http2Call._read`). False where that
+    cannot be had (not Linux, or the option refused): wait with poll then."""
     if not sys.platform.startswith("linux") or sock.gettimeout() is not None:
         return False
     if seconds is None:
