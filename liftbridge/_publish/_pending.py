@@ -1,6 +1,7 @@
 """A publish on the PublishAsync stream waiting for its ack, as
-:class:`~liftbridge._publish._publisher.Publisher` tracks it, and the
-settled Futures the publisher keeps for its publishing threads to free.
+:class:`~liftbridge._publish._publisher.Publisher` tracks it; a run of acks
+claiming their publishes (:func:`claim_responses`, the acks thread's loop);
+and the settled Futures the publisher keeps for its publishing threads to free.
 
 Why the publishing thread frees them: CPython starts a young-generation
 collection once allocations of container objects outnumber their frees by
@@ -34,11 +35,20 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from liftbridge._core._acks import Ack
+from liftbridge._core._acks import (
+    ACK_OK,
+    ACK_POLICIES,
+    Ack,
+    has_field,
+    new_ack,
+    response_outcome,
+    set_ack_pb,
+)
 from liftbridge._core._callbacks import Outcome
-from liftbridge._errors import LiftbridgeError
+from liftbridge._errors import LiftbridgeError, naming
 from liftbridge._publish._batch import Batch, settle_members
 from liftbridge._publish._request_bytes import Request
+from liftbridge_api import api_pb2
 
 
 @dataclass(eq=False, slots=True)
@@ -59,8 +69,71 @@ class Pending:
     index: int = 0  # its place in that batch
 
 
+Claim = tuple[Pending, Ack | None, LiftbridgeError | None]
+"""A publish and its outcome, to claim and settle."""
+
+
+def claim_responses(
+    responses: Iterable[api_pb2.PublishResponse],
+    pop: Callable[[str, None], Pending | None],
+) -> tuple[list[Outcome], list[Claim], list[tuple[str, LiftbridgeError | None]]]:
+    """Reads each response's outcome and claims its publish, in order: takes
+    it out of the table of pending publishes with ``pop`` (the table's
+    ``dict.pop``) and marks it done. For a caller holding the lock that guards
+    the table (the publisher's ``_lock``).
+
+    The acks thread's loop, once per ack: a plain ack (a correlation id on
+    the response, no async error, no ack error, an ack policy this SDK
+    knows) costs five protobuf field reads and an Ack made in two C calls; a
+    field read costs about as much as a dozen lines of Python, so none is
+    read twice. Any other response takes :func:`response_outcome`'s way, to
+    which a plain ack's outcome is equal. One loop reads and claims: a
+    tuple an ack built in a first and unpacked in a second cost this thread
+    ~4 % more.
+
+    Returns:
+        ``(settled, members, unknown)``: each claimed publish's outcome for
+        :meth:`CallbackRunner.settle_run`, the publish letting go of its
+        Future (as :func:`claimed_outcomes`); the claims of
+        ``publish_many_async`` batches' publishes, for :func:`settle_members`;
+        and the correlation id and error of each response no pending publish
+        had (unknown, or resolved already: timed out).
+    """
+    settled: list[Outcome] = []
+    members: list[Claim] = []
+    unknown: list[tuple[str, LiftbridgeError | None]] = []
+    policies = ACK_POLICIES
+    error: LiftbridgeError | None
+    for response in responses:
+        correlation_id = response.correlationId
+        if (
+            correlation_id
+            and not has_field(response, "asyncError")
+            and (pb := response.ack).ackError == ACK_OK
+            and pb.ackPolicy in policies
+        ):
+            ack: Ack | None = new_ack(Ack)
+            set_ack_pb(ack, pb)
+            error = None
+        else:
+            correlation_id, ack, error = response_outcome(response)
+        pending = pop(correlation_id, None)
+        if pending is None:  # unknown, or resolved already (timed out)
+            unknown.append((correlation_id, error))
+            continue
+        pending.done = True
+        if error is not None:  # "no such partition: 3" says which stream, too
+            error = naming(error, pending.request.stream, pending.request.partition)
+        if pending.batch is not None:
+            members.append((pending, ack, error))
+            continue
+        future, pending.future = pending.future, None
+        settled.append((future, pending.handler if pending.expects_ack else None, ack, error))
+    return settled, members, unknown
+
+
 def claimed_outcomes(
-    claimed: list[tuple[Pending, Ack | None, LiftbridgeError | None]],
+    claimed: list[Claim],
 ) -> list[Outcome]:
     """Each claimed publish's outcome for :meth:`CallbackRunner.settle_run`,
     in order, the publish letting go of its Future (the ack timer's deque

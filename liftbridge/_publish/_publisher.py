@@ -64,8 +64,8 @@ from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Literal, overload
 
-from liftbridge._core._acks import Ack, response_outcomes
-from liftbridge._core._callbacks import CallbackRunner, Outcome
+from liftbridge._core._acks import Ack
+from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._deadlines import AckTimer
 from liftbridge._core._router import ANY, Deadline, Router
 from liftbridge._errors import (
@@ -76,14 +76,13 @@ from liftbridge._errors import (
     InvalidArgumentError,
     LiftbridgeError,
     StreamRefusedError,
-    naming,
 )
 from liftbridge._publish._batch import settle_members
 from liftbridge._publish._batch_submit import BatchSubmit
 from liftbridge._publish._leaders import LeaderCheck
 from liftbridge._publish._leaders_lost import LeadersLost
 from liftbridge._publish._outbox import Outbox
-from liftbridge._publish._pending import Pending, Spent, claimed_outcomes
+from liftbridge._publish._pending import Pending, Spent, claim_responses, claimed_outcomes
 from liftbridge._publish._request_bytes import Request
 from liftbridge._publish._sending import Sending, Unsent, resume_free, sender_step
 from liftbridge._publish._window import Window
@@ -95,8 +94,6 @@ _log = logging.getLogger(__name__)
 
 AckHandler = Callable[[Ack | None, BaseException | None], None]
 """``handler(ack, error)``: exactly one of the two is None. See ``Client.publish_async``."""
-Claim = tuple[Pending, Ack | None, LiftbridgeError | None]
-"""A publish and its outcome, to claim and settle."""
 
 _HUNG_AFTER = 2
 """A stream silent for this many ack timeouts while a publish on it times out is given up."""
@@ -362,28 +359,8 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
         ``_lock`` (one window release), each publish letting go of its Future
         and its entry as it is claimed, so the entries are freed here, on the
         acks thread (``_pending.py`` says why); then settles the run."""
-        settled: list[Outcome] = []
-        members: list[Claim] = []  # publish_many_async's: they settle their batch
-        unknown: list[tuple[str, LiftbridgeError | None]] = []
-        outcomes = response_outcomes(responses)
-        pop = self._pending.pop
         with self._lock:
-            for correlation_id, ack, error in outcomes:
-                # Claimed: out of _pending (an entry is there until it is done).
-                pending = pop(correlation_id, None)
-                if pending is None:  # unknown, or resolved already (timed out)
-                    unknown.append((correlation_id, error))
-                    continue
-                pending.done = True
-                if error is not None:  # "no such partition: 3" says which stream, too
-                    error = naming(error, pending.request.stream, pending.request.partition)
-                if pending.batch is not None:
-                    members.append((pending, ack, error))
-                    continue
-                future, pending.future = pending.future, None
-                settled.append(
-                    (future, pending.handler if pending.expects_ack else None, ack, error)
-                )
+            settled, members, unknown = claim_responses(responses, self._pending.pop)
             claimed = len(settled) + len(members)
             if claimed:
                 self._window.give(claimed)
