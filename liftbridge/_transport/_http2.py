@@ -268,7 +268,7 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
         """True once the call ended. Reads what already arrived (never
         waiting, never blocking on a write) when no other thread is reading,
         so an end the server sent is seen without iterating."""
-        if not self._finished and self._read_lock.acquire(blocking=False):
+        if not self._finished and self._read_lock.acquire(False):
             try:
                 if not self._closed:
                     self._read(wait=False)

@@ -162,7 +162,7 @@ class Http2Connection:
         waiting. True when the socket was ours to write (nothing left, or
         its buffer is full); False when the sender holds it (it writes the
         queue before it lets go)."""
-        if not self._write_lock.acquire(blocking=False):
+        if not self._write_lock.acquire(False):
             return False
         try:
             with self._out_lock:
@@ -239,7 +239,9 @@ class Http2Connection:
         # frame_bytes over a prefixed chunk: 0.47 against 0.89 us for 130 B (timeit).
         frame = (size << 88 | DATA << 80 | STREAM << 40 | len(chunk)).to_bytes(14, "big") + chunk
         write_lock = self._write_lock
-        if self._tls is None and write_lock.acquire(blocking=False):
+        # acquire(False), not blocking=False: a keyword makes the call build a
+        # dict and parse it (~960 instructions an acquire under callgrind).
+        if self._tls is None and write_lock.acquire(False):
             try:  # the usual own write: nobody else writes, nothing queued to go first
                 if not self._pending:
                     sent = send_nowait(self._sock, frame)
