@@ -76,6 +76,11 @@ def _mypy(tmp_path: Path, source: str) -> tuple[str, int]:
     return stdout + stderr, status
 
 
+# Each test runs mypy in a subprocess: past the suite's 120 s once on a two-core
+# machine at load 15-18.
+pytestmark = pytest.mark.timeout(300)
+
+
 def test_the_documented_calls_type_check(tmp_path: Path) -> None:
     output, status = _mypy(tmp_path, GOOD)
     assert status == 0, output
