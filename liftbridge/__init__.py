@@ -43,6 +43,7 @@ from liftbridge._core._metadata import (
 )
 from liftbridge._core._partitioner import PartitionByKey, PartitionByRoundRobin, Partitioner
 from liftbridge._core._retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from liftbridge._core._router import TLSConfig
 from liftbridge._errors import (
     AckTimeoutError,
     ArgumentTypeError,
@@ -95,7 +96,6 @@ from liftbridge._publish._options import (
     StreamPublishOptions,
 )
 from liftbridge._publish._publisher import AckHandler
-from liftbridge._transport._tls import TLSConfig
 
 __all__ = [
     "ACTIVITY_STREAM",

@@ -31,7 +31,7 @@ from liftbridge._core._client_api import ClientState, Closeable
 from liftbridge._core._closing import close_together
 from liftbridge._core._deadlines import AckTimer
 from liftbridge._core._retry import DEFAULT_RETRY_POLICY, RetryPolicy
-from liftbridge._core._router import Router
+from liftbridge._core._router import DEFAULT_MAX_MESSAGE, Keepalive, Router, TLSConfig
 from liftbridge._errors import ArgumentTypeError, InvalidArgumentError
 from liftbridge._groups._client_api import GroupMethods
 from liftbridge._groups._consumer import Consumer
@@ -39,7 +39,6 @@ from liftbridge._publish._client_api import PublishMethods
 from liftbridge._publish._lanes import Lanes
 from liftbridge._publish._publisher import Publisher
 from liftbridge._publish._publishing import Publishing
-from liftbridge._transport._channels import DEFAULT_MAX_MESSAGE, Keepalive, TLSConfig
 
 _log = logging.getLogger(__name__)
 
