@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from liftbridge._consume._handoff import Empty, Handoff
 from liftbridge._core import _validate as check
 from liftbridge._core._messages import Message, message_parts
-from liftbridge._core._router import Deadline, Leader, Replica, Router
+from liftbridge._core._router import Deadline, Leader, Replica, Router, Stream
 from liftbridge._errors import (
     ClientClosedError,
     ConnectionLostError,
@@ -50,7 +50,6 @@ from liftbridge._errors import (
     StreamDeletedError,
     resubscribable,
 )
-from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)

@@ -53,7 +53,7 @@ from liftbridge._transport._channels import DEFAULT_KEEPALIVE, Channels
 from liftbridge._transport._channels import DEFAULT_MAX_MESSAGE as DEFAULT_MAX_MESSAGE
 from liftbridge._transport._channels import Keepalive as Keepalive  # a Client's options: the
 from liftbridge._transport._channels import TLSConfig as TLSConfig  # layers above import them here
-from liftbridge._transport._stream import Stream
+from liftbridge._transport._stream import Stream as Stream  # what it opens
 from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)

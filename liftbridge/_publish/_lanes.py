@@ -51,7 +51,7 @@ import weakref
 
 from liftbridge._core._acks import Ack, response_outcome
 from liftbridge._core._deadlines import AckTimer
-from liftbridge._core._router import ANY, Deadline, Router
+from liftbridge._core._router import ANY, Deadline, Router, Stream
 from liftbridge._errors import (
     AckTimeoutError,
     ClientClosedError,
@@ -63,7 +63,6 @@ from liftbridge._errors import (
 )
 from liftbridge._publish._leaders import leader_lost, live_leader
 from liftbridge._publish._request_bytes import Request
-from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)

@@ -67,7 +67,7 @@ from typing import Literal, overload
 from liftbridge._core._acks import Ack
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._deadlines import AckTimer
-from liftbridge._core._router import ANY, Deadline, Router
+from liftbridge._core._router import ANY, Deadline, Router, Stream
 from liftbridge._errors import (
     AckTimeoutError,
     ClientClosedError,
@@ -87,7 +87,6 @@ from liftbridge._publish._request_bytes import Request
 from liftbridge._publish._sending import Sending, Unsent, resume_free, sender_step
 from liftbridge._publish._window import Window
 from liftbridge._transport._handover import Handover
-from liftbridge._transport._stream import Stream
 from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)

@@ -38,9 +38,8 @@ from liftbridge import (
     StopPositionReachedError,
 )
 from liftbridge._consume._handoff import Empty, Handoff
-from liftbridge._core._router import Deadline, Leader, Replica, Router
+from liftbridge._core._router import Deadline, Leader, Replica, Router, Stream
 from liftbridge._errors import resubscribable
-from liftbridge._transport._stream import Stream
 from liftbridge.spark._schema import SERVER_HEADERS, arrow_schema
 from liftbridge_api import api_pb2
 
