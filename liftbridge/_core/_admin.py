@@ -2,10 +2,13 @@
 metadata (the cluster's, a partition's), as requests built from checked
 arguments and RPCs made through the router.
 
-Creating and deleting are retried when a broker is unavailable; an earlier
-attempt may then have been applied although its answer was lost, so "the
-stream already exists" after a retried create (or "no such stream" after a
-retried delete) counts as success.
+Creating and deleting are retried when a broker is unavailable, and when an
+attempt outlives the client's ``rpc_timeout`` while the call's own deadline
+has time left (the server may still be working on it: on a loaded CI machine
+one CreateStream went unanswered for over 10 s). An earlier attempt may then
+have been applied although its answer was lost, so "the stream already
+exists" after a retried create (or "no such stream" after a retried delete)
+counts as success.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from liftbridge._core._metadata import (
 from liftbridge._core._router import Deadline, Leader, Router
 from liftbridge._errors import (
     ArgumentTypeError,
+    DeadlineExceededError,
     LiftbridgeError,
     NoSuchStreamError,
     NotLeaderError,
@@ -126,6 +130,12 @@ def create_stream_request(
     )
 
 
+def _attempt_timed_out(error: LiftbridgeError) -> bool:
+    """An attempt that passed its deadline (the router stops retrying at the
+    call's): the server may have been slow rather than the request lost."""
+    return isinstance(error, DeadlineExceededError)
+
+
 def _only(partitions: list[int]) -> int | None:
     """The partition a call was about, when it named exactly one."""
     return partitions[0] if len(partitions) == 1 else None
@@ -144,11 +154,18 @@ class Admin:
         deadline: Deadline,
         already: type[LiftbridgeError],
     ) -> None:
-        """A create/delete retried on unavailable brokers; ``already`` after a
-        retry means an earlier attempt was applied, so it is success."""
+        """A create/delete retried on unavailable brokers and on attempts that
+        passed their deadline within the call's; ``already`` after a retry
+        means an earlier attempt was applied, so it is success."""
         retried: list[BaseException] = []
         try:
-            self._router.call(method, request, deadline=deadline, on_retry=retried.append)
+            self._router.call(
+                method,
+                request,
+                deadline=deadline,
+                retry_if=_attempt_timed_out,
+                on_retry=retried.append,
+            )
         except LiftbridgeError as e:
             if not (retried and isinstance(e, already)):
                 raise

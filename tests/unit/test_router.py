@@ -13,6 +13,7 @@ import grpc
 import pytest
 
 import liftbridge
+from liftbridge._core._admin import Admin
 from liftbridge._core._retry import RetryPolicy
 from liftbridge._core._router import Deadline, Leader, Router
 from liftbridge_api import api_pb2
@@ -22,7 +23,9 @@ from tests.unit.fake_broker import FakeBroker, serving
 class Broker(FakeBroker):
     """A broker of a two-broker cluster ("a" and "b") whose metadata makes
     ``leader`` the leader of stream "s"; CreateStream and
-    FetchPartitionMetadata answer with the scripted status codes first."""
+    FetchPartitionMetadata answer with the scripted status codes first.
+    CreateStream then creates the stream in the cluster at once (ALREADY_EXISTS
+    if it is there) and answers after ``cluster.create_hang`` seconds (once)."""
 
     def __init__(self, name: str, cluster: Cluster) -> None:
         self.name = name
@@ -52,6 +55,13 @@ class Broker(FakeBroker):
         self, request: api_pb2.CreateStreamRequest, context: grpc.ServicerContext
     ) -> api_pb2.CreateStreamResponse:
         self._refuse("CreateStream", context)
+        with self.cluster.lock:
+            exists = request.name in self.cluster.created
+            self.cluster.created.add(request.name)
+            hang, self.cluster.create_hang = self.cluster.create_hang, 0.0
+        if exists:
+            context.abort(grpc.StatusCode.ALREADY_EXISTS, "stream already exists")
+        time.sleep(hang)  # applied, answered late
         return api_pb2.CreateStreamResponse()
 
     def FetchPartitionMetadata(
@@ -69,6 +79,9 @@ class Cluster:
         self.leader = "a"
         self.paused = False
         self.metadata_delay = 0.0
+        self.lock = threading.Lock()  # guards created and create_hang
+        self.created: set[str] = set()  # streams CreateStream made
+        self.create_hang = 0.0  # seconds the next CreateStream's answer takes
 
     def metadata(self) -> api_pb2.FetchMetadataResponse:
         partition = api_pb2.PartitionMetadata(
@@ -113,6 +126,31 @@ def test_unavailable_moves_on_to_the_next_broker(cluster: Cluster) -> None:
         router.call("CreateStream", api_pb2.CreateStreamRequest(name="x"), deadline=Deadline(5))
         assert cluster.brokers["a"].served.count("CreateStream") == 1
         assert cluster.brokers["b"].served.count("CreateStream") == 1
+    finally:
+        router.close()
+
+
+def test_a_create_whose_attempt_timed_out_is_retried_and_found_applied(
+    cluster: Cluster,
+) -> None:
+    # The first attempt is applied but answered after the attempt deadline
+    # (rpc_timeout), as a loaded server did in CI; the call's own deadline
+    # has time left, so the create is tried again and "already exists" then
+    # means the first attempt was applied.
+    router = Router(
+        (f"127.0.0.1:{cluster.brokers['a'].port}",),
+        tls=None,
+        rpc_timeout=0.5,
+        retry_policy=RetryPolicy(initial_backoff=0.01, jitter=0.0),
+    )
+    router.connect(5.0)
+    cluster.create_hang = 2.0
+    try:
+        Admin(router).create_stream(api_pb2.CreateStreamRequest(name="x"), Deadline(10))
+        served = [b.served.count("CreateStream") for b in cluster.brokers.values()]
+        assert sum(served) >= 2  # the late-answered attempt and a retry
+        with pytest.raises(liftbridge.StreamExistsError):  # not retried: refused at once
+            Admin(router).create_stream(api_pb2.CreateStreamRequest(name="x"), Deadline(10))
     finally:
         router.close()
 
