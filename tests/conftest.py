@@ -8,7 +8,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,6 +25,8 @@ GRPC_SENDER = " (_run)"
 publish lane, has one sending its requests."""
 THREAD_GRACE = 2.0
 """Seconds an SDK thread may take to finish after its test."""
+SERVER_LOG_LINES = 60
+"""Lines of each server's log a failed test's report shows (repeats folded)."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -37,6 +39,49 @@ def pytest_configure(config: pytest.Config) -> None:
         candidate = SERVERS_BIN / name
         if not os.environ.get(variable) and candidate.is_file():
             os.environ[variable] = str(candidate)
+
+
+def _folded_tail(text: str) -> str:
+    """The last ``SERVER_LOG_LINES`` lines of a server log, each run of one
+    message (time stamp aside) folded into its first line and a count: a
+    server retrying something logs the same line hundreds of times a second."""
+    lines: list[str] = []
+    repeats: list[int] = []
+    for line in text.splitlines():
+        message = line.partition(" level=")[2] or line
+        if lines and message == lines[-1].partition(" level=")[2]:
+            repeats[-1] += 1
+            continue
+        lines.append(line[:400])
+        repeats.append(1)
+    shown = zip(lines[-SERVER_LOG_LINES:], repeats[-SERVER_LOG_LINES:], strict=True)
+    return "\n".join(line if n == 1 else f"{line}  [x{n}]" for line, n in shown)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Adds the tails of the servers' logs to the report of a failed test that
+    used the ``cluster`` or ``server`` fixture: the harness removes the logs
+    with the servers, and a failover that did not happen on a loaded CI
+    machine cannot be explained from the client's side alone."""
+    report = yield
+    if report.when != "call" or not report.failed:
+        return report
+    used = getattr(item, "funcargs", {})
+    try:
+        cluster = used.get("cluster")
+        if isinstance(cluster, LocalCluster):
+            for node in cluster.nodes:
+                tail = _folded_tail(node.log_tail(2_000))
+                report.sections.append((f"server {node.server_id} log (tail)", tail))
+        server = used.get("server")
+        if isinstance(server, LocalServer):
+            report.sections.append(("server log (tail)", _folded_tail(server.log_tail(2_000))))
+    except Exception as e:  # a diagnostic: it must not turn a failure into an internal error
+        report.sections.append(("server logs", f"not available: {e!r}"))
+    return report
 
 
 @pytest.fixture(autouse=True)
