@@ -121,12 +121,13 @@ class AckWindow:
         self._runner = runner
         self._inbox = inbox
         self._lock = threading.Lock()
-        # _lock guards _refusal, _inflight, _admitted, _flushing and _pending.
+        # _lock guards _refusal, _inflight, _admitted, _flushing, _short and _pending.
         self._settled = threading.Condition(self._lock)  # notified as the window frees up
         self._refusal: Callable[[], BaseException] | None = None  # makes admit() raise
         self._inflight = 0
         self._admitted = 0  # publishes admitted so far: the last one's seq
         self._flushing = 0  # threads waiting in flush()
+        self._short = 0  # threads waiting for a slot (_wait_for_slot)
         # In admission order: for publishes with the default ack_timeout
         # (admitted under _lock) that is deadline order.
         self._pending: dict[str, Pending] = {}
@@ -265,14 +266,19 @@ class AckWindow:
                 "liftbridge-callbacks does not wait for them"
             )
         give_up = monotonic() + timeout
-        while self._inflight >= self._max_inflight:
-            left = give_up - monotonic()
-            if left <= 0:
-                raise PublishWindowFullError(
-                    f"all {self._max_inflight} window slots still awaited acks after {timeout:g}s"
-                )
-            self._settled.wait(left)
-            self.check_open()
+        self._short += 1
+        try:
+            while self._inflight >= self._max_inflight:
+                left = give_up - monotonic()
+                if left <= 0:
+                    raise PublishWindowFullError(
+                        f"all {self._max_inflight} window slots still awaited acks after "
+                        f"{timeout:g}s"
+                    )
+                self._settled.wait(left)
+                self.check_open()
+        finally:
+            self._short -= 1
 
     def flush(self, deadline: float | None) -> bool:
         """Waits until every publish admitted before the call has its outcome,
@@ -490,9 +496,11 @@ class AckWindow:
     def _release(self, count: int) -> None:
         if not count:
             return
-        with self._settled:
+        # Notified only when someone waits: a paced publisher frees its one slot
+        # an ack, and the Condition's with and notify_all are Python calls each.
+        with self._lock:
             self._inflight -= count
-            if self._inflight <= self._resume_at or self._flushing:
+            if (self._short and self._inflight <= self._resume_at) or self._flushing:
                 self._settled.notify_all()
 
 

@@ -1,20 +1,18 @@
 """The SDK's own NATS connection: the ``liftbridge-nats-io`` thread on a plain socket.
 
-:class:`NatsSocket` speaks the NATS client protocol itself (``INFO``,
-``CONNECT``, ``PUB``, ``SUB``, ``MSG``/``HMSG``, ``PING``/``PONG``, ``+OK``,
-``-ERR``) for the one thing :class:`~liftbridge.NatsStreamPublisher` needs:
-writing publish envelopes to partition subjects and reading the acks that
-come back on one inbox. One thread does all the I/O: it writes the ``PUB``
-frames publishers queued (each built on its publisher's thread), many per
-``sendall``, reads with large ``recv`` calls and cuts the inbox's payloads
-straight out of the buffer (:class:`~liftbridge._transport._nats_frames.FrameParser`),
-answers ``PING``, pings the server every :data:`PING_INTERVAL` to find a
-dead connection (by the PONGs that answer those PINGs, never by other
-bytes), and reconnects (:func:`~liftbridge._transport._nats_handshake.handshake`).
-A general client (nats-py) spends about as much per message on its own
-objects and coroutines as the whole rest of the publish path: this module is
-why the NATS path needs no third-party package (``nkeys`` only for ``.creds``
-files).
+:class:`NatsSocket` speaks the NATS client protocol itself (``INFO``, ``CONNECT``, ``PUB``,
+``SUB``, ``MSG``/``HMSG``, ``PING``/``PONG``, ``+OK``, ``-ERR``) for the one thing
+:class:`~liftbridge.NatsStreamPublisher` needs: writing publish envelopes to partition subjects
+and reading the acks that come back on one inbox. One thread does all the I/O: it writes the
+``PUB`` frames publishers queued (each built on its publisher's thread), many per ``sendall``,
+reads with large ``recv`` calls and cuts the inbox's payloads straight out of the buffer
+(:class:`~liftbridge._transport._nats_frames.FrameParser`), answers ``PING``, pings the server
+every :data:`PING_INTERVAL` to find a dead connection (by the PONGs that answer those PINGs,
+never by other bytes), and reconnects
+(:func:`~liftbridge._transport._nats_handshake.handshake`). A general client (nats-py) spends
+about as much per message on its own objects and coroutines as the whole rest of the publish
+path: this module is why the NATS path needs no third-party package (``nkeys`` only for
+``.creds`` files).
 
 What it reads or fails to write goes to its owner through one ``deliver``
 function, called on the I/O thread; it never runs user code.
@@ -61,8 +59,7 @@ MAX_PINGS_OUT = 2
 """PINGs left unanswered when the next is due: the connection is then stale."""
 
 RECONNECT_BUFFER = 8 * 1024 * 1024
-"""Bytes of frames (envelopes and their PUB lines) held while reconnecting;
-past them a send fails."""
+"""Bytes of frames (envelopes and PUB lines) held while reconnecting; past them a send fails."""
 
 _WRITE_CHUNK = 1024 * 1024
 """Bytes of frames gathered for one ``sendall`` at most."""
@@ -123,9 +120,8 @@ class NatsSocket:
         self._on_closed = on_closed
         self._closing = False  # close() began
         self._closed = threading.Event()  # the I/O thread ended
-        # PUB frames handed over, with their subject and entry: appended by
-        # publishers, emptied by the I/O thread (deque appends and pops are
-        # atomic under the GIL).
+        # PUB frames handed over, with their subject and entry: appended by publishers,
+        # emptied by the I/O thread (deque appends and pops are atomic under the GIL).
         self._outbox: collections.deque[tuple[str, bytes, object]] = collections.deque()
         # Frames taken while disconnected, and their bytes (I/O thread only).
         self._held: list[tuple[str, bytes, object]] = []
@@ -283,8 +279,10 @@ class NatsSocket:
         # keep: keeping the GIL, the sender goes on and the I/O thread takes what is
         # queued by then (else it may get the GIL and write a frame a wake-up); one
         # about to wait for its ack lets go of it (socket.send costs less than libc's).
-        with contextlib.suppress(OSError):  # closed (full: a wake-up is pending)
+        try:  # noqa: SIM105 (contextlib.suppress: three calls more a paced publish)
             send_nowait(self._wake_w, b"!") if keep else self._wake_w.send(b"!")
+        except OSError:  # closed (full: a wake-up is pending)
+            pass
 
     # ------------------------------------------------------------ connecting --
 
@@ -381,8 +379,10 @@ class NatsSocket:
                 readable, _, _ = select.select([sock, wake_r], [], [], wait)
             self._idle = False
             if wake_r in readable:
-                with contextlib.suppress(OSError):
+                try:  # noqa: SIM105 (as in _wake)
                     wake_r.recv(4096)
+                except OSError:
+                    pass
             if sock in readable:
                 data = sock.recv(_READ_SIZE)
                 if not data:

@@ -176,6 +176,32 @@ def test_a_full_window_waits_then_refuses(parts: tuple[AckTimer, CallbackRunner]
         window.admit(_pending(parts[1], "b", timeout=0.05))
 
 
+def test_an_ack_lets_in_a_publish_waiting_on_the_full_window(
+    parts: tuple[AckTimer, CallbackRunner],
+) -> None:
+    # _release notifies only while someone waits: the waiter must still be woken.
+    window = _window(parts, max_inflight=1)
+    window.admit(_pending(parts[1], "a"))
+    outcomes: list[BaseException | None] = []
+
+    def admit() -> None:
+        try:
+            window.admit(_pending(parts[1], "b", timeout=30))
+        except BaseException as e:
+            outcomes.append(e)
+        else:
+            outcomes.append(None)
+
+    waiter = threading.Thread(target=admit, name="test-window-waiter")
+    waiter.start()
+    time.sleep(0.05)  # most likely waiting on the full window by now; either way it gets in
+    window.settle_acks([_ack("a", 1)])
+    waiter.join(TIMEOUT)  # not woken: it would wait out its 30 s
+    assert not waiter.is_alive() and outcomes == [None]
+    window.settle_acks([_ack("b", 2)])
+    assert window.flush(time.monotonic() + TIMEOUT)
+
+
 def test_refusals_wake_waiters_and_the_first_one_stays(
     parts: tuple[AckTimer, CallbackRunner],
 ) -> None:
