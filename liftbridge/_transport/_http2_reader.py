@@ -97,14 +97,14 @@ DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024
 
 _PING_ACK_HEAD = frame_bytes(PING, ACK, 0, bytes(8))[:9]  # a PING ack's 9 bytes before its payload
 _SHORT_CONTROL = frozenset((WINDOW_UPDATE, PING))
-"""Control frames :meth:`FrameReader._frames` hands straight to ``_control``:
+"""Control frames :meth:`FrameReader.feed` hands straight to ``_control``:
 a server sends one of each per ack at a paced rate, and neither changes the
 stream's state or our receive window."""
 _NOT_PLAIN = PADDED | END_STREAM
-"""DATA flags that take a frame off :meth:`FrameReader._frames`' own loop."""
+"""DATA flags that take a frame off :meth:`FrameReader.feed`'s own loop."""
 _HEAD, _PREFIX = FRAME_HEAD.unpack_from, MESSAGE_PREFIX.unpack_from
 _HEAD_AND_PREFIX = FRAME_AND_PREFIX.unpack_from
-"""The unpackers :meth:`FrameReader._frames` uses, bound once."""
+"""The unpackers :meth:`FrameReader.feed` uses, bound once."""
 
 
 def _past_window() -> StreamError:
@@ -191,7 +191,7 @@ class FrameReader(Generic[T]):
         self._parse = parse
         self._max_message = max_message
         # The largest message a plain DATA frame may carry whole (the limit, or
-        # what fits a frame), worked out once: _frames runs once per read.
+        # what fits a frame), worked out once: feed runs once per read.
         self._one = min(max_message, MAX_FRAME_IN - 5)
         self._windows = windows
         self._flow = flow
@@ -209,6 +209,7 @@ class FrameReader(Generic[T]):
         self._continuing = False  # the last frame was HEADERS/CONTINUATION without END_HEADERS
         self._block_end_stream = False
         self._headers_seen = False
+        self._plain_now = False  # _plain() as it was when feed last returned
         # What the peer may still send us (stream = connection); what it sent
         # since the windows were last reopened is RECEIVE_WINDOW minus this.
         self._window = RECEIVE_WINDOW
@@ -221,73 +222,35 @@ class FrameReader(Generic[T]):
         Responses are sliced out as ``bytes`` (protobuf parses those several
         times faster than memoryviews) and parsed as their frame is read, so
         the ones before a frame ending the call come out. A frame begun in an
-        earlier read is completed from the start of ``data`` and read alone:
-        the rest of ``data`` is read where it lies, never copied behind it.
+        earlier read is completed from the start of ``data`` and read alone
+        (:meth:`_complete`): the rest of ``data`` is read where it lies, never
+        copied behind it; the start of a frame not wholly there is kept.
+
+        Most frames are DATA on our stream between the response headers and
+        the trailers, each starting with a whole message (the server sends a
+        message per frame): those are read by the loop itself, their checks
+        on locals (the receive window included), while :meth:`_plain` holds
+        (worked out after every other frame, and kept between reads). The
+        commonest, a frame that is exactly one message no larger than the
+        limit and a frame we accept, takes one unpack of its header and
+        prefix together and goes straight to ``parse``: every check the
+        general loop makes holds for it by then. Every other frame goes
+        through :meth:`_frame`, which checks what it may be and do.
 
         Raises:
             StreamError: the peer broke the protocol (``goaway`` set: a
                 connection error) or a limit; the reader is then ended.
         """
-        if self.ended:
+        pos = 0
+        if (self._rest or self.ended) and (pos := self._complete(data)) < 0:
             return
-        rest = self._rest
-        # Without a start kept (the usual read), _frames keeps what is short of a frame.
-        if rest and len(rest) + len(data) < self._need:  # still no whole frame: keep it
-            rest += data
-            return
-        try:
-            pos = 0
-            while rest and not self.ended:  # its head first, then (its size known) its body
-                take = self._need - len(rest)
-                rest += data[pos : pos + take]
-                pos += take
-                if len(rest) < self._need:
-                    return
-                self._rest = bytearray()
-                self._frames(bytes(rest), 0)
-                rest = self._rest
-            if not self.ended:
-                self._frames(data, pos)
-        except StreamError as e:
-            self._end(e)
-            raise
-        except Exception as e:  # a response protobuf cannot parse, say: never a raw error
-            error = StreamError(grpc.StatusCode.INTERNAL, f"unreadable response: {e}")
-            self._end(error)
-            raise error from e
-
-    def _end(self, error: StreamError | None) -> None:
-        if not self.ended:
-            self.ended = True
-            self.end = error
-            self._rest = bytearray()
-            self._body = bytearray()
-            self._block = bytearray()
-
-    def _frames(self, data: bytes, pos: int) -> None:
-        """Reads the whole frames of ``data`` from ``pos``; keeps the start of
-        a frame not wholly there in ``_rest`` (empty on entry).
-
-        Most frames are DATA on our stream between the response headers and
-        the trailers, each starting with a whole message (the server sends a
-        message per frame): those are read by the loop itself, their checks
-        on locals (the receive window included). The commonest, a frame that
-        is exactly one message no larger than the limit and a frame we accept,
-        takes one unpack of its header and prefix together and goes
-        straight to ``parse``: every check the general loop makes holds for
-        it by then. Every other frame goes through :meth:`_frame`, which
-        checks what it may be and do.
-        """
-        end, need = len(data), FRAME_HEAD.size
-        parse, ready, limit, one = self._parse, self.ready.append, self._max_message, self._one
-        head, prefix, both = _HEAD, _PREFIX, _HEAD_AND_PREFIX
-        window = self._window
-        # _plain(), written out: this runs once per read.
-        plain = self._headers_seen and not (self._continuing or self._body or self.ended)
+        end, need = len(data), 9  # need: bytes a frame start kept must reach
+        parse, ready, one = self._parse, self.ready.append, self._one
+        window, plain = self._window, self._plain_now
         try:
             while end - pos >= 9:
                 while plain and end - pos >= 14:
-                    word, flags, stream, compressed, length = both(data, pos)
+                    word, flags, stream, compressed, length = _HEAD_AND_PREFIX(data, pos)
                     size = length + 5
                     stop = pos + 9 + size
                     # DATA (type 0) of exactly one message, whole in data, on
@@ -308,7 +271,7 @@ class FrameReader(Generic[T]):
                     ready(parse(data[pos - length : pos]))
                 if end - pos < 9:
                     break
-                word, flags, stream = head(data, pos)
+                word, flags, stream = _HEAD(data, pos)
                 size = word >> 8
                 if size > MAX_FRAME_IN:
                     raise connection_error(
@@ -329,16 +292,16 @@ class FrameReader(Generic[T]):
                     self._window = window
                     self._frame(kind, flags, stream & 0x7FFF_FFFF, data, start, stop)
                     window = self._window
+                    plain = self._plain()
                     if self.ended:
                         break
-                    plain = self._plain()
                     continue
                 window -= size
                 if window < 0:
                     raise _past_window()
                 while stop - start >= 5:
-                    compressed, length = prefix(data, start)
-                    if length > limit:
+                    compressed, length = _PREFIX(data, start)
+                    if length > self._max_message:
                         raise self._too_large(length)
                     if stop - start - 5 < length:
                         break
@@ -349,13 +312,20 @@ class FrameReader(Generic[T]):
                 if start < stop:  # part of a message: gathered until it is whole
                     self._body += data[start:stop]
                     self._messages()
-                    plain = not self._body
+                    plain = self._plain()
+        except StreamError as e:
+            self._end(e)
+            raise
+        except Exception as e:  # a response protobuf cannot parse, say: never a raw error
+            error = StreamError(grpc.StatusCode.INTERNAL, f"unreadable response: {e}")
+            self._end(error)
+            raise error from e
         finally:
             if not self.ended:
-                self._window = window
+                self._window, self._plain_now = window, plain
                 if pos < end:  # the start of a frame to come (usually none is left)
                     self._rest += memoryview(data)[pos:]
-                self._need = need
+                    self._need = need
         if window <= _REOPEN_BELOW and not self.ended:  # (the window as kept just above)
             unacked = RECEIVE_WINDOW - window
             self._window = RECEIVE_WINDOW
@@ -365,10 +335,40 @@ class FrameReader(Generic[T]):
                 + frame_bytes(WINDOW_UPDATE, 0, STREAM, increment)
             )
 
+    def _complete(self, data: bytes) -> int:
+        """Completes the frame begun in ``_rest`` from the start of ``data``
+        and reads it alone; where the frames of ``data`` itself start, or -1
+        when there is nothing more to read of it (still short, or ended)."""
+        rest = self._rest
+        if self.ended:
+            return -1
+        if len(rest) + len(data) < self._need:  # still no whole frame: keep it
+            rest += data
+            return -1
+        pos = 0
+        while rest and not self.ended:  # its head first, then (its size known) its body
+            take = self._need - len(rest)
+            rest += data[pos : pos + take]
+            pos += take
+            if len(rest) < self._need:
+                return -1
+            self._rest = bytearray()
+            FrameReader.feed(self, bytes(rest))  # the class's: a wrapped feed sees reads only
+            rest = self._rest
+        return -1 if self.ended else pos
+
+    def _end(self, error: StreamError | None) -> None:
+        if not self.ended:
+            self.ended = True
+            self.end = error
+            self._rest = bytearray()
+            self._body = bytearray()
+            self._block = bytearray()
+
     def _plain(self) -> bool:
-        """Whether a DATA frame on our stream may be read by :meth:`_frames`'
+        """Whether a DATA frame on our stream may be read by :meth:`feed`'s
         own loop: the response headers came, no header block is open, no
-        message is part-gathered."""
+        message is part-gathered (kept in ``_plain_now`` between reads)."""
         return self._headers_seen and not self._continuing and not self._body and not self.ended
 
     def _frame(
