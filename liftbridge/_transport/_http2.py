@@ -159,9 +159,8 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
         keep_alive(sock)
         super().__init__(sock, layer, requests, sending=not unary)
 
-        # The reading state below is guarded by _read_lock: held by the
-        # iterating thread while it reads, or by done() peeking.
-        self._read_lock = threading.Lock()
+        # The reading state below is guarded by _read_lock (Http2Connection's):
+        # held by the iterating thread while it reads, or by done() peeking.
         self._reader = FrameReader(
             parse, max_message=max_message, windows=self._peer, flow=self._flow, reply=self._queue
         )
@@ -242,8 +241,10 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
             read_lock.acquire()  # the lock's own methods: no bound __enter__/__exit__
             try:
                 self._read(wait=True)
-            finally:
+            finally:  # _let_go, written out: once per read
                 read_lock.release()
+                if self._finished:
+                    self._close_when_idle()
 
     def __next__(self) -> T:
         ready = self._ready
@@ -252,8 +253,11 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
                 if ready:  # done() read the last responses and the end meanwhile
                     break
                 raise self._end
-            with self._read_lock:
+            self._read_lock.acquire()
+            try:
                 self._read(wait=True)
+            finally:
+                self._let_go()
         return ready.popleft()
 
     def cancel(self) -> bool:
@@ -275,7 +279,7 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
             except (OSError, ValueError):  # closed meanwhile: _finished says so
                 pass
             finally:
-                self._read_lock.release()
+                self._let_go()
         return self._finished
 
     # ---------------------------------------------------------------- reading --
@@ -284,19 +288,15 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
         """One read of the socket (waiting for data if ``wait``, else only
         if some is there), fed to the reader; the call's end recorded.
 
-        It runs once per read on the iterating thread, often just woken from
-        a sleep in poll with its caches cold: every step it takes shows in
-        the subscription's CPU per message, so the usual read is kept to a
-        poll, a ``recv`` and the flow lock taken (raw, not through the
-        Condition) twice (a unary call's, a subscription's: one ``recv``
-        that waits, no poll); writing and keepalive steps only when due."""
-        flow = self._flow_lock  # taken by its own methods (see __iter__)
-        flow.acquire()
-        finished = self._finished
-        if not finished:
-            self._reading = True
-        flow.release()
-        if finished:
+        The caller holds ``_read_lock`` (so the socket stays open: see
+        ``_close_when_idle``) and closes an ended call's socket when it lets
+        go of it (``_let_go``). It runs once per read on the iterating
+        thread, often just woken from a sleep in poll with its caches cold:
+        every step it takes shows in the subscription's CPU per message, so
+        the usual read is kept to a poll and a ``recv`` (a unary call's, a
+        subscription's: one ``recv`` that waits, no poll); writing and
+        keepalive steps only when due."""
+        if self._finished:
             self._end = self._ending()
             return
         received: memoryview | None = None
@@ -326,19 +326,13 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
         except OSError as e:
             received = self._inbox.view[:0]
             failure = f"the connection failed: {e}"
-        finally:
-            flow.acquire()
-            self._reading = False
-            flow.release()
         if received is None:  # nothing read: a keepalive, cancel or done() without data
             if self._finished:
                 self._end = self._ending()
-                self._close_when_idle()
             return
         if not received:
             self._finish(StreamError(grpc.StatusCode.UNAVAILABLE, failure))
             self._end = self._ending()
-            self._close_when_idle()
             return
         data = received.tobytes() if self._tls is None else self._decrypted(received)
         if not data:  # no TLS record whole yet, or the session ended
@@ -363,7 +357,6 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
         if self._finished:
             self._shutdown()
             self._end = self._ending()
-            self._close_when_idle()
 
     def _decrypted(self, records: memoryview) -> bytes | None:
         """The bytes TLS records read carry; None when there are none yet, or
@@ -377,7 +370,6 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
             self._finish(StreamError(grpc.StatusCode.UNAVAILABLE, f"the TLS session ended: {e}"))
             self._shutdown()
             self._end = self._ending()
-            self._close_when_idle()
             return None
         return plain
 

@@ -8,7 +8,8 @@ socket takes them at once (``_flush``); ``liftbridge-h2-send`` (``_send_loop``)
 writes the requests within the peer's flow-control windows, waiting in
 ``sendall`` as long as it takes, and the queue with them. The call's end is
 recorded once (``_finish``), wakes every thread on the socket (``_shutdown``),
-and the socket is closed only when no thread is in it (``_close_when_idle``).
+and the socket is closed only when no thread is in it (``_close_when_idle``):
+the sender says so in ``_sending``, a reader by holding ``_read_lock``.
 """
 
 from __future__ import annotations
@@ -94,7 +95,10 @@ class Http2Connection:
         self._error: StreamError | None = None  # why the call ended, if not OK
         self._finished = False  # ended (any way): nothing more is sent or read
         self._sending = sending  # liftbridge-h2-send is running
-        self._reading = False  # a thread is inside recv
+        # Held by the thread reading the socket (the call's iterator, or
+        # done() peeking), so also by whoever closes it (_close_when_idle);
+        # whoever lets go of it closes an ended call's socket (_let_go).
+        self._read_lock = threading.Lock()
         self._closed = False  # the socket is closed
         # Bytes below HELD_BYTES may wait in the kernel (a sending call on a
         # plain socket, until its sending half ends or its reader writes too);
@@ -393,9 +397,31 @@ class Http2Connection:
     def _close_when_idle(self) -> None:
         """Closes the socket once the call ended and neither the sender nor
         a reader uses it (closing a socket another thread is in could let a
-        new one reuse its descriptor under that thread)."""
-        with self._flow:
-            if self._closed or not self._finished or self._sending or self._reading:
-                return
-            self._closed = True
-        self._sock.close()
+        new one reuse its descriptor under that thread). Never called by a
+        thread holding ``_read_lock``.
+
+        A reader is in the socket only while it holds ``_read_lock``, so the
+        socket is closed under that lock, taken without waiting. When another
+        thread holds it, that thread closes the socket after it lets go: a
+        reader (``_let_go``) sees the end and the sender's end recorded before
+        this call (the GIL orders the threads' steps; ``_finished`` and
+        ``_sending`` change once each), a closer saw them itself."""
+        if self._closed or not self._finished or self._sending:
+            return
+        if not self._read_lock.acquire(False):
+            return
+        try:
+            with self._flow:
+                if self._closed:
+                    return
+                self._closed = True
+            self._sock.close()
+        finally:
+            self._read_lock.release()
+
+    def _let_go(self) -> None:
+        """Lets go of ``_read_lock`` (held to read); closes the socket if the
+        call ended meanwhile, or before, and it is idle."""
+        self._read_lock.release()
+        if self._finished:
+            self._close_when_idle()

@@ -245,6 +245,44 @@ def test_a_unary_calls_reader_waits_in_recv_and_still_pings_a_silent_server() ->
         assert not call._ping_sent  # the answer was read
 
 
+def test_a_call_cancelled_while_its_reader_waits_closes_its_socket_after_the_read() -> None:
+    """cancel() from another thread while the iterating thread waits in
+    recv: the reader wakes with the call's end, and the socket is closed
+    once it let go of the read (never while it could still be in it)."""
+    with _subscribe_call() as (call, _peer):
+        ended: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                next(call)
+            except BaseException as e:  # the call's end, whatever it is
+                ended.append(e)
+
+        reader = threading.Thread(target=read, name="test-h2-reader", daemon=True)
+        reader.start()
+        deadline = time.monotonic() + WAIT
+        while not call._read_lock.locked():  # the reader is in its read
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        call.cancel()
+        reader.join(WAIT)
+        assert not reader.is_alive()
+        assert len(ended) == 1 and not isinstance(ended[0], StopIteration)
+        assert call._closed and call._sock.fileno() == -1
+
+
+def test_a_close_finding_a_reader_in_the_socket_is_left_to_that_reader() -> None:
+    """The socket is closed under the read lock: an end recorded while a
+    reader holds it leaves the socket open until that reader lets go, and
+    letting go closes it."""
+    with _subscribe_call() as (call, _peer):
+        assert call._read_lock.acquire(False)  # as a reader inside _read holds it
+        call.cancel()
+        assert not call._closed and call._sock.fileno() != -1
+        call._let_go()
+        assert call._closed and call._sock.fileno() == -1
+
+
 def _reader(replies: list[bytes]) -> FrameReader[int]:
     """A reader past the server's SETTINGS and headers; responses parse to their size."""
     reader: FrameReader[int] = FrameReader(
