@@ -245,7 +245,7 @@ class FrameReader(Generic[T]):
         if (self._rest or self.ended) and (pos := self._complete(data)) < 0:
             return
         end, need = len(data), 9  # need: bytes a frame start kept must reach
-        parse, ready, one = self._parse, self.ready.append, self._one
+        parse, ready, one = self._parse, self.ready, self._one
         window, plain = self._window, self._plain_now
         try:
             while end - pos >= 9:
@@ -268,7 +268,7 @@ class FrameReader(Generic[T]):
                     if window < 0:
                         raise _past_window()
                     pos = stop
-                    ready(parse(data[pos - length : pos]))
+                    ready.append(parse(data[pos - length : pos]))
                 if end - pos < 9:
                     break
                 word, flags, stream = _HEAD(data, pos)
@@ -308,7 +308,7 @@ class FrameReader(Generic[T]):
                     if compressed:
                         raise compressed_error()
                     start += 5 + length
-                    ready(parse(data[start - length : start]))
+                    ready.append(parse(data[start - length : start]))
                 if start < stop:  # part of a message: gathered until it is whole
                     self._body += data[start:stop]
                     self._messages()
