@@ -108,11 +108,11 @@ def cluster() -> Iterator[Cluster]:
         yield cluster
 
 
-def _router(cluster: Cluster, seed: str = "a") -> Router:
+def _router(cluster: Cluster, seed: str = "a", rpc_timeout: float = 2.0) -> Router:
     router = Router(
         (f"127.0.0.1:{cluster.brokers[seed].port}",),
         tls=None,
-        rpc_timeout=2.0,
+        rpc_timeout=rpc_timeout,
         retry_policy=RetryPolicy(initial_backoff=0.01, jitter=0.0),
     )
     router.connect(5.0)
@@ -242,11 +242,13 @@ def test_a_refresh_asks_brokers_known_down_last(
 
 
 def test_a_hung_broker_leaves_the_refresh_time_for_the_next(cluster: Cluster) -> None:
-    router = _router(cluster)  # its rotation starts at "a"
-    cluster.brokers["a"].metadata_hang = 4.0  # longer than the refresh's whole deadline
+    # Its rotation starts at "a"; an attempt's own cap (rpc_timeout) is no limit here.
+    router = _router(cluster, rpc_timeout=30.0)
+    cluster.brokers["a"].metadata_hang = 9.0  # longer than the refresh's whole deadline
     try:
         asked_b = cluster.brokers["b"].served.count("FetchMetadata")
-        router.refresh(Deadline(2.0), shared=False)  # "a" gets 1 s of it, "b" the rest
+        # "a" gets 4 s of it, "b" the rest: seconds for a loaded machine's connect.
+        router.refresh(Deadline(8.0), shared=False)
         assert cluster.brokers["b"].served.count("FetchMetadata") == asked_b + 1
     finally:
         cluster.brokers["a"].metadata_hang = 0.0
