@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import struct
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -48,6 +49,14 @@ _log = logging.getLogger(__name__)
 
 _BATCH_BYTES = 1 << 16
 """At most this many request bytes are gathered into one write."""
+
+_pack_data_head = struct.Struct(">I5sxI").pack
+"""The 14 bytes before a lone request in its DATA frame: the frame's length
+(24 bits, checked against the peer's max frame size) and type, its flags and
+stream id (:data:`_NO_FLAGS_STREAM`), then the message's gRPC prefix (not
+compressed, its length). One pack, where shifting and or-ing the same into
+one int and ``to_bytes`` cost ~1,200 instructions more (callgrind)."""
+_NO_FLAGS_STREAM = bytes(1) + STREAM.to_bytes(4, "big")
 
 HELD_BYTES = 31
 """The socket's SO_RCVLOWAT while a call's responses flow (Linux, no TLS):
@@ -239,9 +248,8 @@ class Http2Connection:
             if self._held and self._holder == threading.get_ident():  # a lane: see _hold
                 self._can_hold = False
                 self._release()
-        # The DATA frame's header and the message's length prefix in one go, not
-        # frame_bytes over a prefixed chunk: 0.47 against 0.89 us for 130 B (timeit).
-        frame = (size << 88 | DATA << 80 | STREAM << 40 | len(chunk)).to_bytes(14, "big") + chunk
+        # The DATA frame's header and the message's length prefix in one pack.
+        frame = _pack_data_head(size << 8 | DATA, _NO_FLAGS_STREAM, len(chunk)) + chunk
         write_lock = self._write_lock
         # acquire(False), not blocking=False: a keyword makes the call build a
         # dict and parse it (~960 instructions an acquire under callgrind).
