@@ -15,9 +15,14 @@ through :class:`ctypes.PyDLL` (documented not to release the GIL), with
 ``MSG_DONTWAIT | MSG_NOSIGNAL``. The socket's descriptor is read for each
 call under the same hold of the GIL: a socket closed by another thread reads
 -1 and fails with EBADF, as its methods do; its descriptor number cannot be
-reused meanwhile. Elsewhere they are the socket's own methods with
-``MSG_DONTWAIT`` (or, where there is none, a blocking ``sendall``).
-Thread-safe as the socket is.
+reused meanwhile. ``send`` keeps no ``errno`` (ctypes' ``use_errno`` costs
+every call ~250 instructions, and nearly every send succeeds): one that
+fails, having written nothing, is made again by the socket's own method,
+which raises what it raises or finds nothing to do now (a full buffer, rare
+where these writes are made). ``recv`` keeps it: a reader holding bytes
+below its low-water mark finds nothing to read often. Elsewhere they are the
+socket's own methods with ``MSG_DONTWAIT`` (or, where there is none, a
+blocking ``sendall``). Thread-safe as the socket is.
 """
 
 from __future__ import annotations
@@ -34,16 +39,16 @@ _AGAIN = frozenset((errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR))
 
 
 def _libc() -> tuple[Any, Any, Any] | None:
-    """libc's ``send`` and ``recv`` called holding the GIL, and ctypes'
-    ``get_errno``; None where they are not to be had (not Linux and
-    CPython, no ctypes)."""
+    """libc's ``send`` (no ``errno`` kept) and ``recv`` called holding the
+    GIL, and ctypes' ``get_errno``; None where they are not to be had (not
+    Linux and CPython, no ctypes)."""
     if not sys.platform.startswith("linux") or sys.implementation.name != "cpython":
         return None
     try:
         import ctypes
 
-        libc = ctypes.PyDLL(None, use_errno=True)
-        send, recv = libc.send, libc.recv
+        send = ctypes.PyDLL(None).send
+        recv = ctypes.PyDLL(None, use_errno=True).recv
     except (ImportError, OSError, AttributeError):
         return None
     # int send(int, const void *, size_t, int): Python ints pass as C ints
@@ -57,7 +62,7 @@ _FLAGS = getattr(socket, "MSG_DONTWAIT", 0) | getattr(socket, "MSG_NOSIGNAL", 0)
 
 
 def _failed() -> int:
-    """0 when the last libc call found nothing to do now; raises its error otherwise."""
+    """0 when the last libc ``recv`` found nothing to do now; raises its error otherwise."""
     assert _LIBC is not None
     code = _LIBC[2]()
     if code in _AGAIN:
@@ -75,8 +80,9 @@ def send_nowait(sock: socket.socket, data: bytes) -> int:
     """
     if _LIBC is not None:
         sent: int = _LIBC[0](sock.fileno(), data, len(data), _FLAGS)
-        return sent if sent >= 0 else _failed()
-    if not _FLAGS:
+        if sent >= 0:
+            return sent
+    elif not _FLAGS:
         sock.sendall(data)
         return len(data)
     try:
