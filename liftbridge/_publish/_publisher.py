@@ -82,7 +82,13 @@ from liftbridge._publish._batch_submit import BatchSubmit
 from liftbridge._publish._leaders import LeaderCheck
 from liftbridge._publish._leaders_lost import LeadersLost
 from liftbridge._publish._outbox import Outbox
-from liftbridge._publish._pending import Pending, Spent, claim_responses, claimed_outcomes
+from liftbridge._publish._pending import (
+    Pending,
+    Spent,
+    claim_responses,
+    claimed_outcomes,
+    new_pending,
+)
 from liftbridge._publish._request_bytes import Request
 from liftbridge._publish._sending import Sending, Unsent, resume_free, sender_step
 from liftbridge._publish._window import Window
@@ -245,14 +251,13 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
         wait = self._ack_wait if timeout is None else timeout
         outcome: Future[Ack | None] | None = self._new_future() if future else None
         correlation_id = request.correlationId
-        pending = Pending(
+        # Its deadline is set below, once it has its window slot; not sent yet.
+        pending = new_pending(
             correlation_id,
             request,
             outcome,
             handler,
             request.ackPolicy != _NONE,
-            0.0,  # deadline: below, once it has its window slot
-            -1,  # generation: not sent yet
             self._leader_address(request.stream, request.partition),
         )
         kept = self._kept  # Spent.free_one, inline: after this publish's allocations (_pending.py)

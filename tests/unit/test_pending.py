@@ -3,12 +3,13 @@ free, one per publish (liftbridge/_publish/_pending.py says why)."""
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from concurrent.futures import Future
 
 from liftbridge._core._acks import Ack
 from liftbridge._core._callbacks import Outcome
-from liftbridge._publish._pending import Pending, Spent, claimed_outcomes
+from liftbridge._publish._pending import Pending, Spent, claimed_outcomes, new_pending
 from liftbridge_api import api_pb2
 
 
@@ -26,6 +27,18 @@ def test_an_outcome_lets_go_of_the_future_and_names_the_handler_only_for_an_ack(
     assert settled[0] is future and settled[1] is pending.handler
     assert pending.future is None
     assert claimed_outcomes([(_pending(None, expects_ack=False), None, None)])[0][1] is None
+
+
+def test_new_pending_sets_every_field_as_the_class_does() -> None:
+    """new_pending writes each slot itself: a field added to Pending and not
+    to it would be missing (an AttributeError on first read) or differ here."""
+    future: Future[Ack | None] = Future()
+    request = api_pb2.PublishRequest(stream="s", correlationId="c")
+    made = new_pending("c", request, future, print, False, "h:1")
+    expected = Pending("c", request, future, print, False, leader="h:1")
+    for field in dataclasses.fields(Pending):
+        assert getattr(made, field.name) == getattr(expected, field.name), field.name
+    assert new_pending("c", request, None, None, True, None).leader is None
 
 
 def test_spent_futures_are_freed_one_per_call_oldest_first_and_all_on_clear() -> None:
