@@ -292,7 +292,7 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
             generation = self._generation
             outbox = self._outbox
             if outbox.idle == generation:
-                direct = self._direct(generation, now, waited=waited)
+                direct = self._direct(generation, now, waited)
                 behind = False
                 if not direct:
                     outbox.put(pending)
