@@ -134,11 +134,13 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
         self._new_future = callbacks.future
         self._timer = timer
         self._ack_wait = ack_wait
-        # The next correlation id: "<pid>-<publisher>-<n>" for n = 0, 1, ..., made
+        # The next correlation id: "<pid>-<publisher>-0x<n>" for n = 0, 1, ..., made
         # in C (no Python frame per publish); each call is atomic under the GIL.
+        # hex, not str: a C function, not a type's call, and binary digits
+        # (~560 instructions an id less, callgrind).
         prefix = f"{os.getpid():x}-{id(self):x}-"
         self.next_correlation_id: Callable[[], str] = map(
-            prefix.__add__, map(str, itertools.count())
+            prefix.__add__, map(hex, itertools.count())
         ).__next__
         """A correlation id unique within this process. Thread-safe."""
 

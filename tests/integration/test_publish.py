@@ -29,7 +29,7 @@ def test_publish_returns_the_ack(client: liftbridge.Client, stream: str) -> None
     ack = client.publish(stream, b"hello", key=b"k1", headers={"trace": b"abc"})
     assert ack is not None
     assert (ack.stream, ack.offset, ack.ack_policy) == (stream, 0, liftbridge.AckPolicy.LEADER)
-    assert re.fullmatch(r"[0-9a-f]+-[0-9a-f]+-\d+", ack.correlation_id)  # pid-client-seq
+    assert re.fullmatch(r"[0-9a-f]+-[0-9a-f]+-0x[0-9a-f]+", ack.correlation_id)  # pid-client-seq
     assert ack.commit_timestamp_ns >= ack.reception_timestamp_ns > 0
     second = client.publish(stream, b"again", correlation_id="mine")
     assert second is not None and second.offset == 1 and second.correlation_id == "mine"
