@@ -187,11 +187,9 @@ class AckWindow:
                 kept.popleft()
             except IndexError:  # another publishing thread took the last
                 pass
-        # The lock of _settled, taken by its own methods: a ``with`` costs a
-        # publish twice as much (its __enter__ and __exit__ looked up and called).
-        lock = self._lock
-        lock.acquire()
-        try:
+        # The lock of _settled. A with, not acquire() then try: an interrupt
+        # (Ctrl-C) landing between those two would leave the window wedged.
+        with self._lock:
             if self._refusal is not None:
                 raise self._refusal()
             if self._inflight >= self._max_inflight:
@@ -201,8 +199,6 @@ class AckWindow:
             entry.seq = self._admitted
             entry.deadline = monotonic() + timeout
             self._pending[entry.correlation_id] = entry
-        finally:
-            lock.release()
         if timeout != self._ack_timeout:
             self._timer.schedule(entry.deadline, functools.partial(self._expire, [entry]))
 

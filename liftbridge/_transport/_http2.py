@@ -238,11 +238,12 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
                 if isinstance(end, StopIteration):
                     return
                 raise end
-            read_lock.acquire()  # the lock's own methods: no bound __enter__/__exit__
+            # _let_go, written out (once per read). A with, not acquire() then
+            # try: an interrupt (Ctrl-C) between them would keep the lock held.
             try:
-                self._read(wait=True)
-            finally:  # _let_go, written out: once per read
-                read_lock.release()
+                with read_lock:
+                    self._read(wait=True)
+            finally:
                 if self._finished:
                     self._close_when_idle()
 
@@ -253,11 +254,12 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
                 if ready:  # done() read the last responses and the end meanwhile
                     break
                 raise self._end
-            self._read_lock.acquire()
             try:
-                self._read(wait=True)
+                with self._read_lock:
+                    self._read(wait=True)
             finally:
-                self._let_go()
+                if self._finished:
+                    self._close_when_idle()
         return ready.popleft()
 
     def cancel(self) -> bool:

@@ -58,6 +58,16 @@ compressed, its length). One pack, where shifting and or-ing the same into
 one int and ``to_bytes`` cost ~1,200 instructions more (callgrind)."""
 _NO_FLAGS_STREAM = bytes(1) + STREAM.to_bytes(4, "big")
 
+
+def _drop(lock: threading.RLock) -> None:
+    """Lets go of ``lock`` if this thread holds it: after an exception that
+    may have been raised just as a try to take it without waiting succeeded
+    (an interrupt such as Ctrl-C runs its handler right after the call), on
+    a thread that cannot tell whether it got the lock."""
+    with contextlib.suppress(RuntimeError):  # not ours: nothing to let go of
+        lock.release()
+
+
 HELD_BYTES = 31
 """The socket's SO_RCVLOWAT while a call's responses flow (Linux, no TLS):
 for each request it reads while no ping of its is out, a grpc-go server
@@ -89,8 +99,10 @@ class Http2Connection:
         self._sock = sock
         self._tls = tls
         self._requests = requests
-        # _write_lock: held by whoever writes to the socket, so frames never interleave.
-        self._write_lock = threading.Lock()
+        # _write_lock: held by whoever writes to the socket, so frames never
+        # interleave. An RLock only so that a thread interrupted as it took the
+        # lock without waiting can let go of it (_drop); nobody takes it twice.
+        self._write_lock = threading.RLock()
         # _out_lock guards _pending: whole frames queued by threads that must
         # not wait to write; taken from its head only under _write_lock.
         self._out_lock = threading.Lock()
@@ -175,8 +187,13 @@ class Http2Connection:
         waiting. True when the socket was ours to write (nothing left, or
         its buffer is full); False when the sender holds it (it writes the
         queue before it lets go)."""
-        if not self._write_lock.acquire(False):
-            return False
+        write_lock = self._write_lock
+        try:
+            if not write_lock.acquire(False):
+                return False
+        except BaseException:  # an interrupt, maybe just after the lock was taken
+            _drop(write_lock)
+            raise
         try:
             with self._out_lock:
                 data = bytes(self._pending)
@@ -187,7 +204,7 @@ class Http2Connection:
         except OSError as e:
             self._finish(StreamError(grpc.StatusCode.UNAVAILABLE, f"the connection failed: {e}"))
         finally:
-            self._write_lock.release()
+            write_lock.release()
         return True
 
     def _goaway(self, code: int) -> None:
@@ -253,7 +270,12 @@ class Http2Connection:
         write_lock = self._write_lock
         # acquire(False), not blocking=False: a keyword makes the call build a
         # dict and parse it (~960 instructions an acquire under callgrind).
-        if self._tls is None and write_lock.acquire(False):
+        try:
+            own = self._tls is None and write_lock.acquire(False)
+        except BaseException:  # an interrupt, maybe just after the lock was taken
+            _drop(write_lock)
+            raise
+        if own:
             try:  # the usual own write: nobody else writes, nothing queued to go first
                 if not self._pending:
                     sent = send_nowait(self._sock, frame)

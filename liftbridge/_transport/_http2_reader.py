@@ -483,16 +483,13 @@ class FrameReader(Generic[T]):
         increment = int.from_bytes(payload, "big") & 0x7FFF_FFFF
         if increment == 0:
             raise connection_error(PROTOCOL_ERROR, "a WINDOW_UPDATE of 0")
-        # The lock's own methods (C), not the Condition's (Python); a sender
-        # is woken only when one waits for window.
+        # A sender is woken only when one waits for window. A with: a unary
+        # call reads on the caller's thread, where Ctrl-C may land.
         flow, windows = self._flow, self._windows
-        flow.acquire()
-        try:
+        with flow:
             windows.update(stream, increment)
             if windows.waiting:
                 flow.notify_all()
-        finally:
-            flow.release()
 
     def _settings(self, flags: int, stream: int, payload: bytes) -> None:
         if stream != 0:
