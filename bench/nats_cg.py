@@ -29,7 +29,7 @@ from concurrent import futures
 import grpc
 
 import liftbridge
-from bench.publish_cg import _STREAM, _Broker
+from bench.publish_cg import STREAM, AckingBroker
 from liftbridge._core._envelope import EnvelopeType, decode_envelope, encode_envelope
 from liftbridge_api import api_pb2, api_pb2_grpc
 
@@ -55,9 +55,9 @@ def _serve_nats(sock: socket.socket) -> None:
                 message = api_pb2.Message.FromString(decode_envelope(payload, EnvelopeType.MESSAGE))
                 offset += 1
                 ack = api_pb2.Ack(
-                    stream=_STREAM,
-                    partitionSubject=_STREAM,
-                    msgSubject=_STREAM,
+                    stream=STREAM,
+                    partitionSubject=STREAM,
+                    msgSubject=STREAM,
                     offset=offset,
                     ackInbox=message.ackInbox,
                     correlationId=message.correlationId,
@@ -81,7 +81,7 @@ def _serve_nats(sock: socket.socket) -> None:
 def _peer() -> None:
     """Serves the fake broker and NATS server; prints their ports; ends
     when stdin closes."""
-    broker = _Broker()  # type: ignore[abstract]  # only the metadata RPC is used
+    broker = AckingBroker()  # type: ignore[abstract]  # only the metadata RPC is used
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     api_pb2_grpc.add_APIServicer_to_server(broker, server)
     broker.port = server.add_insecure_port("127.0.0.1:0")
@@ -110,16 +110,16 @@ def drive(port: int, nats_port: int, count: int, *, pipelined: bool) -> None:
         ) as publisher,
     ):
         for _ in range(20):  # the stream known, every path's first time
-            publisher.publish(_STREAM, value)
+            publisher.publish(STREAM, value)
         if pipelined:
             publish_async = publisher.publish_async
             for _ in range(count):
-                publish_async(_STREAM, value)
+                publish_async(STREAM, value)
             assert publisher.flush(600.0)
         else:
             publish = publisher.publish
             for _ in range(count):
-                publish(_STREAM, value)
+                publish(STREAM, value)
 
 
 def main() -> None:

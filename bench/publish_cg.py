@@ -36,11 +36,14 @@ from liftbridge_api import api_pb2, api_pb2_grpc
 _PAUSE = 0.002
 """Seconds between publishes: the ack of one is in before the next (at 10,000
 msgs/s, 100 us apart; under callgrind every thread runs ~50 times slower)."""
-_STREAM = "cg"
+STREAM = "cg"
+"""The one stream :class:`AckingBroker` lists (partition 0)."""
 
 
-class _Broker(api_pb2_grpc.APIServicer):
-    """One broker, itself, leading every partition; acks every publish."""
+class AckingBroker(api_pb2_grpc.APIServicer):
+    """One broker, itself, leading :data:`STREAM`'s partition; acks every
+    publish. Also bench/nats_cg.py's metadata broker and the fake broker of
+    tests/unit/test_interrupted_publish.py."""
 
     port = 0
 
@@ -51,7 +54,7 @@ class _Broker(api_pb2_grpc.APIServicer):
         return api_pb2.FetchMetadataResponse(
             brokers=[api_pb2.Broker(id="b", host="127.0.0.1", port=self.port)],
             streamMetadata=[
-                api_pb2.StreamMetadata(name=_STREAM, subject=_STREAM, partitions={0: partition})
+                api_pb2.StreamMetadata(name=STREAM, subject=STREAM, partitions={0: partition})
             ],
         )
 
@@ -69,7 +72,7 @@ class _Broker(api_pb2_grpc.APIServicer):
 
 def _peer() -> None:
     """Serves the fake broker; prints its port; ends when stdin closes."""
-    broker = _Broker()  # type: ignore[abstract]  # only two RPCs needed
+    broker = AckingBroker()  # type: ignore[abstract]  # only two RPCs needed
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     api_pb2_grpc.add_APIServicer_to_server(broker, server)
     broker.port = server.add_insecure_port("127.0.0.1:0")
@@ -122,18 +125,18 @@ def drive(port: int, count: int, *, handler: bool, own: bool) -> None:
     with liftbridge.Client(f"127.0.0.1:{port}", ack_wait=600.0, connect_timeout=300.0) as client:
         publish = client.publish_async
         for _ in range(20):  # the stream opened and known, every path's first time
-            publish(_STREAM, value).result(60)
+            publish(STREAM, value).result(60)
         written[0] = 0
         if handler:
             for _ in range(count):
-                publish(_STREAM, value, on_ack, future=False)
+                publish(STREAM, value, on_ack, future=False)
                 sleep(_PAUSE)
             for _ in range(count):
                 acked.acquire(timeout=60)
         else:
             last = None
             for _ in range(count):
-                last = publish(_STREAM, value)
+                last = publish(STREAM, value)
                 sleep(_PAUSE)
             assert last is not None
             last.result(60)

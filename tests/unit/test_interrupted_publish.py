@@ -21,12 +21,11 @@ import time
 from collections.abc import Iterator
 from types import FrameType
 
-import grpc
 import pytest
 
 import liftbridge
-from liftbridge_api import api_pb2
-from tests.unit.fake_broker import FakeBroker, serving
+from bench.publish_cg import STREAM, AckingBroker
+from tests.unit.fake_broker import serving
 
 INTERRUPTS = 400  # how many times the publishing loop is interrupted (at most)
 STORM = 30.0  # seconds the interrupts may take (a loaded machine signals slowly)
@@ -37,24 +36,10 @@ class Interrupted(BaseException):
     """What the signal handler raises: like KeyboardInterrupt, no Exception."""
 
 
-class AckingBroker(FakeBroker):
-    """Answers metadata and acks every publish."""
-
-    def PublishAsync(
-        self, request_iterator: Iterator[api_pb2.PublishRequest], context: grpc.ServicerContext
-    ) -> Iterator[api_pb2.PublishResponse]:
-        for offset, request in enumerate(request_iterator):
-            yield api_pb2.PublishResponse(
-                correlationId=request.correlationId,
-                ack=api_pb2.Ack(
-                    stream=request.stream, offset=offset, correlationId=request.correlationId
-                ),
-            )
-
-
 @pytest.fixture
 def broker() -> Iterator[AckingBroker]:
-    with serving(AckingBroker()) as served:  # type: ignore[abstract]  # only two RPCs needed
+    # The bench driver's broker: a port as a FakeBroker has, no subclass of it.
+    with serving(AckingBroker()) as served:  # type: ignore[abstract, type-var]
         yield served
 
 
@@ -85,7 +70,7 @@ def _publish_until_interrupted(client: liftbridge.Client) -> int:
     try:
         while interrupted < INTERRUPTS and time.monotonic() < ends:
             try:
-                client.publish_async("s", b"v", future=False, ack_handler=_ignore)
+                client.publish_async(STREAM, b"v", future=False, ack_handler=_ignore)
             except Interrupted:
                 interrupted += 1
     finally:
@@ -107,12 +92,12 @@ def test_interrupts_while_publishing_leave_no_lock_held(
     caplog.set_level(logging.WARNING)
     with liftbridge.Client(f"127.0.0.1:{broker.port}", max_inflight=100_000) as client:
         # Connected, and the publisher's threads started, before any interrupt.
-        assert isinstance(client.publish("s", b"first", timeout=20), liftbridge.Ack)
+        assert isinstance(client.publish(STREAM, b"first", timeout=20), liftbridge.Ack)
         assert _publish_until_interrupted(client) > 0
         # A publish from another thread: with a lock left held it waits forever.
         outcome: list[object] = []
         after = threading.Thread(
-            target=lambda: outcome.append(client.publish("s", b"after", timeout=20)),
+            target=lambda: outcome.append(client.publish(STREAM, b"after", timeout=20)),
             daemon=True,
         )
         after.start()
