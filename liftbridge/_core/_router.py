@@ -49,6 +49,7 @@ from liftbridge._errors import (
     UnavailableError,
     unreached,
 )
+from liftbridge._locks import drop
 from liftbridge._transport._channels import DEFAULT_KEEPALIVE, Channels
 from liftbridge._transport._channels import DEFAULT_MAX_MESSAGE as DEFAULT_MAX_MESSAGE
 from liftbridge._transport._channels import Keepalive as Keepalive  # a Client's options: the
@@ -120,8 +121,8 @@ class Router:
         self._suspects: dict[str, float] = {}
         self._retrying = True
         self._closed = False
-        # Held by the one refresh under way; others wait for it (see refresh()).
-        self._refresh_lock = threading.Lock()
+        # Held by the one refresh under way, others waiting (refresh()). An RLock: see _locks.
+        self._refresh_lock = threading.RLock()
         self._generation = 0  # bumped by every completed refresh (under _refresh_lock)
         # (stream, partition) -> (metadata snapshot, its leader's address): leader_address
         # answers every publish, from its snapshot's answer while that is current.
@@ -241,8 +242,12 @@ class Router:
         """
         deadline = deadline or self.deadline(None)
         generation = self._generation
-        if not self._refresh_lock.acquire(timeout=deadline.remaining()):
-            raise DeadlineExceededError("timed out waiting for a metadata refresh")
+        try:
+            if not self._refresh_lock.acquire(timeout=deadline.remaining()):
+                raise DeadlineExceededError("timed out waiting for a metadata refresh")
+        except BaseException:  # an interrupt (Ctrl-C), maybe just after the lock was taken
+            drop(self._refresh_lock)
+            raise
         try:
             if shared and self._generation != generation:
                 return self._cache.current  # refreshed while we waited
@@ -438,10 +443,7 @@ class Router:
         self._check_open()
         try:
             return self._channels.invoke(address, method, request, timeout)
-        except LiftbridgeError:
-            self._check_open()
-            raise
-        except ValueError:  # grpc raises it for a call on a channel closed meanwhile
+        except (LiftbridgeError, ValueError):  # grpc's ValueError: a channel closed meanwhile
             self._check_open()
             raise
 

@@ -27,6 +27,7 @@ from liftbridge._errors import (
     UnavailableError,
 )
 from liftbridge._groups._values import AutoOffset, StreamPartition
+from liftbridge._locks import drop
 from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)
@@ -157,8 +158,10 @@ class Assigned:
     """No new reading before this ``time.monotonic()``."""
     reported: bool = False
     """Whether the handler heard of the current run of failures."""
-    commit_lock: threading.Lock = field(default_factory=threading.Lock)
-    """Serializes commits of this partition; guards ``committed``."""
+    commit_lock: threading.RLock = field(default_factory=threading.RLock)
+    """Serializes commits of this partition; guards ``committed``. An RLock
+    only so that a thread interrupted as it took it can let go of it
+    (:mod:`liftbridge._locks`); nobody takes it twice."""
     delivered: int | None = None
     """The last offset given to the handler (it may still be running);
     written by the partition's thread."""
@@ -286,7 +289,13 @@ class Assigned:
         Raises:
             LiftbridgeError: ``store`` failed.
         """
-        if not self.commit_lock.acquire(timeout=wait):
+        commit_lock = self.commit_lock
+        try:
+            own = commit_lock.acquire(timeout=wait)
+        except BaseException:  # an interrupt (Ctrl-C), maybe just after the lock was taken
+            drop(commit_lock)
+            raise
+        if not own:
             return False
         try:
             last = self.progress()
@@ -296,7 +305,7 @@ class Assigned:
                 _log.debug("committed %s at offset %d", self.tp, last)
             return True
         finally:
-            self.commit_lock.release()
+            commit_lock.release()
 
     def learn_cursor(self, committed: int) -> None:
         """Records the group's cursor fetched before a new reading."""

@@ -274,7 +274,14 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
         """True once the call ended. Reads what already arrived (never
         waiting, never blocking on a write) when no other thread is reading,
         so an end the server sent is seen without iterating."""
-        if not self._finished and self._read_lock.acquire(False):
+        if self._finished:
+            return True
+        try:
+            own = self._read_lock.acquire(False)
+        except BaseException:  # an interrupt (Ctrl-C), maybe just after the lock was taken
+            self._drop_read()
+            raise
+        if own:
             try:
                 if not self._closed:
                     self._read(wait=False)

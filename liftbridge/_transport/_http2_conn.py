@@ -25,6 +25,7 @@ from typing import Any
 
 import grpc
 
+from liftbridge._locks import drop
 from liftbridge._transport._http2_reader import (
     ENHANCE_YOUR_CALM,
     MAX_PENDING_REPLIES,
@@ -57,15 +58,6 @@ stream id (:data:`_NO_FLAGS_STREAM`), then the message's gRPC prefix (not
 compressed, its length). One pack, where shifting and or-ing the same into
 one int and ``to_bytes`` cost ~1,200 instructions more (callgrind)."""
 _NO_FLAGS_STREAM = bytes(1) + STREAM.to_bytes(4, "big")
-
-
-def _drop(lock: threading.RLock) -> None:
-    """Lets go of ``lock`` if this thread holds it: after an exception that
-    may have been raised just as a try to take it without waiting succeeded
-    (an interrupt such as Ctrl-C runs its handler right after the call), on
-    a thread that cannot tell whether it got the lock."""
-    with contextlib.suppress(RuntimeError):  # not ours: nothing to let go of
-        lock.release()
 
 
 HELD_BYTES = 31
@@ -101,7 +93,7 @@ class Http2Connection:
         self._requests = requests
         # _write_lock: held by whoever writes to the socket, so frames never
         # interleave. An RLock only so that a thread interrupted as it took the
-        # lock without waiting can let go of it (_drop); nobody takes it twice.
+        # lock without waiting can let go of it (drop); nobody takes it twice.
         self._write_lock = threading.RLock()
         # _out_lock guards _pending: whole frames queued by threads that must
         # not wait to write; taken from its head only under _write_lock.
@@ -118,8 +110,10 @@ class Http2Connection:
         self._sending = sending  # liftbridge-h2-send is running
         # Held by the thread reading the socket (the call's iterator, or
         # done() peeking), so also by whoever closes it (_close_when_idle);
-        # whoever lets go of it closes an ended call's socket (_let_go).
-        self._read_lock = threading.Lock()
+        # whoever lets go of it closes an ended call's socket (_let_go). An
+        # RLock only so that a thread interrupted as it took the lock without
+        # waiting can let go of it (_drop_read); nobody takes it twice.
+        self._read_lock = threading.RLock()
         self._closed = False  # the socket is closed
         # Bytes below HELD_BYTES may wait in the kernel (a sending call on a
         # plain socket, until its sending half ends or its reader writes too);
@@ -192,7 +186,7 @@ class Http2Connection:
             if not write_lock.acquire(False):
                 return False
         except BaseException:  # an interrupt, maybe just after the lock was taken
-            _drop(write_lock)
+            drop(write_lock)
             raise
         try:
             with self._out_lock:
@@ -273,7 +267,7 @@ class Http2Connection:
         try:
             own = self._tls is None and write_lock.acquire(False)
         except BaseException:  # an interrupt, maybe just after the lock was taken
-            _drop(write_lock)
+            drop(write_lock)
             raise
         if own:
             try:  # the usual own write: nobody else writes, nothing queued to go first
@@ -438,8 +432,13 @@ class Http2Connection:
         ``_sending`` change once each), a closer saw them itself."""
         if self._closed or not self._finished or self._sending:
             return
-        if not self._read_lock.acquire(False):
-            return
+        read_lock = self._read_lock
+        try:
+            if not read_lock.acquire(False):
+                return
+        except BaseException:  # an interrupt, maybe just after the lock was taken
+            self._drop_read()
+            raise
         try:
             with self._flow:
                 if self._closed:
@@ -447,11 +446,19 @@ class Http2Connection:
                 self._closed = True
             self._sock.close()
         finally:
-            self._read_lock.release()
+            read_lock.release()
 
     def _let_go(self) -> None:
         """Lets go of ``_read_lock`` (held to read); closes the socket if the
         call ended meanwhile, or before, and it is idle."""
         self._read_lock.release()
         if self._finished:
+            self._close_when_idle()
+
+    def _drop_read(self) -> None:
+        """:meth:`_let_go` if this thread holds ``_read_lock``: after an
+        exception that may have been raised just as a try to take it without
+        waiting succeeded (a closer that found it held meanwhile left the
+        socket to this thread)."""
+        if drop(self._read_lock) and self._finished:
             self._close_when_idle()

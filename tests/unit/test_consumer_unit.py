@@ -408,8 +408,21 @@ def test_commit_failure_keeps_the_old_cursor() -> None:
 def test_commit_skips_when_another_commit_runs() -> None:
     entry = Assigned(StreamPartition("s", 0))
     entry.started(_sub(3))
-    with entry.commit_lock:
+    started, finish = threading.Event(), threading.Event()
+
+    def slow_store(tp: StreamPartition, offset: int) -> None:
+        started.set()
+        finish.wait(30)
+
+    other = threading.Thread(target=entry.commit, args=(slow_store,), name="test-commit")
+    other.start()
+    try:
+        assert started.wait(30)
         assert entry.commit(lambda tp, offset: None, wait=0.01) is False
+    finally:
+        finish.set()
+        other.join(30)
+    assert not other.is_alive() and entry.committed == 3
 
 
 def test_retired_readings_keep_their_progress_and_back_off_without_it() -> None:

@@ -261,7 +261,7 @@ def test_a_call_cancelled_while_its_reader_waits_closes_its_socket_after_the_rea
         reader = threading.Thread(target=read, name="test-h2-reader", daemon=True)
         reader.start()
         deadline = time.monotonic() + WAIT
-        while not call._read_lock.locked():  # the reader is in its read
+        while _free(call._read_lock):  # until the reader is in its read
             assert time.monotonic() < deadline
             time.sleep(0.01)
         call.cancel()
@@ -276,11 +276,33 @@ def test_a_close_finding_a_reader_in_the_socket_is_left_to_that_reader() -> None
     reader holds it leaves the socket open until that reader lets go, and
     letting go closes it."""
     with _subscribe_call() as (call, _peer):
-        assert call._read_lock.acquire(False)  # as a reader inside _read holds it
+        # Held by another thread, as a reader inside _read holds it (the
+        # read lock is an RLock: this thread's cancel would take it again).
+        held, let_go = threading.Event(), threading.Event()
+
+        def reader() -> None:
+            assert call._read_lock.acquire(False)
+            held.set()
+            let_go.wait(WAIT)
+            call._let_go()
+
+        thread = threading.Thread(target=reader, name="test-h2-reader", daemon=True)
+        thread.start()
+        assert held.wait(WAIT)
         call.cancel()
         assert not call._closed and call._sock.fileno() != -1
-        call._let_go()
+        let_go.set()
+        thread.join(WAIT)
+        assert not thread.is_alive()
         assert call._closed and call._sock.fileno() == -1
+
+
+def _free(lock: threading.RLock) -> bool:
+    """Whether no thread holds ``lock`` (taken and let go at once if so)."""
+    if not lock.acquire(False):
+        return False
+    lock.release()
+    return True
 
 
 def _reader(replies: list[bytes]) -> FrameReader[int]:

@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "liftbridge"
 LAYERS: dict[str, int] = {
     "liftbridge._errors": 0,
     "liftbridge.__version__": 0,
+    "liftbridge._locks": 0,
     "liftbridge._transport": 1,
     "liftbridge._core": 2,
     "liftbridge._publish": 3,
