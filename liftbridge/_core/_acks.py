@@ -280,6 +280,15 @@ def ack_outcome(pb: api_pb2.Ack) -> tuple[Ack | None, LiftbridgeError | None]:
     return ack, None
 
 
+def ack_of_checked(pb: api_pb2.Ack) -> Ack:
+    """The Ack of a wire Ack found to carry no ack error and an ack policy
+    this SDK knows (:func:`ack_outcome`'s, without the checks). The Ack takes
+    ``pb`` over: the caller must not change it."""
+    ack = _new(Ack)
+    _set_ack_pb(ack, pb)
+    return ack
+
+
 def ack_of_wire(wire: bytes) -> Ack:
     """The Ack of a serialized wire Ack already parsed (and found to carry no
     ack error and an ack policy this SDK knows), keeping ``wire`` rather than

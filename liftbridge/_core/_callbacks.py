@@ -50,14 +50,23 @@ class CallbackRunner:
         )
         self._late_running = False
         # CallbackFuture with this runner: its done-callbacks run here.
-        self.future: Callable[[], Future[Any]] = type(
+        self._future: type[CallbackFuture] = type(
             "CallbackFuture", (CallbackFuture,), {"_lb_runner": self}
         )
+        self.future: Callable[[], Future[Any]] = self._future
         """``future()``: a new running Future whose done-callbacks run on the
         callbacks thread; it cannot be cancelled (a :class:`CallbackFuture`:
         cheap to make and resolve, a full ``Future`` once something waits on
         it). The class itself, called directly: no Python frame in between
         on a publish's way."""
+
+    def future_made_on_read(
+        self, raw: type, make: Callable[[Any], Any]
+    ) -> Callable[[], Future[Any]]:
+        """As :attr:`future`, for futures resolved with a raw result (an
+        instance of ``raw``) that read as ``make(raw)``, made on the first
+        read (:meth:`CallbackFuture.made_on_read`)."""
+        return self._future.made_on_read(raw, make)
 
     def settle(
         self,

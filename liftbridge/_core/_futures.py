@@ -30,6 +30,12 @@ is one. Each side writes before it reads, so at least one of them hands it on
 (under the GIL, one bytecode at a time); when both do, ``Future`` itself
 refuses the second (``InvalidStateError``, ignored).
 
+A subclass made by :meth:`CallbackFuture.made_on_read` is resolved with a
+raw value (a wire protobuf) and makes its result of it on the first read
+(``result``, a done-callback's, a waiter's, ``repr``), once for every thread:
+the thread that resolves it makes nothing nobody asks for (most pipelined
+publishes' Acks are never read).
+
 Done-callbacks run on the ``liftbridge-callbacks`` thread (the runner's), even
 one added after the outcome; the Future reads as running until it is done
 and cannot be cancelled (a publish is not taken back once queued).
@@ -56,7 +62,8 @@ class Submitter(Protocol):
 _NOT_YET: Any = object()
 
 
-# Held while a CallbackFuture runs Future.__init__: once for each, whichever
+# Held while a CallbackFuture runs Future.__init__ (or makes its result of a
+# raw one: made_on_read): once for each, whichever
 # threads want it at the same time (reentrant: a finalizer the collector runs
 # meanwhile may make another one full).
 _BECOMING = threading.RLock()
@@ -79,7 +86,19 @@ class CallbackFuture(Future[Any]):
     _lb_error: BaseException | None = None
     _lb_value: Any = _NOT_YET  # written last: the outcome is in
     _lb_full = False  # Future.__init__ has run
+    # made_on_read's: a value of class _lb_raw is the raw form of the result
+    # _lb_make makes of it (None: no raw form).
+    _lb_raw: ClassVar[type | None] = None
+    _lb_make: ClassVar[Callable[[Any], Any]]
     __init__ = object.__init__
+
+    @classmethod
+    def made_on_read(cls, raw: type, make: Callable[[Any], Any]) -> type[CallbackFuture]:
+        """A subclass resolved with a raw result (``set_result`` of a ``raw``
+        instance) that reads as ``make(raw)``: made on the first read, under a
+        lock, and kept (every reader gets the same object). Any other value
+        reads as itself."""
+        return type(cls.__name__, (cls,), {"_lb_raw": raw, "_lb_make": staticmethod(make)})
 
     def done(self) -> bool:
         return self._lb_value is not _NOT_YET
@@ -100,7 +119,8 @@ class CallbackFuture(Future[Any]):
             return super().result(timeout)
         error = self._lb_error
         if error is None:
-            return self._lb_value
+            value = self._lb_value
+            return self._lb_made() if value.__class__ is self._lb_raw else value
         try:
             raise error
         finally:
@@ -150,6 +170,8 @@ class CallbackFuture(Future[Any]):
 
     def __repr__(self) -> str:
         value, error = self._lb_value, self._lb_error
+        if value.__class__ is self._lb_raw:
+            value = self._lb_made()
         if value is _NOT_YET:
             state = "running"
         elif error is not None:
@@ -166,6 +188,14 @@ class CallbackFuture(Future[Any]):
         if self._lb_full:  # a thread waits, or wait() looked: hand the outcome on
             self._lb_hand_on()
 
+    def _lb_made(self) -> Any:
+        """The result made of the raw one, once (``made_on_read``)."""
+        with _BECOMING:
+            value = self._lb_value
+            if value.__class__ is self._lb_raw:
+                value = self._lb_value = type(self)._lb_make(value)
+        return value
+
     def _lb_become_full(self) -> None:
         """Runs ``Future.__init__`` once, then hands on the outcome if it is in."""
         with _BECOMING:
@@ -181,6 +211,8 @@ class CallbackFuture(Future[Any]):
         value = self._lb_value
         if value is _NOT_YET:
             return
+        if value.__class__ is self._lb_raw:
+            value = self._lb_made()
         error = self._lb_error
         try:
             if error is None:

@@ -64,7 +64,7 @@ from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Literal, overload
 
-from liftbridge._core._acks import Ack
+from liftbridge._core._acks import Ack, ack_of_checked
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._deadlines import AckTimer
 from liftbridge._core._router import ANY, Deadline, Router, Stream
@@ -131,7 +131,9 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
         self._router = router
         self._leader_address = router.leader_address
         self._callbacks = callbacks
-        self._new_future = callbacks.future
+        # Resolved with a plain ack's protobuf, a Future makes its Ack when first
+        # read: the acks thread makes none nobody reads (_pending.claim_responses).
+        self._new_future = callbacks.future_made_on_read(api_pb2.Ack, ack_of_checked)
         self._timer = timer
         self._ack_wait = ack_wait
         # The next correlation id: "<pid>-<publisher>-0x<n>" for n = 0, 1, ..., made
@@ -364,7 +366,9 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
         and its entry as it is claimed, so the entries are freed here, on the
         acks thread (``_pending.py`` says why); then settles the run."""
         with self._lock:
-            settled, members, unknown = claim_responses(responses, self._pending.pop)
+            settled, members, unknown = claim_responses(
+                responses, self._pending.pop, wire_acks=True
+            )
             claimed = len(settled) + len(members)
             if claimed:
                 self._window.give(claimed)

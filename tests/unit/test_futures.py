@@ -186,6 +186,47 @@ def test_asyncio_wrap_future(runner: CallbackRunner) -> None:
     assert (a, b) == ("a", "b") and isinstance(c, KeyError)
 
 
+def test_made_on_read_a_raw_result_reads_as_what_is_made_of_it_once(
+    runner: CallbackRunner,
+) -> None:
+    """The publisher's Futures are resolved with a wire ack and make the Ack
+    when first read: every way of reading one (result, repr, a waiter, a
+    done-callback) reads the one value made, made once; any other result
+    reads as itself."""
+    made: list[bytes] = []
+
+    def make(raw: bytes) -> str:
+        made.append(raw)
+        return raw.decode()
+
+    new = runner.future_made_on_read(bytes, make)
+    future = new()
+    assert isinstance(future, Future)
+    future.set_result(b"ack")
+    assert future.done() and made == []
+    assert "state=finished returned str" in repr(future)
+    first = future.result(timeout=0)
+    assert first == "ack" and future.result(timeout=0) is first and made == [b"ack"]
+    plain = new()
+    plain.set_result(7)
+    assert plain.result(timeout=0) == 7 and made == [b"ack"]
+    waited = new()
+    _later(0.05, waited.set_result, b"late")
+    assert waited.result(timeout=WAIT) == "late"  # handed on to Future's own state, made
+    got: list[object] = []
+    read = threading.Event()
+
+    def callback(done: Future[Any]) -> None:
+        got.append(done.result(timeout=0))
+        read.set()
+
+    called = new()
+    called.add_done_callback(callback)
+    called.set_result(b"called")
+    assert read.wait(WAIT) and got == ["called"]
+    assert made == [b"ack", b"late", b"called"]
+
+
 def test_set_running_or_notify_cancel_as_for_a_future(runner: CallbackRunner) -> None:
     future = runner.future()
     assert future.set_running_or_notify_cancel()

@@ -7,16 +7,19 @@ import copy
 import dataclasses
 import pickle
 import threading
+import time
 
 import pytest
 
 import liftbridge
 from liftbridge._core._acks import (
     ack_from_proto,
+    ack_of_checked,
     ack_of_wire,
     ack_outcome,
     response_outcome,
 )
+from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._messages import message_from_proto
 from liftbridge._errors import naming
 from liftbridge._publish._pending import Pending, claim_responses
@@ -340,6 +343,50 @@ def test_a_run_of_responses_has_each_response_s_own_outcome_in_order() -> None:
     assert isinstance(settled[3][3], liftbridge.IncorrectOffsetError)
     assert isinstance(settled[4][3], liftbridge.ServerError)
     assert acks[5] is not None and acks[5].correlation_id == "f"
+
+
+def test_with_wire_acks_a_future_alone_is_resolved_with_the_protobuf_and_reads_the_ack() -> None:
+    """The publisher's way (wire_acks): the acks thread makes no Ack for a
+    plain ack whose publish has no ack handler; its Future (made on read)
+    gets the response's protobuf and reads as response_outcome's Ack. A
+    publish with a handler, and every other response, still get an Ack."""
+    runner = CallbackRunner()
+    heard: list[object] = []
+    try:
+        new_future = runner.future_made_on_read(api_pb2.Ack, ack_of_checked)
+        table = {
+            cid: Pending(
+                cid,
+                api_pb2.PublishRequest(stream="orders", partition=3, correlationId=cid),
+                new_future(),
+                (lambda ack, error: heard.append(ack)) if cid == "h" else None,
+                True,
+            )
+            for cid in "abcdefghn"
+        }
+        futures = {cid: pending.future for cid, pending in table.items()}
+        settled, members, unknown = claim_responses(_responses(), table.pop, wire_acks=True)
+        assert table == {} and members == [] and len(unknown) == 2
+        raw = {
+            cid
+            for cid, (_, _, result, _) in zip("abcdefghn", settled, strict=True)
+            if isinstance(result, api_pb2.Ack)
+        }
+        assert raw == {"a", "c", "n"}
+        runner.settle_run(settled)
+        expected = {cid: outcome for cid, *outcome in map(response_outcome, _responses())}
+        for cid, future in futures.items():
+            assert future is not None
+            ack, error = expected[cid]
+            if error is None:
+                assert isinstance(future.result(timeout=0), liftbridge.Ack), cid
+                assert future.result(timeout=0) == ack, cid
+                assert future.result(timeout=0) is future.result(timeout=0), cid
+            else:
+                assert type(future.exception(timeout=0)) is type(error), cid
+    finally:
+        runner.close(time.monotonic() + 10.0)
+    assert len(heard) == 1 and isinstance(heard[0], liftbridge.Ack) and heard[0] == expected["h"][0]
 
 
 @pytest.mark.parametrize("policy", list(liftbridge.AckPolicy))
