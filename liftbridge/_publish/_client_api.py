@@ -77,7 +77,11 @@ class PublishMethods(BatchMethods, ClientBase):
         at most, to hand it the GIL). The SDK never re-sends a publish: on
         :class:`AckTimeoutError` or :class:`ConnectionLostError` the message
         may or may not be stored, so retry only if duplicates are acceptable
-        (or use ``expected_offset``).
+        (or use ``expected_offset``). Like any interrupted I/O, a publish
+        interrupted by Ctrl-C (``KeyboardInterrupt``) may or may not have been
+        sent: if it was, its outcome comes as usual; if not, it is withdrawn
+        and its window slot freed (its ``ack_handler`` may then hear a
+        :class:`LiftbridgeError` saying so).
 
         Args:
             stream: the stream.

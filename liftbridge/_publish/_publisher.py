@@ -234,7 +234,8 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
         timeout: float | None,
         future: bool = True,
     ) -> Future[Ack | None] | None:
-        """Queues a publish; see the module docstring for its life.
+        """Queues a publish; see the module docstring for its life. An
+        interrupt (Ctrl-C) leaves it out or in, never half: :meth:`_withdraw`.
 
         Args:
             request: the request, with its correlation id set.
@@ -271,52 +272,80 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
             except IndexError:  # another publishing thread took the last
                 pass
         # A with, not acquire() then try: an interrupt (Ctrl-C) landing between
-        # those two would leave the lock held and the publisher wedged.
-        with self._lock:
-            if self._closed:
-                raise ClientClosedError("the client is closed; the publish was not sent")
-            window = self._window
-            if window.used < window.size:  # Window.take with room to spare, without its call
-                window.used += 1
-                waited = False
-            else:
-                waited = window.take(wait)  # for room: a run of acks frees a burst
-            if correlation_id in self._pending:
-                window.give()
-                raise InvalidArgumentError(
-                    f"correlation_id {correlation_id!r} is already in flight"
-                )
-            if not self._threads_started:
-                self._threads_started = True
-                self._dispatcher.start()
-            # Every publish gets a deadline: for its ack, or (AckPolicy.NONE) to be sent by.
-            now = _monotonic()
-            pending.deadline = now + wait
-            self._pending[correlation_id] = pending
-            generation = self._generation
-            outbox = self._outbox
-            if outbox.idle == generation:
-                direct = self._direct(generation, now, waited)
-                behind = False
-                if not direct:
-                    outbox.put(pending)
-            else:  # the sender is busy (in a burst, nearly always): _direct's answer, without it
-                self._last_submit = now
-                direct = False
-                outbox.put_behind(pending)
-                # A step queued; not when this publish filled the window: the next
-                # one waits for room, which lets the sender have the GIL too.
-                behind = window.used < window.size and outbox.qsize() >= self._sender_takes.frames
-            in_order = wait == self._ack_wait
-            if in_order:
-                self._in_order.append_held(pending)  # in deadline order: under _lock (lent to it)
-        if not in_order:
-            self._timer.schedule(pending.deadline, functools.partial(self._expire, pending))
-        if direct:
-            self._write(pending, generation)
-        elif behind:  # a step queued for a busy sender: let it have the GIL (_handover.py)
-            self._sender_takes.wait(self._outbox.qsize)
+        # those two would leave the lock held and the publisher wedged. An
+        # interrupt anywhere in the try leaves the publish out or in, never half
+        # (_withdraw; a signal's handler runs only at a call or a loop's jump,
+        # so none lands between taking a slot and registering the publish).
+        try:
+            with self._lock:
+                if self._closed:
+                    raise ClientClosedError("the client is closed; the publish was not sent")
+                if correlation_id in self._pending:
+                    raise InvalidArgumentError(
+                        f"correlation_id {correlation_id!r} is already in flight"
+                    )
+                window = self._window
+                if window.used < window.size:  # Window.take with room to spare, without its call
+                    window.used += 1
+                    waited = False
+                else:
+                    waited = window.take(wait)  # for room: a run of acks frees a burst
+                    if correlation_id in self._pending:  # registered while this one waited
+                        window.used -= 1  # no give(): no call, where an interrupt lands
+                        raise InvalidArgumentError(
+                            f"correlation_id {correlation_id!r} is already in flight"
+                        )
+                self._pending[correlation_id] = pending
+                if not self._threads_started:
+                    self._threads_started = True
+                    self._dispatcher.start()
+                # Every publish gets a deadline: for its ack, or (AckPolicy.NONE) to be sent by.
+                now = _monotonic()
+                pending.deadline = now + wait
+                generation = self._generation
+                outbox = self._outbox
+                if outbox.idle == generation:
+                    direct = self._direct(generation, now, waited)
+                    behind = False
+                    if not direct:
+                        outbox.put(pending)
+                else:  # the sender is busy (in a burst, nearly always): _direct's, without it
+                    self._last_submit = now
+                    direct = False
+                    outbox.put_behind(pending)
+                    # A step queued; not when this publish filled the window: the next
+                    # one waits for room, which lets the sender have the GIL too.
+                    behind = (
+                        window.used < window.size and outbox.qsize() >= self._sender_takes.frames
+                    )
+                in_order = wait == self._ack_wait
+                if in_order:
+                    self._in_order.append_held(pending)  # in deadline order: under _lock (lent)
+            if not in_order:
+                self._timer.schedule(pending.deadline, functools.partial(self._expire, pending))
+            if direct:
+                self._write(pending, generation)
+            elif behind:  # a step queued for a busy sender: let it have the GIL (_handover.py)
+                self._sender_takes.wait(self._outbox.qsize)
+        except BaseException:
+            self._withdraw(pending)
+            raise
         return outcome
+
+    def _withdraw(self, pending: Pending) -> None:
+        """After ``submit`` raised (say an interrupt, Ctrl-C, anywhere in it): a
+        publish registered but not handed to a sender is withdrawn, its slot
+        freed, its outcome an error (a flush may wait on it); one handed over
+        stays, with its deadline, and its outcome comes as usual."""
+        with self._handover_lock:  # no sender hands it over meanwhile
+            if self._pending.get(pending.correlation_id) is not pending:
+                return  # resolved, or never registered (and no slot taken)
+            withdrawn = pending.generation < 0 and self._claim(pending)  # frees its slot
+        if withdrawn:
+            error = f"publish {pending.correlation_id} was interrupted and withdrawn"
+            self._complete(pending, None, LiftbridgeError(f"{error}; not sent, or as it was"))
+        else:  # sent, its deadline maybe not set yet (set twice: the second finds it done)
+            self._timer.schedule(pending.deadline, functools.partial(self._expire, pending))
 
     def borrow(self, wait: float) -> None:
         """Takes a window slot for a publish carried another way (the unary

@@ -1,0 +1,185 @@
+"""Ctrl-C while a publish is being submitted: whatever step it lands on, the
+publish is left out (its window slot given back, nothing of it left to
+wait for) or in (queued or sent, with its deadline: its outcome frees the
+slot), never half. A slot left taken shrinks the ``max_inflight`` window for
+good (a small window ends up wedged: every publish waits for room that never
+frees); a publish registered but never queued nor given a deadline makes
+``flush()`` wait forever.
+
+The interrupt is an exception raised on this thread where an interrupt's
+handler runs: at the start of a Python function (``call``) and as a C call
+returns (``c_return``), in the SDK's own frames. :func:`_sweep` raises it at
+each such point of one operation in turn, as tests/unit/test_interrupted_locks.py
+does at each lock acquire; the storm test sends real signals, at most one
+interrupt a publish, to a loop publishing into a small window.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from types import FrameType
+
+import pytest
+
+import liftbridge
+from bench.publish_cg import STREAM, AckingBroker
+from tests.unit.fake_broker import serving
+
+SDK = os.path.dirname(liftbridge.__file__)
+MOST = 400  # interrupt points one operation has, at most (a bound on each sweep)
+BOUND = 30.0  # seconds a flush or a publish after the interrupts may take (a loaded machine)
+WINDOW = 8  # max_inflight: a slot left taken is an eighth of the window
+INTERRUPTS = 300  # signal interrupts in the storm, at most
+STORM = 30.0  # seconds the storm may take
+
+_SIGNALLER = """
+import os, sys, time
+pid, signum = int(sys.argv[1]), int(sys.argv[2])
+while True:
+    os.kill(pid, signum)
+    time.sleep(0.0002)
+"""
+"""The storm's signaller, a child process: ``python -c _SIGNALLER <pid> <signal>``."""
+
+pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="needs POSIX signals")
+
+
+class Interrupted(BaseException):
+    """What the interrupt raises: like KeyboardInterrupt, no Exception."""
+
+
+@pytest.fixture
+def broker() -> Iterator[AckingBroker]:
+    # The bench driver's broker: a port as a FakeBroker has, no subclass of it.
+    with serving(AckingBroker()) as served:  # type: ignore[abstract, type-var]
+        yield served
+
+
+Point = Callable[[FrameType, str, object], bool]
+"""Whether a profile event (its frame, its name, its argument) is a point to interrupt."""
+
+
+def _in_sdk(frame: FrameType, event: str, arg: object) -> bool:
+    """A point an interrupt's handler may run at, in an SDK frame."""
+    return event in ("call", "c_return") and frame.f_code.co_filename.startswith(SDK)
+
+
+def _interrupted_at(n: int, action: Callable[[], object], point: Point) -> str | None:
+    """Runs ``action`` on this thread, raising :class:`Interrupted` at the
+    n-th (from 0) ``point``. Returns the function interrupted, or None when
+    ``action`` had fewer and ran whole."""
+    seen = 0
+    where: list[str] = []
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        nonlocal seen
+        if not point(frame, event, arg):
+            return
+        if seen == n:
+            where.append(frame.f_code.co_name)
+            raise Interrupted  # CPython unsets the profile function
+        seen += 1
+
+    sys.setprofile(profile)
+    try:
+        action()
+    except Interrupted:
+        assert where, "an Interrupted not raised here"
+        return where[0]
+    finally:
+        sys.setprofile(None)
+    return None
+
+
+def _sweep(
+    action: Callable[[], object], check: Callable[[], object], point: Point = _in_sdk
+) -> set[str]:
+    """Interrupts ``action`` at each of its points in turn, ``check`` after
+    each; returns the functions interrupted."""
+    interrupted: set[str] = set()
+    for n in range(MOST):
+        where = _interrupted_at(n, action, point)
+        if where is None:
+            return interrupted
+        interrupted.add(where)
+        check()
+    raise AssertionError(f"{action} still had interrupt points after {MOST}")
+
+
+def _ignore(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
+    """The publishes' ack handler."""
+
+
+def _settled(client: liftbridge.Client) -> None:
+    """Every publish resolves, and with it every window slot is free; more
+    publishes than the window holds then go through."""
+    assert client.flush(timeout=BOUND), "a publish never resolved"
+    assert client._publisher._window.used == 0, "a window slot was left taken"
+    futures: list[Future[liftbridge.Ack | None]] = [
+        client.publish_async(STREAM, b"after", timeout=BOUND) for _ in range(2 * WINDOW)
+    ]
+    for future in futures:
+        assert isinstance(future.result(timeout=BOUND), liftbridge.Ack)
+
+
+@pytest.mark.parametrize("timeout", [None, BOUND], ids=["default-timeout", "own-timeout"])
+def test_a_publish_interrupted_anywhere_is_out_or_in(
+    broker: AckingBroker, timeout: float | None
+) -> None:
+    """The default timeout puts a publish's deadline in the timer's ordered
+    queue (under the publisher's lock), its own timeout schedules it after."""
+    with liftbridge.Client(f"127.0.0.1:{broker.port}", max_inflight=WINDOW) as client:
+        assert isinstance(client.publish(STREAM, b"first", timeout=BOUND), liftbridge.Ack)
+        _settled(client)  # the publisher's threads started
+        interrupted = _sweep(
+            lambda: client.publish_async(STREAM, b"v", timeout=timeout, ack_handler=_ignore),
+            lambda: _settled(client),
+        )
+    # Points where a slot was left taken, or a publish unqueued or without a deadline.
+    assert {"submit", "_direct", "_write", "write_now"} <= interrupted
+    assert ("append_held" if timeout is None else "schedule") in interrupted
+
+
+def test_interrupts_into_a_small_window_leave_it_whole(broker: AckingBroker) -> None:
+    """Real signals at random points of a ``publish_async`` loop into a
+    window of :data:`WINDOW`, at most one interrupt a publish. The signals
+    come from another process: a thread of this one would need the GIL to
+    send one, which it gets when the loop waits for room, outside the SDK."""
+    with liftbridge.Client(f"127.0.0.1:{broker.port}", max_inflight=WINDOW) as client:
+        assert isinstance(client.publish(STREAM, b"first", timeout=BOUND), liftbridge.Ack)
+        armed = threading.Event()  # set before each publish, cleared by its interrupt
+
+        def interrupt(signum: int, frame: FrameType | None) -> None:
+            if armed.is_set() and frame is not None and frame.f_code.co_filename.startswith(SDK):
+                armed.clear()
+                raise Interrupted
+
+        previous = signal.signal(signal.SIGUSR1, interrupt)
+        signaller = subprocess.Popen(
+            [sys.executable, "-c", _SIGNALLER, str(os.getpid()), str(int(signal.SIGUSR1))]
+        )
+        interrupted = 0
+        ends = time.monotonic() + STORM
+        try:
+            while interrupted < INTERRUPTS and time.monotonic() < ends:
+                armed.set()
+                try:
+                    client.publish_async(
+                        STREAM, b"v", timeout=BOUND, future=False, ack_handler=_ignore
+                    )
+                except Interrupted:
+                    interrupted += 1
+        finally:
+            armed.clear()
+            signaller.kill()  # its own pid; its last signals are handled as wait returns
+            signaller.wait()
+            signal.signal(signal.SIGUSR1, previous)
+        assert interrupted > 0
+        _settled(client)
