@@ -322,28 +322,36 @@ class Lanes:
         if lane is not None:
             lane.abandon()
             self._local.lane = None
-        with self._lock:
-            if self._closed:
-                raise ClientClosedError("the client is closed; the publish was not sent")
-            if len(self._lanes) + self._opening >= self._max_lanes:
-                return None
-            self._opening += 1
-        try:  # connecting outside the lock: one slow broker holds up no other thread
-            lane = _Lane(self._router, deadline)
-        finally:
+        # An interrupt (Ctrl-C) leaves no opening counted for good, nor a lane
+        # counted but not this thread's: a signal's handler runs only at a call
+        # or a loop's jump, none of which stands between a count and its flag.
+        opening = False
+        try:
+            with self._lock:
+                if self._closed:
+                    raise ClientClosedError("the client is closed; the publish was not sent")
+                if len(self._lanes) + self._opening >= self._max_lanes:
+                    return None
+                self._opening += 1
+                opening = True
+            lane = _Lane(self._router, deadline)  # outside the lock: a slow broker holds no one up
             with self._lock:
                 self._opening -= 1
-        with self._lock:
-            closed = self._closed
-            if not closed:
-                self._lanes.add(lane)
+                opening = False
+                closed = self._closed
+                if not closed:
+                    self._local.lane = lane
+                    self._lanes.add(lane)
+        finally:
+            if opening:
+                with self._lock:
+                    self._opening -= 1
         if closed:
             lane.close()
             raise ClientClosedError("the client is closed; the publish was not sent")
         _log.debug(
             "publish lane opened on %s for thread %s", lane.address, threading.current_thread()
         )
-        self._local.lane = lane
         return lane
 
     def close(self) -> None:

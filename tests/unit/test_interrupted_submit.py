@@ -147,6 +147,32 @@ def test_a_publish_interrupted_anywhere_is_out_or_in(
     assert ("append_held" if timeout is None else "schedule") in interrupted
 
 
+def test_a_lane_opening_interrupted_anywhere_leaves_no_count_up(broker: AckingBroker) -> None:
+    """``Client.publish`` opens the thread's lane on its first call: a count
+    of lanes being opened left up costs a lane for good. Interrupted as
+    ``_lane``'s own calls return (not inside the lane's connecting, nor as
+    it returns the lane: a lane dropped there is left to its finalizer)."""
+
+    def in_lane(frame: FrameType, event: str, arg: object) -> bool:
+        return event == "c_return" and frame.f_code.co_name == "_lane" and not isinstance(arg, type)
+
+    with liftbridge.Client(f"127.0.0.1:{broker.port}") as client:
+        lanes = client._lanes
+
+        def publish() -> None:
+            lane = lanes._local.__dict__.pop("lane", None)  # opened again on each call
+            if lane is not None:
+                lane.close()
+            client.publish(STREAM, b"v", timeout=BOUND)
+
+        def check() -> None:
+            assert lanes._opening == 0, "a lane opening was left counted"
+
+        assert _sweep(publish, check, in_lane) == {"_lane"}
+        publish()
+        assert lanes._local.lane in lanes._lanes
+
+
 def test_interrupts_into_a_small_window_leave_it_whole(broker: AckingBroker) -> None:
     """Real signals at random points of a ``publish_async`` loop into a
     window of :data:`WINDOW`, at most one interrupt a publish. The signals
