@@ -9,7 +9,7 @@ An interrupt's handler runs as the C call that was running returns, so a
 KeyboardInterrupt that comes as ``lock.acquire()`` returns is raised at that
 call, the lock taken and the result dropped. A profile function raising on
 the call's ``c_return`` event does just that (CPython then drops the profile
-function). :func:`_interrupted_at` raises it as the n-th lock acquire made
+function). :func:`~tests.unit.interrupts.interrupted_at` raises it as the n-th lock acquire made
 by the SDK's own frames on this thread returns; each test tries every n of
 one operation, then checks that the next operation finishes (with a bound:
 a lock left held is a wait that never ends).
@@ -18,12 +18,10 @@ a lock left held is a wait that never ends).
 from __future__ import annotations
 
 import itertools
-import os
 import signal
 import socket
-import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -36,8 +34,8 @@ from liftbridge._groups._values import StreamPartition
 from liftbridge._transport._http2 import Http2Call
 from liftbridge_api import api_pb2
 from tests.unit.fake_broker import serving
+from tests.unit.interrupts import acquire_returns, interrupted_at, sweep
 
-SDK = os.path.dirname(liftbridge.__file__)
 MOST = 100  # lock acquires an operation here makes, at most (a bound on each sweep)
 BOUND = 30.0  # seconds the operation after an interrupt may take (a loaded machine)
 
@@ -46,56 +44,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-class Interrupted(BaseException):
-    """What lands as the acquire returns: like KeyboardInterrupt, no Exception."""
-
-
 class Wedged(BaseException):
     """The watchdog's: the main thread waited ``BOUND`` seconds."""
-
-
-def _interrupted_at(n: int, action: Callable[[], object]) -> str | None:
-    """Runs ``action`` on this thread, raising :class:`Interrupted` as the
-    n-th (from 0) lock acquire made by an SDK frame returns. Returns the
-    name of the function interrupted, or None when ``action`` made fewer
-    and ran whole."""
-    seen = 0
-    where: list[str] = []
-
-    def profile(frame: FrameType, event: str, arg: object) -> None:
-        nonlocal seen
-        if event != "c_return" or getattr(arg, "__name__", None) != "acquire":
-            return
-        if not frame.f_code.co_filename.startswith(SDK):
-            return
-        if seen == n:
-            where.append(frame.f_code.co_name)
-            raise Interrupted  # CPython unsets the profile function
-        seen += 1
-
-    sys.setprofile(profile)
-    try:
-        action()
-    except Interrupted:
-        assert where, "an Interrupted not raised here"
-        return where[0]
-    finally:
-        sys.setprofile(None)
-    return None
-
-
-def _sweep(action: Callable[[], object], check: Callable[[], object]) -> set[str]:
-    """Interrupts ``action`` at each of its acquires in turn, ``check``
-    after each; returns the functions interrupted."""
-    interrupted: set[str] = set()
-    for n in itertools.count():
-        assert n < MOST, f"{action} still took locks after {MOST} acquires"
-        where = _interrupted_at(n, action)
-        if where is None:
-            return interrupted
-        interrupted.add(where)
-        check()
-    raise AssertionError("unreachable")
 
 
 @contextmanager
@@ -141,7 +91,9 @@ def test_blocking_publishes_interrupted_as_they_take_a_lock(broker: AckingBroker
             with _watchdog("a publish after an interrupted one"):
                 assert isinstance(client.publish(STREAM, b"after", timeout=BOUND), liftbridge.Ack)
 
-        interrupted = _sweep(lambda: client.publish(STREAM, b"v", timeout=BOUND), after)
+        interrupted = sweep(
+            lambda: client.publish(STREAM, b"v", timeout=BOUND), after, acquire_returns, MOST
+        )
     assert {"done", "write_now"} <= interrupted
 
 
@@ -154,7 +106,9 @@ def test_metadata_refreshes_interrupted_as_they_take_a_lock(broker: AckingBroker
             with _watchdog("a refresh after an interrupted one"):
                 assert client.fetch_metadata(timeout=BOUND).get_stream(STREAM) is not None
 
-        interrupted = _sweep(lambda: client.fetch_metadata(timeout=BOUND), after)
+        interrupted = sweep(
+            lambda: client.fetch_metadata(timeout=BOUND), after, acquire_returns, MOST
+        )
     assert "refresh" in interrupted
 
 
@@ -179,7 +133,7 @@ def test_commits_interrupted_as_they_take_a_lock() -> None:
             commit()
             assert entry.committed == stored[-1]
 
-    interrupted = _sweep(commit, after)
+    interrupted = sweep(commit, after, acquire_returns, MOST)
     assert "commit" in interrupted
 
 
@@ -198,7 +152,7 @@ def test_a_cancel_interrupted_as_it_takes_the_read_lock_lets_the_reader_end() ->
     )
     peer = listener.accept()[0]
     try:
-        assert _interrupted_at(0, call.cancel) == "_close_when_idle"
+        assert interrupted_at(0, call.cancel, acquire_returns) == "_close_when_idle"
         ended: list[BaseException] = []
 
         def read() -> None:

@@ -26,14 +26,10 @@ import pytest
 import liftbridge
 from bench.publish_cg import STREAM, AckingBroker
 from tests.unit.fake_broker import serving
+from tests.unit.interrupts import SDK, Interrupted
 
 INTERRUPTS = 400  # how many times the publishing loop is interrupted (at most)
 STORM = 30.0  # seconds the interrupts may take (a loaded machine signals slowly)
-SDK = os.path.dirname(liftbridge.__file__)
-
-
-class Interrupted(BaseException):
-    """What the signal handler raises: like KeyboardInterrupt, no Exception."""
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ frees); a publish registered but never queued nor given a deadline makes
 
 The interrupt is an exception raised on this thread where an interrupt's
 handler runs: at the start of a Python function (``call``) and as a C call
-returns (``c_return``), in the SDK's own frames. :func:`_sweep` raises it at
+returns (``c_return``), in the SDK's own frames. :func:`~tests.unit.interrupts.sweep` raises it at
 each such point of one operation in turn, as tests/unit/test_interrupted_locks.py
 does at each lock acquire; the storm test sends real signals, at most one
 interrupt a publish, to a loop publishing into a small window.
@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future
 from types import FrameType
 
@@ -31,8 +31,8 @@ import pytest
 import liftbridge
 from bench.publish_cg import STREAM, AckingBroker
 from tests.unit.fake_broker import serving
+from tests.unit.interrupts import SDK, Interrupted, in_sdk, sweep
 
-SDK = os.path.dirname(liftbridge.__file__)
 MOST = 400  # interrupt points one operation has, at most (a bound on each sweep)
 BOUND = 30.0  # seconds a flush or a publish after the interrupts may take (a loaded machine)
 WINDOW = 8  # max_inflight: a slot left taken is an eighth of the window
@@ -51,66 +51,11 @@ while True:
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGUSR1"), reason="needs POSIX signals")
 
 
-class Interrupted(BaseException):
-    """What the interrupt raises: like KeyboardInterrupt, no Exception."""
-
-
 @pytest.fixture
 def broker() -> Iterator[AckingBroker]:
     # The bench driver's broker: a port as a FakeBroker has, no subclass of it.
     with serving(AckingBroker()) as served:  # type: ignore[abstract, type-var]
         yield served
-
-
-Point = Callable[[FrameType, str, object], bool]
-"""Whether a profile event (its frame, its name, its argument) is a point to interrupt."""
-
-
-def _in_sdk(frame: FrameType, event: str, arg: object) -> bool:
-    """A point an interrupt's handler may run at, in an SDK frame."""
-    return event in ("call", "c_return") and frame.f_code.co_filename.startswith(SDK)
-
-
-def _interrupted_at(n: int, action: Callable[[], object], point: Point) -> str | None:
-    """Runs ``action`` on this thread, raising :class:`Interrupted` at the
-    n-th (from 0) ``point``. Returns the function interrupted, or None when
-    ``action`` had fewer and ran whole."""
-    seen = 0
-    where: list[str] = []
-
-    def profile(frame: FrameType, event: str, arg: object) -> None:
-        nonlocal seen
-        if not point(frame, event, arg):
-            return
-        if seen == n:
-            where.append(frame.f_code.co_name)
-            raise Interrupted  # CPython unsets the profile function
-        seen += 1
-
-    sys.setprofile(profile)
-    try:
-        action()
-    except Interrupted:
-        assert where, "an Interrupted not raised here"
-        return where[0]
-    finally:
-        sys.setprofile(None)
-    return None
-
-
-def _sweep(
-    action: Callable[[], object], check: Callable[[], object], point: Point = _in_sdk
-) -> set[str]:
-    """Interrupts ``action`` at each of its points in turn, ``check`` after
-    each; returns the functions interrupted."""
-    interrupted: set[str] = set()
-    for n in range(MOST):
-        where = _interrupted_at(n, action, point)
-        if where is None:
-            return interrupted
-        interrupted.add(where)
-        check()
-    raise AssertionError(f"{action} still had interrupt points after {MOST}")
 
 
 def _ignore(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
@@ -138,9 +83,11 @@ def test_a_publish_interrupted_anywhere_is_out_or_in(
     with liftbridge.Client(f"127.0.0.1:{broker.port}", max_inflight=WINDOW) as client:
         assert isinstance(client.publish(STREAM, b"first", timeout=BOUND), liftbridge.Ack)
         _settled(client)  # the publisher's threads started
-        interrupted = _sweep(
+        interrupted = sweep(
             lambda: client.publish_async(STREAM, b"v", timeout=timeout, ack_handler=_ignore),
             lambda: _settled(client),
+            in_sdk,
+            MOST,
         )
     # Points where a slot was left taken, or a publish unqueued or without a deadline.
     assert {"submit", "_direct", "_write", "write_now"} <= interrupted
@@ -168,7 +115,7 @@ def test_a_lane_opening_interrupted_anywhere_leaves_no_count_up(broker: AckingBr
         def check() -> None:
             assert lanes._opening == 0, "a lane opening was left counted"
 
-        assert _sweep(publish, check, in_lane) == {"_lane"}
+        assert sweep(publish, check, in_lane, MOST) == {"_lane"}
         publish()
         assert lanes._local.lane in lanes._lanes
 

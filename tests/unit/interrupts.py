@@ -1,0 +1,85 @@
+"""Interrupts raised where a signal's handler would run, for the tests of
+Ctrl-C safety (test_interrupted_locks.py, test_interrupted_submit.py).
+
+A handler (KeyboardInterrupt's, say) runs at the start of a Python function
+or as a C call returns. A profile function raising on those events
+(``call``, ``c_return``) puts an exception exactly there; CPython then drops
+the profile function. :func:`sweep` does so at each point of one operation in
+turn, with a check after each.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from types import FrameType
+
+import liftbridge
+
+SDK = os.path.dirname(liftbridge.__file__)
+"""The package's folder: only frames of files under it are interrupted."""
+
+Point = Callable[[FrameType, str, object], bool]
+"""Whether a profile event (its frame, its name, its argument) is a point to interrupt."""
+
+
+class Interrupted(BaseException):
+    """What an interrupt raises: like KeyboardInterrupt, no Exception."""
+
+
+def in_sdk(frame: FrameType, event: str, arg: object) -> bool:
+    """Any point an interrupt's handler may run at, in an SDK frame."""
+    return event in ("call", "c_return") and frame.f_code.co_filename.startswith(SDK)
+
+
+def acquire_returns(frame: FrameType, event: str, arg: object) -> bool:
+    """A lock's ``acquire`` returning to an SDK frame (the lock taken)."""
+    return (
+        event == "c_return"
+        and getattr(arg, "__name__", None) == "acquire"
+        and frame.f_code.co_filename.startswith(SDK)
+    )
+
+
+def interrupted_at(n: int, action: Callable[[], object], point: Point) -> str | None:
+    """Runs ``action`` on this thread, raising :class:`Interrupted` at its
+    n-th (from 0) ``point``. Returns the name of the function interrupted, or
+    None when ``action`` had fewer points and ran whole."""
+    seen = 0
+    where: list[str] = []
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        nonlocal seen
+        if not point(frame, event, arg):
+            return
+        if seen == n:
+            where.append(frame.f_code.co_name)
+            raise Interrupted  # CPython unsets the profile function
+        seen += 1
+
+    sys.setprofile(profile)
+    try:
+        action()
+    except Interrupted:
+        assert where, "an Interrupted not raised here"
+        return where[0]
+    finally:
+        sys.setprofile(None)
+    return None
+
+
+def sweep(
+    action: Callable[[], object], check: Callable[[], object], point: Point, most: int
+) -> set[str]:
+    """Interrupts ``action`` at each of its points in turn, ``check`` after
+    each; returns the functions interrupted. Fails when ``action`` still had
+    points after ``most``."""
+    interrupted: set[str] = set()
+    for n in range(most):
+        where = interrupted_at(n, action, point)
+        if where is None:
+            return interrupted
+        interrupted.add(where)
+        check()
+    raise AssertionError(f"{action} still had interrupt points after {most}")
