@@ -21,17 +21,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import socket
-import subprocess
 import sys
 import threading
-from concurrent import futures
-
-import grpc
 
 import liftbridge
-from bench.publish_cg import STREAM, AckingBroker
+from bench.publish_cg import STREAM, AckingBroker, peer_ports, serving
 from liftbridge._core._envelope import EnvelopeType, decode_envelope, encode_envelope
-from liftbridge_api import api_pb2, api_pb2_grpc
+from liftbridge_api import api_pb2
 
 _INFO = b'INFO {"server_id":"cg","max_payload":1048576,"headers":true}\r\n'
 
@@ -82,10 +78,7 @@ def _peer() -> None:
     """Serves the fake broker and NATS server; prints their ports; ends
     when stdin closes."""
     broker = AckingBroker()  # type: ignore[abstract]  # only the metadata RPC is used
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    api_pb2_grpc.add_APIServicer_to_server(broker, server)
-    broker.port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
+    server = serving(broker)
     listener = socket.create_server(("127.0.0.1", 0))
 
     def accept() -> None:
@@ -132,20 +125,8 @@ def main() -> None:
         with contextlib.suppress(KeyboardInterrupt):
             _peer()
         return
-    peer = subprocess.Popen(
-        [sys.executable, "-m", "bench.nats_cg", "--peer"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert peer.stdout is not None
-        port, nats_port = map(int, peer.stdout.readline().split())
+    with peer_ports("bench.nats_cg") as (port, nats_port):
         drive(port, nats_port, args.count, pipelined=args.pipelined)
-    finally:
-        if peer.stdin is not None:
-            peer.stdin.close()
-        peer.wait(10)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent import futures
+from contextlib import contextmanager
 
 import grpc
 
@@ -70,13 +71,40 @@ class AckingBroker(api_pb2_grpc.APIServicer):
             )
 
 
-def _peer() -> None:
-    """Serves the fake broker; prints its port; ends when stdin closes."""
-    broker = AckingBroker()  # type: ignore[abstract]  # only two RPCs needed
+def serving(broker: AckingBroker) -> grpc.Server:
+    """A started gRPC server of ``broker`` on a free port of 127.0.0.1 (set
+    as the broker's ``port``)."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     api_pb2_grpc.add_APIServicer_to_server(broker, server)
     broker.port = server.add_insecure_port("127.0.0.1:0")
     server.start()
+    return server
+
+
+@contextmanager
+def peer_ports(module: str, *args: str) -> Iterator[list[int]]:
+    """Runs ``python -m module --peer *args``, a driver's fake peers in a
+    process of their own (out of callgrind's count); yields the ports it
+    prints on its first line and ends it (its stdin closed) after."""
+    peer = subprocess.Popen(
+        [sys.executable, "-m", module, "--peer", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert peer.stdout is not None
+        yield [int(port) for port in peer.stdout.readline().split()]
+    finally:
+        if peer.stdin is not None:
+            peer.stdin.close()
+        peer.wait(10)
+
+
+def _peer() -> None:
+    """Serves the fake broker; prints its port; ends when stdin closes."""
+    broker = AckingBroker()  # type: ignore[abstract]  # only two RPCs needed
+    server = serving(broker)
     print(broker.port, flush=True)
     sys.stdin.read()
     server.stop(grace=None)
@@ -92,20 +120,8 @@ def main() -> None:
     if args.peer:
         _peer()
         return
-    peer = subprocess.Popen(
-        [sys.executable, __file__, "--peer"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert peer.stdout is not None
-        port = int(peer.stdout.readline())
+    with peer_ports("bench.publish_cg") as (port,):
         drive(port, args.count, handler=args.handler, own=args.own)
-    finally:
-        if peer.stdin is not None:
-            peer.stdin.close()
-        peer.wait(10)
 
 
 def drive(port: int, count: int, *, handler: bool, own: bool) -> None:

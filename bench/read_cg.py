@@ -23,18 +23,16 @@ thread is that thread.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from concurrent import futures
 
 import grpc
 
 import liftbridge
-from bench.publish_cg import STREAM, AckingBroker
-from liftbridge_api import api_pb2, api_pb2_grpc
+from bench.publish_cg import STREAM, AckingBroker, peer_ports, serving
+from liftbridge_api import api_pb2
 
 _PAUSE = 0.05
 """Seconds after each run: the run is read before the next comes (under
@@ -99,10 +97,7 @@ def _peer(count: int, run: int) -> None:
     """Serves the fake broker; prints its port; ends when stdin closes."""
     broker = ReadBroker()  # type: ignore[abstract]  # only a few RPCs needed
     broker.count, broker.run = count, run
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    api_pb2_grpc.add_APIServicer_to_server(broker, server)
-    broker.port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
+    server = serving(broker)
     print(broker.port, flush=True)
     sys.stdin.read()
     server.stop(grace=None)
@@ -120,26 +115,14 @@ def main() -> None:
     if args.peer:
         _peer(args.count, args.run)
         return
-    peer = subprocess.Popen(
-        [sys.executable, __file__, "--peer", "--count", str(args.count), "--run", str(args.run)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert peer.stdout is not None
-        port = int(peer.stdout.readline())
-        with liftbridge.Client(
-            f"127.0.0.1:{port}", ack_wait=600.0, connect_timeout=300.0
-        ) as client:
-            if args.sub:
-                subscribe(client, args.count)
-            else:
-                publish(client, args.count, args.run)
-    finally:
-        if peer.stdin is not None:
-            peer.stdin.close()
-        peer.wait(10)
+    with (
+        peer_ports("bench.read_cg", "--count", str(args.count), "--run", str(args.run)) as (port,),
+        liftbridge.Client(f"127.0.0.1:{port}", ack_wait=600.0, connect_timeout=300.0) as client,
+    ):
+        if args.sub:
+            subscribe(client, args.count)
+        else:
+            publish(client, args.count, args.run)
 
 
 def publish(client: liftbridge.Client, count: int, run: int) -> None:
