@@ -208,11 +208,12 @@ class Client(ReadMethods, PublishMethods, GroupMethods):
             ack_wait=self._ack_wait,
             max_message_size=self._max_message_size,
         )
-        # _state_lock guards _state, _subscriptions, _consumers, _pulls and _attached; _closed is
-        # set once close() has finished (a second close() waits for it).
+        # _state_lock guards _state, _subscriptions, _consumers, _pulls, _attached and _closer;
+        # _closed is set once a close() has run all its steps (a second close() waits for it).
         self._state_lock = threading.Lock()
         self._state = ClientState.OPEN
         self._closed = threading.Event()
+        self._closer: threading.Thread | None = None  # the thread running close()'s steps
         self._subscriptions: weakref.WeakSet[Subscription] = weakref.WeakSet()
         self._consumers: weakref.WeakSet[Consumer] = weakref.WeakSet()
         self._pulls: weakref.WeakSet[PullConsumer] = weakref.WeakSet()
@@ -260,18 +261,37 @@ class Client(ReadMethods, PublishMethods, GroupMethods):
         Every thread is told to stop first, then all are waited for together,
         10 seconds at most in all (what has not finished by then is logged
         and left to end on its own). Idempotent and safe from any thread; a
-        second call waits for the first to finish. Operations called
-        afterwards raise :class:`ClientClosedError`.
+        second call waits for the first to finish. A close interrupted
+        (Ctrl-C) is finished by the next call, which runs every step again.
+        Operations called afterwards raise :class:`ClientClosedError`.
         """
-        with self._state_lock:
-            first = self._state is ClientState.OPEN
-            if first:
-                self._state = ClientState.CLOSING
-        if not first:
-            if not self._callbacks.on_callback_thread:
-                self._closed.wait(_CLOSE_TIMEOUT)
-            return
-        deadline = time.monotonic() + _CLOSE_TIMEOUT
+        self._close_within(_CLOSE_TIMEOUT)
+
+    def _close_within(self, wait: float) -> None:
+        """close(), waiting ``wait`` seconds at most for the threads it stops."""
+        me = threading.current_thread()
+        run = False
+        try:
+            with self._state_lock:
+                if self._state is ClientState.OPEN:
+                    self._state = ClientState.CLOSING
+                closer = self._closer
+                # One that ended without setting _closed was interrupted: run it again.
+                run = not self._closed.is_set() and (closer is None or not closer.is_alive())
+                if run:
+                    self._closer = me
+            if run:
+                self._close(time.monotonic() + wait)
+            elif closer is not me and not self._callbacks.on_callback_thread:
+                self._closed.wait(wait)
+        finally:
+            # No call before the store, so no interrupt skips it (a close
+            # nested in this one's steps leaves the mark to it).
+            if run and self._closer is me:
+                self._closer = None
+
+    def _close(self, deadline: float) -> None:
+        """close()'s steps, each of which a second run finishes or finds done."""
         try:
             self._router.stop_retrying()
             with self._state_lock:
@@ -295,12 +315,13 @@ class Client(ReadMethods, PublishMethods, GroupMethods):
             close_all(subscriptions, deadline)
             self._callbacks.close(deadline)
         finally:
-            with self._state_lock:
-                self._state = ClientState.CLOSED
             self._router.close()
-            # Inbox publishes under way end as the connections close.
-            self._publishing.join(deadline)
-            self._closed.set()
+        # Inbox publishes under way end as the connections close. Not waited
+        # for after an interrupt: a pool not told to stop yet would not end.
+        self._publishing.join(deadline)
+        with self._state_lock:
+            self._state = ClientState.CLOSED
+        self._closed.set()
 
     def flush(self, timeout: float | None = None) -> bool:
         """Waits until every publish accepted before this call has its outcome
@@ -321,7 +342,13 @@ class Client(ReadMethods, PublishMethods, GroupMethods):
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        try:
+            self.close()
+        except BaseException:
+            # Interrupted (Ctrl-C): what is left is told to stop, without
+            # waiting for it, before the interrupt goes on.
+            self._close_within(0.0)
+            raise
 
     def __repr__(self) -> str:
         brokers = ", ".join(f"{b.id}@{b.address}" for b in self._router.metadata.brokers)

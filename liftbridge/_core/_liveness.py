@@ -123,11 +123,12 @@ class BrokerWatch:
 
     def close(self) -> None:
         """Stops watching every broker; waits (bounded) for the watch's
-        thread. Idempotent; not to be called from a listener."""
+        thread. Idempotent; not to be called from a listener. The probes are
+        forgotten only once closed: a close interrupted (Ctrl-C) before is
+        finished by the next."""
         with self._lock:
             self._closed = True
             watched = list(self._watched.values())
-            self._watched.clear()
             self._listeners.clear()
         thread = self._thread
         self._stop.set()
@@ -138,6 +139,8 @@ class BrokerWatch:
                 _log.warning("liftbridge-broker-watch did not stop in time")
         for w in watched:
             w.probe.close()
+        with self._lock:
+            self._watched.clear()
 
     # ------------------------------------------- liftbridge-broker-watch --
 

@@ -165,10 +165,11 @@ class InboxPool:
     def close(self) -> None:
         """Takes no more publishes; those queued still run (the client's
         connections are closed by then, so they fail at once) and the pool's
-        threads end after them (see :meth:`join`). Idempotent; does not wait."""
+        threads end after them (see :meth:`join`). Idempotent; does not wait.
+        Each call tells every thread to end: one more ending marker left
+        queued is harmless, and a close interrupted (Ctrl-C) before it told
+        them all is finished by the next."""
         with self._lock:
-            if self._closed:
-                return
             self._closed = True
             workers = len(self._threads)
         for _ in range(workers):

@@ -207,7 +207,10 @@ class _Lane:
         """Ends the stream; a publish waiting on it fails with ConnectionLostError."""
         with self._lock:
             self.broken = True
-        self._finalizer()
+        # The stream ends here, each time, not through the finalizer, which
+        # runs once: a call interrupted (Ctrl-C) in it is finished by the next.
+        self._finalizer.detach()
+        _end_stream(self._outbox, self._call)
 
     def close(self) -> None:
         """Ends the stream; a publish waiting on it fails with ClientClosedError."""

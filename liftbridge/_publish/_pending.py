@@ -33,7 +33,7 @@ from __future__ import annotations
 import collections
 import contextlib
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 
 from liftbridge._core._acks import (
@@ -46,7 +46,7 @@ from liftbridge._core._acks import (
     set_ack_pb,
 )
 from liftbridge._core._callbacks import Outcome
-from liftbridge._errors import LiftbridgeError, naming
+from liftbridge._errors import ClientClosedError, LiftbridgeError, naming
 from liftbridge._publish._batch import Batch, settle_members
 from liftbridge._publish._request_bytes import Request
 from liftbridge_api import api_pb2
@@ -205,6 +205,30 @@ def claimed_outcomes(
     if members:
         settle_members(members)
     return settled
+
+
+def fail_all(
+    finish: Callable[[Pending, None, LiftbridgeError], None],
+    unresolved: list[tuple[Pending, Future[Ack | None] | None]],
+) -> None:
+    """Fails each publish of ``unresolved`` (each with the Future it had
+    when listed) with :class:`ClientClosedError` through ``finish``, as its
+    publisher closes. Interrupted (Ctrl-C), maybe between a publish's claim
+    and its settling, it fails every Future not settled yet before the
+    interrupt goes on, so none is left unresolved for good (a handler may
+    then miss its call); a publish not claimed yet is failed by the next
+    close."""
+    try:
+        for pending, _ in unresolved:
+            finish(pending, None, ClientClosedError("the client was closed before the ack arrived"))
+    except BaseException:
+        for _, future in unresolved:
+            if future is not None:
+                with contextlib.suppress(InvalidStateError):  # settled, or the user cancelled it
+                    future.set_exception(
+                        ClientClosedError("the client was closed before the ack arrived")
+                    )
+        raise
 
 
 class Spent:

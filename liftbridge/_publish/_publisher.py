@@ -87,6 +87,7 @@ from liftbridge._publish._pending import (
     Spent,
     claim_responses,
     claimed_outcomes,
+    fail_all,
     new_pending,
 )
 from liftbridge._publish._request_bytes import Request
@@ -538,13 +539,11 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
         """Stops the acks thread and fails every unresolved publish with
         :class:`ClientClosedError`; joins the thread until ``deadline``
         (``time.monotonic()``) at most. Idempotent; never joins the calling
-        thread."""
+        thread. A close interrupted (Ctrl-C) is finished by the next."""
         with self._handover_lock, self._lock:
-            if self._closed:
-                return
             self._closed = True
             call = self._call
-            unresolved = list(self._pending.values())
+            unresolved = [(pending, pending.future) for pending in self._pending.values()]
             self._window.close()
         self._outbox.put(None)  # wakes a sender waiting for a request: it ends its stream
         self._stop.set()
@@ -552,10 +551,7 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
         self._leader_check.stop()
         if call is not None:
             call.cancel()
-        for pending in unresolved:
-            self._finish(
-                pending, None, ClientClosedError("the client was closed before the ack arrived")
-            )
+        fail_all(self._finish, unresolved)
         for thread in (self._dispatcher, self._leader_check.thread):
             if thread.is_alive() and thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - time.monotonic()))

@@ -199,14 +199,17 @@ class Channels:
             return entry
 
     def close(self) -> None:
-        """Closes every channel; calls in flight on them end with CANCELLED. Idempotent."""
+        """Closes every channel; calls in flight on them end with CANCELLED.
+        Idempotent. They are forgotten only once closed: a close interrupted
+        (Ctrl-C) before is finished by the next."""
         with self._lock:
             self._closed = True
             entries = list(self._stubs.values())
-            self._stubs.clear()
             own = list(self._own)
-            self._own.clear()
         for channel, _ in entries:
             channel.close()
         for call in own:
             call.cancel()
+        with self._lock:
+            self._stubs.clear()
+            self._own.clear()

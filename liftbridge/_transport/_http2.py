@@ -263,11 +263,18 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
         return ready.popleft()
 
     def cancel(self) -> bool:
-        """Ends the call (CANCELLED), waking its reader and sender. Idempotent."""
+        """Ends the call (CANCELLED), waking its reader and sender. Idempotent;
+        returns whether this call ended it. On a call cancelled before whose
+        socket is still open (a cancel interrupted, Ctrl-C, after it ended
+        the call) it wakes them again, as that cancel did not."""
         if self._finish(StreamError(grpc.StatusCode.CANCELLED, "the call was cancelled")):
             self._shutdown()
             self._close_when_idle()
             return True
+        error = self._error
+        if error is not None and error.code() is grpc.StatusCode.CANCELLED and not self._closed:
+            self._shutdown()
+            self._close_when_idle()
         return False
 
     def done(self) -> bool:
