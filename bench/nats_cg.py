@@ -21,11 +21,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import socket
-import sys
 import threading
 
 import liftbridge
-from bench.publish_cg import STREAM, AckingBroker, peer_ports, serving
+from bench.publish_cg import STREAM, AckingBroker, peer_ports, serve_peer
 from liftbridge._core._envelope import EnvelopeType, decode_envelope, encode_envelope
 from liftbridge_api import api_pb2
 
@@ -77,8 +76,6 @@ def _serve_nats(sock: socket.socket) -> None:
 def _peer() -> None:
     """Serves the fake broker and NATS server; prints their ports; ends
     when stdin closes."""
-    broker = AckingBroker()  # type: ignore[abstract]  # only the metadata RPC is used
-    server = serving(broker)
     listener = socket.create_server(("127.0.0.1", 0))
 
     def accept() -> None:
@@ -88,9 +85,8 @@ def _peer() -> None:
             threading.Thread(target=_serve_nats, args=(sock,), daemon=True).start()
 
     threading.Thread(target=accept, daemon=True).start()
-    print(broker.port, listener.getsockname()[1], flush=True)
-    sys.stdin.read()
-    server.stop(grace=None)
+    # The broker: only its metadata RPC is used.
+    serve_peer(AckingBroker(), listener.getsockname()[1])  # type: ignore[abstract]
 
 
 def drive(port: int, nats_port: int, count: int, *, pipelined: bool) -> None:

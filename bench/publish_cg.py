@@ -71,16 +71,6 @@ class AckingBroker(api_pb2_grpc.APIServicer):
             )
 
 
-def serving(broker: AckingBroker) -> grpc.Server:
-    """A started gRPC server of ``broker`` on a free port of 127.0.0.1 (set
-    as the broker's ``port``)."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    api_pb2_grpc.add_APIServicer_to_server(broker, server)
-    broker.port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    return server
-
-
 @contextmanager
 def peer_ports(module: str, *args: str) -> Iterator[list[int]]:
     """Runs ``python -m module --peer *args``, a driver's fake peers in a
@@ -101,11 +91,15 @@ def peer_ports(module: str, *args: str) -> Iterator[list[int]]:
         peer.wait(10)
 
 
-def _peer() -> None:
-    """Serves the fake broker; prints its port; ends when stdin closes."""
-    broker = AckingBroker()  # type: ignore[abstract]  # only two RPCs needed
-    server = serving(broker)
-    print(broker.port, flush=True)
+def serve_peer(broker: AckingBroker, *more: int) -> None:
+    """A driver's peer process (:func:`peer_ports`): serves ``broker``,
+    prints its port (then ``more`` ports, of peers served meanwhile) on one
+    line, and ends when stdin closes."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    api_pb2_grpc.add_APIServicer_to_server(broker, server)
+    broker.port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    print(broker.port, *more, flush=True)
     sys.stdin.read()
     server.stop(grace=None)
 
@@ -118,7 +112,7 @@ def main() -> None:
     parser.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peer:
-        _peer()
+        serve_peer(AckingBroker())  # type: ignore[abstract]  # only two RPCs needed
         return
     with peer_ports("bench.publish_cg") as (port,):
         drive(port, args.count, handler=args.handler, own=args.own)

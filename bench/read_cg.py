@@ -23,7 +23,6 @@ thread is that thread.
 from __future__ import annotations
 
 import argparse
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -31,7 +30,7 @@ from collections.abc import Iterator
 import grpc
 
 import liftbridge
-from bench.publish_cg import STREAM, AckingBroker, peer_ports, serving
+from bench.publish_cg import STREAM, AckingBroker, peer_ports, serve_peer
 from liftbridge_api import api_pb2
 
 _PAUSE = 0.05
@@ -97,10 +96,7 @@ def _peer(count: int, run: int) -> None:
     """Serves the fake broker; prints its port; ends when stdin closes."""
     broker = ReadBroker()  # type: ignore[abstract]  # only a few RPCs needed
     broker.count, broker.run = count, run
-    server = serving(broker)
-    print(broker.port, flush=True)
-    sys.stdin.read()
-    server.stop(grace=None)
+    serve_peer(broker)
 
 
 def main() -> None:
