@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from liftbridge._core._deadlines import AckTimer, OrderedDeadlines
+from liftbridge._core._handover import Handover
 from liftbridge._core._router import Router
 from liftbridge._errors import ClientClosedError, LiftbridgeError
 from liftbridge._publish._batch import Batch
@@ -38,7 +39,6 @@ from liftbridge._publish._pending import Pending, Spent
 from liftbridge._publish._request_bytes import Request
 from liftbridge._publish._sending import STEPPED_FROM, Unsent
 from liftbridge._publish._window import Window
-from liftbridge._transport._handover import Handover
 
 
 class BatchSubmit:

@@ -67,6 +67,7 @@ from typing import Literal, overload
 from liftbridge._core._acks import Ack, ack_of_checked
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._deadlines import AckTimer
+from liftbridge._core._handover import Handover
 from liftbridge._core._router import ANY, Deadline, Router, Stream
 from liftbridge._errors import (
     AckTimeoutError,
@@ -93,7 +94,6 @@ from liftbridge._publish._pending import (
 from liftbridge._publish._request_bytes import Request
 from liftbridge._publish._sending import Sending, Unsent, resume_free, sender_step
 from liftbridge._publish._window import Window
-from liftbridge._transport._handover import Handover
 from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)

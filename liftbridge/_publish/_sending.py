@@ -33,13 +33,13 @@ import time
 from collections.abc import Callable
 
 from liftbridge._core._acks import Ack
+from liftbridge._core._handover import HAND_OVER, Handover
 from liftbridge._core._router import Router, Stream
 from liftbridge._errors import LiftbridgeError
 from liftbridge._publish._leaders import LeaderCheck
 from liftbridge._publish._pending import Pending
 from liftbridge._publish._request_bytes import Request
 from liftbridge._publish._window import Window
-from liftbridge._transport._handover import HAND_OVER, Handover
 from liftbridge_api import api_pb2
 
 _DRAIN = 16
