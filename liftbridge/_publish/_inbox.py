@@ -14,17 +14,23 @@ of the client's one ``max_inflight`` window (:meth:`Publisher.borrow`) from
 the call until its outcome, shared with the publishes on the PublishAsync
 stream: when the window is full the caller waits for a slot, and raises
 :class:`PublishWindowFullError` without one, whichever path it takes.
+
+An interrupt (Ctrl-C) anywhere in :meth:`InboxPool.publish_async` leaves the
+publish out or in, never half: a job no worker took yet is withdrawn (its
+slot given back, its outcome an error); one a worker took runs, and gives
+the slot back as it ends. A slot kept for good would shrink the window for
+every later publish.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 
 from liftbridge._core._acks import Ack, ack_from_proto
 from liftbridge._core._callbacks import CallbackRunner
@@ -73,6 +79,19 @@ WORKERS = 8
 """Threads of an :class:`InboxPool` at most: each waits on one unary call."""
 
 
+@dataclass(slots=True, eq=False)
+class _Job:
+    """A publish queued on the pool. Whoever marks it taken first, under the
+    pool's lock, owns its window slot: a worker (which sends it) or the
+    caller that withdraws it after an interrupt."""
+
+    request: api_pb2.PublishRequest
+    handler: AckHandler | None
+    future: Future[Ack | None]
+    wait: float = 0.0  # seconds left for its call, set as it is queued
+    taken: bool = False
+
+
 class InboxPool:
     """The ``publish_async`` calls that name an ack inbox, on a bounded pool
     inside the client's publish window. Thread-safe.
@@ -88,10 +107,11 @@ class InboxPool:
         self._invoke = invoke
         self._callbacks = callbacks
         self._window = window
-        # _lock guards _threads, _idle and _closed. Jobs wait in _jobs; a
-        # worker takes one at a time and ends at a None (one per worker on close).
+        # _lock guards _threads, _idle, _closed and each job's taken. Jobs wait
+        # in _jobs; a worker takes one at a time and ends at a None (one per
+        # worker on close), which it passes on (to a worker not listed yet).
         self._lock = threading.Lock()
-        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._idle = 0  # workers waiting for a job
         self._closed = False
@@ -111,34 +131,62 @@ class InboxPool:
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the client is closed; the publish was not sent")
+        job = _Job(request, handler, self._callbacks.future())
         self._window.borrow(wait)
-        future: Future[Ack | None] = self._callbacks.future()
+        # The slot is this publish's from here (borrow takes it all or not at
+        # all); an interrupt anywhere in the try hands it to _withdraw.
+        try:
+            with self._lock:
+                if self._closed:
+                    raise ClientClosedError("the client is closed; the publish was not sent")
+                job.wait = max(0.0, wait - (time.monotonic() - started))
+                if self._idle:
+                    self._idle -= 1  # that worker takes this job
+                elif len(self._threads) < WORKERS:
+                    worker = threading.Thread(
+                        target=self._work,
+                        name=f"liftbridge-inbox-publish_{len(self._threads)}",
+                        daemon=True,
+                    )
+                    worker.start()  # listed once started: join() never meets one that is not
+                    self._threads.append(worker)
+                self._jobs.put(job)
+        except ClientClosedError:  # closed meanwhile: the job never queued
+            self._window.give_back()
+            raise
+        except BaseException:
+            self._withdraw(job)
+            raise
+        return job.future
+
+    def _withdraw(self, job: _Job) -> None:
+        """After ``publish_async`` raised with the slot taken (an interrupt,
+        Ctrl-C): gives the slot back and fails the publish, unless a
+        worker took the job (it runs, and frees the slot as it ends)."""
         with self._lock:
-            if self._closed:
-                self._window.give_back()
-                raise ClientClosedError("the client is closed; the publish was not sent")
-            left = max(0.0, wait - (time.monotonic() - started))
-            self._jobs.put(functools.partial(self._run, request, left, handler, future))
-            if self._idle:
-                self._idle -= 1  # that worker takes this job
-            elif len(self._threads) < WORKERS:
-                worker = threading.Thread(
-                    target=self._work,
-                    name=f"liftbridge-inbox-publish_{len(self._threads)}",
-                    daemon=True,
-                )
-                self._threads.append(worker)
-                worker.start()
-        return future
+            if job.taken:
+                return
+            job.taken = True  # a worker that meets it skips it
+        self._window.give_back()
+        error = LiftbridgeError(
+            f"publish {job.request.correlationId} was interrupted and withdrawn; not sent"
+        )
+        notify = job.handler if job.request.ackPolicy != api_pb2.NONE else None
+        self._callbacks.settle(job.future, notify, None, error)
 
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
-            try:
-                job()
-            except Exception:  # _run settles every outcome; this is a bug, not an outcome
-                _log.exception("an inbox publish failed unexpectedly")
+            with self._lock:
+                mine = not job.taken
+                job.taken = True
+            if mine:
+                try:
+                    self._run(job.request, job.wait, job.handler, job.future)
+                except Exception:  # _run settles every outcome; this is a bug, not an outcome
+                    _log.exception("an inbox publish failed unexpectedly")
             with self._lock:
                 self._idle += 1
+        self._jobs.put(None)  # for the next worker: close() puts one per worker listed
 
     def _run(
         self,

@@ -349,18 +349,23 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
             self._timer.schedule(pending.deadline, functools.partial(self._expire, pending))
 
     def borrow(self, wait: float) -> None:
-        """Takes a window slot for a publish carried another way (the unary
-        Publish of an ack inbox) until :meth:`give_back`: every async publish
-        of the client counts against the one ``max_inflight`` window.
+        """Takes a window slot, all or nothing, for a publish carried another
+        way (the unary Publish of an ack inbox) until :meth:`give_back`.
 
         Raises:
-            PublishWindowFullError: no slot freed up within ``wait`` seconds.
-            ClientClosedError: the publisher is closed.
+            PublishWindowFullError, ClientClosedError: no slot within ``wait`` seconds; closed.
         """
-        with self._lock:
-            if self._closed:
-                raise ClientClosedError("the client is closed; the publish was not sent")
-            self._window.take(wait)
+        taken = False
+        try:
+            with self._lock:
+                if self._closed:
+                    raise ClientClosedError("the client is closed; the publish was not sent")
+                self._window.take(wait)
+                taken = True  # no call since take returned: no interrupt between
+        except BaseException:  # an interrupt (Ctrl-C) as the lock was let go
+            if taken:
+                self.give_back()
+            raise
 
     def give_back(self) -> None:
         """Frees a slot taken by :meth:`borrow`."""

@@ -156,3 +156,37 @@ def test_interrupts_into_a_small_window_leave_it_whole(broker: AckingBroker) -> 
             signal.signal(signal.SIGUSR1, previous)
         assert interrupted > 0
         _settled(client)
+
+
+def _inbox_slots_free(client: liftbridge.Client) -> None:
+    """Every ack-inbox publish ends (this broker has no unary Publish: each
+    fails), and with it every window slot it took is free; more of them than
+    the window holds then go through."""
+    window = client._publisher._window
+    deadline = time.monotonic() + BOUND
+    while window.used and time.monotonic() < deadline:  # a publish left in may still run
+        time.sleep(0.01)
+    assert window.used == 0, "a window slot was left taken"
+    futures = [
+        client.publish_async(STREAM, b"after", ack_inbox="inbox", timeout=BOUND)
+        for _ in range(2 * WINDOW)
+    ]
+    for future in futures:
+        assert isinstance(future.exception(timeout=BOUND), liftbridge.LiftbridgeError)
+
+
+def test_an_inbox_publish_interrupted_anywhere_is_out_or_in(broker: AckingBroker) -> None:
+    """A publish naming an ack inbox takes its slot (Publisher.borrow) and
+    queues its job on the pool's threads: an interrupt in between, or as
+    borrow lets go of the publisher's lock, kept that slot for good."""
+    with liftbridge.Client(f"127.0.0.1:{broker.port}", max_inflight=WINDOW) as client:
+        _inbox_slots_free(client)  # the pool's threads started
+        interrupted = sweep(
+            lambda: client.publish_async(
+                STREAM, b"v", ack_inbox="inbox", timeout=BOUND, ack_handler=_ignore
+            ),
+            lambda: _inbox_slots_free(client),
+            in_sdk,
+            MOST,
+        )
+    assert {"borrow", "take", "publish_async"} <= interrupted
