@@ -80,6 +80,7 @@ from liftbridge._errors import (
 )
 from liftbridge._publish._batch import settle_members
 from liftbridge._publish._batch_submit import BatchSubmit
+from liftbridge._publish._interrupts import Interrupts
 from liftbridge._publish._leaders import LeaderCheck
 from liftbridge._publish._leaders_lost import LeadersLost
 from liftbridge._publish._outbox import Outbox
@@ -112,7 +113,7 @@ opening (no publish goes out meanwhile; a broker down or hung can hold up a
 healthy one's FetchMetadata until the caller's deadline, seconds past failover)."""
 
 
-class Publisher(Sending, BatchSubmit, LeadersLost):
+class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
     """Owns the PublishAsync stream of one client. Thread-safe.
 
     Threads: ``liftbridge-acks`` (opens the stream, reads responses, reopens
@@ -236,7 +237,8 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
         future: bool = True,
     ) -> Future[Ack | None] | None:
         """Queues a publish; see the module docstring for its life. An
-        interrupt (Ctrl-C) leaves it out or in, never half: :meth:`_withdraw`.
+        interrupt (Ctrl-C) leaves it out or in, never half
+        (:mod:`~liftbridge._publish._interrupts`).
 
         Args:
             request: the request, with its correlation id set.
@@ -332,21 +334,6 @@ class Publisher(Sending, BatchSubmit, LeadersLost):
             self._withdraw(pending)
             raise
         return outcome
-
-    def _withdraw(self, pending: Pending) -> None:
-        """After ``submit`` raised (say an interrupt, Ctrl-C, anywhere in it): a
-        publish registered but not handed to a sender is withdrawn, its slot
-        freed, its outcome an error (a flush may wait on it); one handed over
-        stays, with its deadline, and its outcome comes as usual."""
-        with self._handover_lock:  # no sender hands it over meanwhile
-            if self._pending.get(pending.correlation_id) is not pending:
-                return  # resolved, or never registered (and no slot taken)
-            withdrawn = pending.generation < 0 and self._claim(pending)  # frees its slot
-        if withdrawn:
-            error = f"publish {pending.correlation_id} was interrupted and withdrawn"
-            self._complete(pending, None, LiftbridgeError(f"{error}; not sent, or as it was"))
-        else:  # sent, its deadline maybe not set yet (set twice: the second finds it done)
-            self._timer.schedule(pending.deadline, functools.partial(self._expire, pending))
 
     def borrow(self, wait: float) -> None:
         """Takes a window slot, all or nothing, for a publish carried another
