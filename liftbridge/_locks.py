@@ -1,4 +1,5 @@
-"""Taking a lock where an interrupt may land: :func:`drop`.
+"""Taking a lock, or starting a thread, where an interrupt may land:
+:func:`drop`, :func:`start_thread`.
 
 A signal handler's exception (Ctrl-C's KeyboardInterrupt) is raised on the
 main thread right after the call that was running returns: after
@@ -15,7 +16,12 @@ nobody takes such a lock twice.
 
 from __future__ import annotations
 
+import _thread
+import logging
 import threading
+
+_log = logging.getLogger(__name__)
+_starting = threading.Lock()  # held by a starter thread (start_thread) while it starts one
 
 
 def drop(lock: threading.RLock) -> bool:
@@ -27,3 +33,41 @@ def drop(lock: threading.RLock) -> bool:
     except RuntimeError:  # not ours: nothing to let go of
         return False
     return True
+
+
+def start_thread(thread: threading.Thread) -> None:
+    """Starts ``thread`` where an interrupt may land, whole or not at all.
+
+    Interrupted in ``Thread.start`` (its call, its ``with`` block's exit, its
+    wait for the thread to run), a caller cannot tell whether the thread was
+    started, nor start it again safely: a flag set before the call is left
+    set over a thread never started, one set after it is left unset over a
+    started one. So the calling thread makes one C call, which starts a
+    short-lived starter thread: an interrupt lands before it (nothing
+    started: call again) or after it (the start under way). The starter
+    starts ``thread``: Python runs signal handlers on the main thread only,
+    so nothing interrupts it there. Calling this again for the same thread
+    (the caller's flag was left unset) starts it once, not twice. Then waits,
+    as ``Thread.start`` does, until ``thread`` runs (:data:`START_WAIT` at most).
+    """
+    started = threading.Lock()  # a one-shot signal: the starter lets go of it
+    started.acquire()
+    _thread.start_new_thread(_start_once, (thread, started))
+    started.acquire(True, START_WAIT)
+
+
+START_WAIT = 10.0
+"""Seconds :func:`start_thread` waits for the thread to run, at most (its
+start goes on beyond: a machine that slow)."""
+
+
+def _start_once(thread: threading.Thread, started: threading.Lock) -> None:
+    """The starter thread's: starts ``thread`` unless a starter did already."""
+    try:
+        with _starting:  # ident is set before start() returns
+            if thread.ident is None:
+                thread.start()
+    except Exception:  # no thread of its own to fail on: say so
+        _log.exception("could not start thread %s", thread.name)
+    finally:
+        started.release()

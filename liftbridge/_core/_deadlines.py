@@ -40,6 +40,8 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Generic, Protocol, TypeVar
 
+from liftbridge._locks import start_thread
+
 _log = logging.getLogger(__name__)
 
 
@@ -88,9 +90,9 @@ class OrderedDeadlines(Generic[T]):
     def append_held(self, item: T) -> None:
         """:meth:`append` for a caller already holding the queue's lock
         (the one it lent): one call per item, for the publisher's every publish."""
-        if not self._started:
-            self._started = True
+        if not self._started:  # set once started: an interrupt (Ctrl-C) in it starts it again
             self._start()
+            self._started = True
         items = self._items
         while items and items[0].done:
             items.popleft()
@@ -153,7 +155,7 @@ class AckTimer:
     """The ``liftbridge-ack-timer`` thread, started on first use. Thread-safe."""
 
     def __init__(self) -> None:
-        # _lock guards _queues, _watched, _heap, _thread and _closed; _wakeup
+        # _lock guards _queues, _watched, _heap, _started and _closed; _wakeup
         # (on it) is notified when the heap gets a new earliest deadline, and on close.
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
@@ -161,7 +163,8 @@ class AckTimer:
         self._watched: list[Watched] = []
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
-        self._thread: threading.Thread | None = None
+        self._thread = threading.Thread(target=self._run, name="liftbridge-ack-timer", daemon=True)
+        self._started = False  # _thread's start is under way, or done
         self._closed = False
 
     def ordered(
@@ -235,11 +238,11 @@ class AckTimer:
             self._start()
 
     def _start(self) -> None:  # with _lock held
-        if self._thread is None and not self._closed:
-            self._thread = threading.Thread(
-                target=self._run, name="liftbridge-ack-timer", daemon=True
-            )
-            self._thread.start()
+        # Whole or again next time, on a thread an interrupt (Ctrl-C) may cut
+        # short: no call between the start under way and its flag.
+        if not self._started and not self._closed:
+            start_thread(self._thread)
+            self._started = True
 
     def _run(self) -> None:
         while True:
@@ -299,9 +302,10 @@ class AckTimer:
         with self._lock:
             self._closed = True
             self._heap.clear()
-            thread = self._thread
+            thread = self._thread if self._started else None
             self._wakeup.notify_all()
-        if thread is None or thread is threading.current_thread():
+        # Not alive: its start is still under way (it ends at once: closed).
+        if thread is None or thread is threading.current_thread() or not thread.is_alive():
             return
         thread.join(max(0.0, deadline - time.monotonic()))
         if thread.is_alive():

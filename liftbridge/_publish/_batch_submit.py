@@ -34,6 +34,7 @@ from liftbridge._core._deadlines import AckTimer, OrderedDeadlines
 from liftbridge._core._handover import Handover
 from liftbridge._core._router import Router
 from liftbridge._errors import ClientClosedError, LiftbridgeError
+from liftbridge._locks import start_thread
 from liftbridge._publish._batch import Batch
 from liftbridge._publish._pending import Pending, Spent
 from liftbridge._publish._request_bytes import Request
@@ -160,9 +161,9 @@ class BatchSubmit:
             if stepped:
                 want = min(want, step - self._batch_unpulled)  # at least 1: reset at step
             end = start + window.take_some(wait, want)
-            if not self._threads_started:
+            if not self._threads_started:  # as Publisher.submit: liftbridge._locks.start_thread
+                start_thread(self._dispatcher)
                 self._threads_started = True
-                self._dispatcher.start()
             deadline = time.monotonic() + wait
             registered, part = self._pending, pendings[start:end]
             for pending in part:

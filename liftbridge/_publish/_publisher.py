@@ -78,6 +78,7 @@ from liftbridge._errors import (
     LiftbridgeError,
     StreamRefusedError,
 )
+from liftbridge._locks import start_thread
 from liftbridge._publish._batch import settle_members
 from liftbridge._publish._batch_submit import BatchSubmit
 from liftbridge._publish._interrupts import Interrupts
@@ -299,9 +300,9 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
                             f"correlation_id {correlation_id!r} is already in flight"
                         )
                 self._pending[correlation_id] = pending
-                if not self._threads_started:
+                if not self._threads_started:  # whole, or again next time (Ctrl-C):
+                    start_thread(self._dispatcher)  # no call between: set once it is under way
                     self._threads_started = True
-                    self._dispatcher.start()
                 # Every publish gets a deadline: for its ack, or (AckPolicy.NONE) to be sent by.
                 now = _monotonic()
                 pending.deadline = now + wait

@@ -1,0 +1,83 @@
+"""Ctrl-C as a client's first publish starts the ``liftbridge-acks`` thread:
+wherever it lands (in the SDK's frames that start it, and in
+``Thread.start`` itself where this thread runs it: its call, before the
+thread is started, or the return of the call that started it), the next
+publish is acked, and one acks thread runs. Before, the publisher marked its
+threads started before ``Thread.start`` ran: interrupted there, no thread
+read the stream for good and every publish timed out.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from types import FrameType
+
+import pytest
+
+import liftbridge
+from bench.publish_cg import STREAM, AckingBroker
+from tests.unit.fake_broker import serving
+from tests.unit.interrupts import sweep
+
+MOST = 400  # interrupt points of a first publish in the frames below, at most
+BOUND = 30.0  # seconds a publish after the interrupt may take (a loaded machine)
+
+_START = threading.Thread.start.__code__
+_FIRST = {"submit", "_admit_part", "start_thread"}
+"""The SDK's functions a first publish starts the acks thread in."""
+
+
+def _starting(frame: FrameType, event: str, arg: object) -> bool:
+    """A point where an interrupt's handler runs in the frames that start the acks thread."""
+    if event not in ("call", "c_return"):
+        return False
+    code = frame.f_code
+    return code is _START or (code.co_name in _FIRST and "liftbridge" in code.co_filename)
+
+
+@pytest.fixture
+def broker() -> Iterator[AckingBroker]:
+    # The bench driver's broker: a port as a FakeBroker has, no subclass of it.
+    with serving(AckingBroker()) as served:  # type: ignore[abstract, type-var]
+        yield served
+
+
+def _acks_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "liftbridge-acks" and t.is_alive()]
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["publish_async", "publish_many_async"])
+def test_a_first_publish_interrupted_as_it_starts_the_acks_thread(
+    broker: AckingBroker, batch: bool
+) -> None:
+    clients: list[liftbridge.Client] = []
+
+    def fresh() -> None:
+        client = liftbridge.Client(f"127.0.0.1:{broker.port}")
+        client.fetch_metadata(timeout=BOUND)  # not in the first publish's points
+        clients.append(client)
+
+    def first() -> None:
+        if batch:
+            clients[-1].publish_many_async(STREAM, [b"v"], timeout=BOUND)
+        else:
+            clients[-1].publish_async(STREAM, b"v", timeout=BOUND)
+
+    def check() -> None:
+        client = clients[-1]
+        after: Callable[[], object] = lambda: client.publish_async(  # noqa: E731
+            STREAM, b"after", timeout=BOUND
+        ).result(BOUND)
+        assert isinstance(after(), liftbridge.Ack)
+        assert len(_acks_threads()) == 1
+        client.close()
+        fresh()
+
+    fresh()
+    try:
+        interrupted = sweep(first, check, _starting, MOST)
+    finally:
+        clients[-1].close()
+    # The SDK's own steps, and where the acks thread's start is made.
+    assert {"_admit_part" if batch else "submit", "start_thread"} <= interrupted
