@@ -36,10 +36,13 @@ from liftbridge._core._router import Router
 from liftbridge._errors import ClientClosedError, LiftbridgeError
 from liftbridge._locks import start_thread
 from liftbridge._publish._batch import Batch
+from liftbridge._publish._interrupts import expire_each
 from liftbridge._publish._pending import Pending, Spent
 from liftbridge._publish._request_bytes import Request
 from liftbridge._publish._sending import STEPPED_FROM, Unsent
 from liftbridge._publish._window import Window
+
+_INTERRUPTED = "publish_many_async was interrupted; this publish was withdrawn, not sent"
 
 
 class BatchSubmit:
@@ -65,6 +68,7 @@ class BatchSubmit:
     _in_order: OrderedDeadlines[Any]
     _spent: Spent
     _expire: Callable[[Pending], None]
+    _withdraw_rest: Callable[[list[Pending], LiftbridgeError], None]  # see _interrupts.py
 
     def submit_many(
         self,
@@ -90,7 +94,7 @@ class BatchSubmit:
         Raises:
             ClientClosedError: the publisher is closed.
             PublishWindowFullError: no window slot freed up within the
-                timeout. Either way the part already admitted stays (sent).
+                timeout. Either way the parts already admitted stay (sent).
         """
         wait = self._ack_wait if timeout is None else timeout
         first = requests[0]
@@ -124,19 +128,25 @@ class BatchSubmit:
         start, count = 0, len(pendings)
         in_order = wait == self._ack_wait
         while start < count:
+            # Whatever this part's admission raises (closed, the window stayed
+            # full, an interrupt: Ctrl-C), its publishes and the rest's are each
+            # left out or in, never half, and the batch settled (_interrupts.py).
             try:
                 end, behind = self._admit_part(pendings, start, wait)
-            except LiftbridgeError as error:  # closed, or the window stayed full
-                batch.fail_rest(start, error)
+                if behind:  # a step queued for a busy sender: let it have the GIL (_handover.py)
+                    self._sender_takes.wait(self._outbox.qsize)
+                if not in_order:
+                    part = pendings[start:end]
+                    self._timer.schedule(
+                        part[0].deadline, functools.partial(expire_each, self._expire, part)
+                    )
+                self._spent.free(end - start)
+            except LiftbridgeError as error:
+                self._withdraw_rest(pendings[start:], error)
                 raise
-            if behind:  # a step queued for a busy sender: let it have the GIL (_handover.py)
-                self._sender_takes.wait(self._outbox.qsize)
-            if not in_order:
-                part = pendings[start:end]
-                self._timer.schedule(
-                    part[0].deadline, functools.partial(_expire_each, self._expire, part)
-                )
-            self._spent.free(end - start)
+            except BaseException:
+                self._withdraw_rest(pendings[start:], LiftbridgeError(_INTERRUPTED))
+                raise
             start = end
 
     def _admit_part(self, pendings: list[Pending], start: int, wait: float) -> tuple[int, bool]:
@@ -160,15 +170,19 @@ class BatchSubmit:
             want = len(pendings) - start
             if stepped:
                 want = min(want, step - self._batch_unpulled)  # at least 1: reset at step
-            end = start + window.take_some(wait, want)
+            room = window.room(wait)
             if not self._threads_started:  # as Publisher.submit: liftbridge._locks.start_thread
                 start_thread(self._dispatcher)
                 self._threads_started = True
             deadline = time.monotonic() + wait
+            end = start + (want if want < room else room)
             registered, part = self._pending, pendings[start:end]
+            # A slot with each publish registered, no call between: a loop's
+            # jump, where an interrupt (Ctrl-C) may land, finds them even.
             for pending in part:
                 pending.deadline = deadline
                 registered[pending.correlation_id] = pending
+                window.used += 1
             outbox, behind = self._outbox, False
             if outbox.idle == self._generation:  # it took and wrote all: this part wakes it
                 self._batch_unpulled = 0
@@ -180,10 +194,3 @@ class BatchSubmit:
             if wait == self._ack_wait:
                 self._in_order.extend_held(part)  # in deadline order: under _lock
         return end, behind
-
-
-def _expire_each(expire: Callable[[Pending], None], part: list[Pending]) -> None:
-    """On liftbridge-ack-timer: a part of a batch with a timeout of its own
-    reached its deadline (one timer entry per part, not per message)."""
-    for pending in part:
-        expire(pending)

@@ -10,7 +10,7 @@ deadline), never half: a slot taken for good shrinks the ``max_inflight``
 window, a publish registered but never queued nor timed makes ``flush()``
 wait forever. ``Publisher.submit`` and ``submit_many`` register a publish
 with no call between taking its slot and registering it, and hand whatever
-they raise to :meth:`Interrupts._withdraw`.
+they raise to :meth:`Interrupts._withdraw` and :meth:`Interrupts._withdraw_rest`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from collections.abc import Callable
 from liftbridge._core._acks import Ack
 from liftbridge._core._deadlines import AckTimer
 from liftbridge._errors import LiftbridgeError
+from liftbridge._publish._batch import settle_members
 from liftbridge._publish._pending import Pending
+from liftbridge._publish._window import Window
 
 
 class Interrupts:
@@ -34,6 +36,10 @@ class Interrupts:
     _claim: Callable[[Pending], bool]
     _complete: Callable[[Pending, Ack | None, LiftbridgeError | None], None]
     _expire: Callable[[Pending], None]
+    _lock: threading.Lock  # the publisher's: guards _pending, _window and _flushers
+    _window: Window
+    _flushers: int
+    _claimed: threading.Condition  # on _lock: a flush waits on it for claims
 
     def _withdraw(self, pending: Pending) -> None:
         """After ``submit`` raised (say an interrupt, Ctrl-C, anywhere in it): a
@@ -49,3 +55,40 @@ class Interrupts:
             self._complete(pending, None, LiftbridgeError(f"{error}; not sent, or as it was"))
         else:  # sent, its deadline maybe not set yet (set twice: the second finds it done)
             self._timer.schedule(pending.deadline, functools.partial(self._expire, pending))
+
+    def _withdraw_rest(self, rest: list[Pending], error: LiftbridgeError) -> None:
+        """After ``submit_many`` raised (the window stayed full, the publisher
+        closed, an interrupt: Ctrl-C) as it admitted the part ``rest`` starts
+        with: of ``rest``, a publish registered but not handed to a sender is
+        withdrawn (its slot freed), one never registered is out too, both
+        settling the batch with ``error``; one handed over stays, with its
+        deadline, and one resolved is left alone."""
+        out: list[Pending] = []
+        sent: list[Pending] = []
+        with self._handover_lock, self._lock:  # no sender hands one over meanwhile
+            registered, window = self._pending, self._window
+            for pending in rest:
+                if pending.done:
+                    continue
+                if registered.get(pending.correlation_id) is pending:
+                    if pending.generation >= 0:
+                        sent.append(pending)
+                        continue
+                    del registered[pending.correlation_id]
+                    window.give()
+                pending.done = True
+                out.append(pending)
+            if out and self._flushers:
+                self._claimed.notify_all()
+        if out:
+            settle_members([(pending, None, error) for pending in out])
+        if sent:  # their deadline maybe not scheduled yet (twice: the second finds them done)
+            expire = functools.partial(expire_each, self._expire, sent)
+            self._timer.schedule(sent[0].deadline, expire)
+
+
+def expire_each(expire: Callable[[Pending], None], part: list[Pending]) -> None:
+    """On liftbridge-ack-timer: a part of a batch with a timeout of its own
+    reached its deadline (one timer entry per part, not per message)."""
+    for pending in part:
+        expire(pending)

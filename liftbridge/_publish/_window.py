@@ -57,22 +57,17 @@ class Window:
         self.used += 1
         return full
 
-    def take_some(self, wait: float, want: int) -> int:
-        """Takes up to ``want`` slots (a batch's next part): as many as are
-        free, at least one, waiting as :meth:`take` does while the window
-        is full. Never takes the window past its size.
-
-        Returns:
-            The slots taken.
+    def room(self, wait: float) -> int:
+        """The free slots, at least one: waits as :meth:`take` does while the
+        window is full, taking none. A batch's part takes what it registers,
+        a slot with each publish (``BatchSubmit._admit_part``).
 
         Raises:
             PublishWindowFullError, ClientClosedError: as :meth:`take`.
         """
         if self.used >= self.size:
             self._wait(wait)
-        taken = min(want, self.size - self.used)
-        self.used += taken
-        return taken
+        return self.size - self.used
 
     def give(self, count: int = 1) -> None:
         """Frees ``count`` slots taken by :meth:`take` (a run of acks frees
