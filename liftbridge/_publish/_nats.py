@@ -55,6 +55,7 @@ from liftbridge._core._acks import Ack, AckPolicy
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._deadlines import AckTimer
 from liftbridge._core._envelope import new_message, unmarshal_ack
+from liftbridge._core._nats_connection import server_info
 from liftbridge._core._validate import BytesLike
 from liftbridge._errors import (
     AckTimeoutError,
@@ -73,7 +74,6 @@ from liftbridge._publish._options import (
     check_correlation_id,
     check_names,
 )
-from liftbridge._transport._nats_info import server_info
 
 logger = logging.getLogger(__name__)
 

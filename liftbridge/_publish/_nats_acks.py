@@ -17,6 +17,7 @@ import queue
 import threading
 from collections.abc import Callable
 
+from liftbridge._core._nats_connection import Refused
 from liftbridge._errors import (
     ClientClosedError,
     ConnectionLostError,
@@ -24,7 +25,6 @@ from liftbridge._errors import (
     UnavailableError,
 )
 from liftbridge._publish._nats_window import AckWindow, Pending
-from liftbridge._transport._nats_socket import Refused
 
 logger = logging.getLogger(__name__)
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 
 from liftbridge._core import _validate
 from liftbridge._core._acks import AckPolicy
+from liftbridge._core._nats_connection import NatsConnection, pub_prefix
 from liftbridge._core._router import Router
 from liftbridge._core._validate import BytesLike
 from liftbridge._errors import LiftbridgeError
@@ -29,8 +30,6 @@ from liftbridge._publish._bytes import WIRE_POLICIES, PlainFrames, envelope_fram
 from liftbridge._publish._nats_subjects import Subjects
 from liftbridge._publish._nats_window import AckWindow, Pending
 from liftbridge._publish._options import StreamPublishOptions
-from liftbridge._transport._nats_frames import pub_prefix
-from liftbridge._transport._nats_socket import NatsSocket
 
 
 class NatsBatchMethods(BatchMethods):
@@ -47,7 +46,7 @@ class NatsBatchMethods(BatchMethods):
     _inbox_field: bytes
     _crc: bool
     _window: AckWindow
-    _nats: NatsSocket
+    _nats: NatsConnection
 
     def _envelope_frame(
         self,

@@ -55,6 +55,8 @@ from liftbridge._core import _validate
 from liftbridge._core._acks import Ack, AckPolicy
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._futures import Waiter
+from liftbridge._core._nats_connection import CLOSE_TIMEOUT as _CLOSE_TIMEOUT
+from liftbridge._core._nats_connection import MaxPayload, check_tls_required, open_nats, pub_prefix
 from liftbridge._core._validate import BytesLike
 from liftbridge._errors import (
     ArgumentTypeError,
@@ -78,10 +80,6 @@ from liftbridge._publish._options import (
     check_names,
 )
 from liftbridge._publish._publishing import check_future
-from liftbridge._transport._nats_frames import pub_prefix
-from liftbridge._transport._nats_handshake import check_tls_required
-from liftbridge._transport._nats_socket import CLOSE_TIMEOUT as _CLOSE_TIMEOUT
-from liftbridge._transport._nats_socket import MaxPayload, NatsSocket
 
 logger = logging.getLogger(__name__)
 
@@ -228,7 +226,7 @@ class NatsStreamPublisher(NatsBatchMethods):
         # (set before connecting: the I/O thread may hear of a new max_payload at once).
         self._plain = PlainFrames(PLAIN_MESSAGE_HEADER, self._inbox_field)
         self._max_payload = self._plain_limit = 0
-        self._nats = NatsSocket(self._where, self._inbox, self._deliver, self._on_closed)
+        self._nats = open_nats(self._where, self._inbox, self._deliver, self._on_closed)
         try:
             self._nats.connect(
                 url,

@@ -14,10 +14,10 @@ import re
 
 from liftbridge._core import _validate
 from liftbridge._core._metadata import Metadata, StreamInfo
+from liftbridge._core._nats_connection import pub_prefix
 from liftbridge._core._partitioner import Partitioner, choose_partition
 from liftbridge._core._router import Router
 from liftbridge._errors import InvalidArgumentError, NoSuchPartitionError, NoSuchStreamError
-from liftbridge._transport._nats_frames import pub_prefix
 
 # Streams whose partition-0 subject is cached at most (then the cache starts over).
 _SUBJECTS_CACHED = 1024

@@ -14,8 +14,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from liftbridge._core import _validate
+from liftbridge._core._nats_connection import DEFAULT_PORT
 from liftbridge._errors import ArgumentTypeError, InvalidArgumentError, MissingDependencyError
-from liftbridge._transport._nats_info import DEFAULT_PORT
 
 logger = logging.getLogger(__name__)
 

@@ -337,3 +337,46 @@ def test_only_the_transport_layer_imports_grpc_hpack_or_the_http2_client() -> No
             continue
         bad += [f"{name} imports {each}" for each in sorted(_transport_reaches(path))]
     assert not bad, "\n".join(bad)
+
+
+# ------------------------------------------------------------ the core boundary --
+
+CORE = "liftbridge._core"
+
+
+def _over_the_core(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of the transport by modules above the core and below the
+    integrations (the features, the client, the public surface): they stand on
+    the core, which opens their streams (``Router.open_stream``) and NATS
+    connections (``_core/_nats_connection.py``) and re-exports the transport's
+    names they need (``_router.py``, ``_handover.py``, ``_nats_connection.py``)."""
+    bad = []
+    for module, imported in sorted(graph.items()):
+        if not LAYERS[CORE] < LAYERS[_layer_of(module)] < INTEGRATIONS:
+            continue
+        bad += [f"{module} -> {t}" for t in sorted(imported) if _layer_of(t) == TRANSPORT]
+    return bad
+
+
+def test_the_boundary_rule_catches_a_feature_importing_the_transport() -> None:
+    graph = {
+        "liftbridge._publish._nats_stream": {
+            "liftbridge._core._nats_connection",
+            "liftbridge._transport._nats_socket",
+        },
+        "liftbridge._groups._member": {"liftbridge._transport"},
+        "liftbridge._client": {"liftbridge._transport._tls"},
+        "liftbridge._core._router": {"liftbridge._transport._channels"},
+        "liftbridge.testing._node": {"liftbridge._transport._tls"},
+    }
+    assert _over_the_core(graph) == [
+        "liftbridge._client -> liftbridge._transport._tls",
+        "liftbridge._groups._member -> liftbridge._transport",
+        "liftbridge._publish._nats_stream -> liftbridge._transport._nats_socket",
+    ]
+
+
+def test_features_reach_the_transport_only_through_the_core() -> None:
+    graph = _graph()
+    assert "liftbridge._transport._channels" in graph["liftbridge._core._router"]  # edges found
+    assert _over_the_core(graph) == []
