@@ -88,9 +88,6 @@ class _Lane:
 
     def __init__(self, router: Router, deadline: Deadline) -> None:
         self._outbox: queue.SimpleQueue[Request | None] = queue.SimpleQueue()
-        self.address, self._call = router.open_stream(
-            "PublishAsync", iter(self._outbox.get, None), target=ANY, deadline=deadline
-        )
         # _lock orders the timer's "overdue: cancel" against the owner's "done".
         self._lock = threading.Lock()
         self.deadline = 0.0  # time.monotonic() the current publish is due by; 0.0 when idle
@@ -99,7 +96,18 @@ class _Lane:
         self.timed_out = False
         self.closed = False
         self.broken = False
-        self._finalizer = weakref.finalize(self, _end_stream, self._outbox, self._call)
+        self.address, self._call = router.open_stream(
+            "PublishAsync", iter(self._outbox.get, None), target=ANY, deadline=deadline
+        )
+        # Connected: nothing but this may raise now. Interrupted (Ctrl-C) before
+        # the finalizer is in place, the lane would be dropped with its stream,
+        # socket and sender thread running for good: ended here instead (a
+        # finalizer in place by then ends it again, harmlessly).
+        try:
+            self._finalizer = weakref.finalize(self, _end_stream, self._outbox, self._call)
+        except BaseException:
+            _end_stream(self._outbox, self._call)
+            raise
 
     def usable(self) -> bool:
         """False once the lane failed, or its stream ended (nothing was sent on it then)."""

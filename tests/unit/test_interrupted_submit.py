@@ -30,6 +30,7 @@ import pytest
 
 import liftbridge
 from bench.publish_cg import STREAM, AckingBroker
+from liftbridge._publish._lanes import _Lane
 from tests.unit.fake_broker import serving
 from tests.unit.interrupts import SDK, Interrupted, in_sdk, sweep
 
@@ -190,3 +191,39 @@ def test_an_inbox_publish_interrupted_anywhere_is_out_or_in(broker: AckingBroker
             MOST,
         )
     assert {"borrow", "take", "publish_async"} <= interrupted
+
+
+def test_a_lane_interrupted_as_it_connects_leaves_no_stream_running(broker: AckingBroker) -> None:
+    """A lane interrupted in ``_Lane.__init__`` once its stream is open is
+    dropped: its stream must end then (its sender thread with it), not run
+    for good on a socket nobody reads. (Interrupted as ``_Lane()`` returns,
+    where no profile event comes, the lane is freed at once and its
+    finalizer ends the stream.)"""
+    lane_init = _Lane.__init__.__code__
+
+    def connected(frame: FrameType, event: str, arg: object) -> bool:
+        return event in ("call", "c_return") and frame.f_code is lane_init
+
+    with liftbridge.Client(f"127.0.0.1:{broker.port}") as client:
+        lanes = client._lanes
+
+        def publish() -> None:
+            client.publish(STREAM, b"v", timeout=BOUND)
+
+        def check() -> None:
+            lane = lanes._local.__dict__.pop("lane", None)  # opened again on each call
+            if lane is not None:
+                lane.close()
+            ends = time.monotonic() + BOUND
+            while _senders() and time.monotonic() < ends:
+                time.sleep(0.01)
+            assert not _senders(), "a dropped lane's stream was left running"
+
+        interrupted = sweep(publish, check, connected, MOST)
+        assert interrupted == {"__init__"}
+        publish()
+
+
+def _senders() -> list[threading.Thread]:
+    """The SDK's HTTP/2 sender threads still running (a lane's stream has one)."""
+    return [t for t in threading.enumerate() if t.name == "liftbridge-h2-send" and t.is_alive()]
