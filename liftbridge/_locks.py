@@ -1,5 +1,5 @@
-"""Taking a lock, or starting a thread, where an interrupt may land:
-:func:`drop`, :func:`start_thread`.
+"""Taking a lock, waiting on one, or starting a thread, where an interrupt
+may land: :func:`drop`, :class:`Waiters`, :func:`start_thread`.
 
 A signal handler's exception (Ctrl-C's KeyboardInterrupt) is raised on the
 main thread right after the call that was running returns: after
@@ -17,6 +17,7 @@ nobody takes such a lock twice.
 from __future__ import annotations
 
 import _thread
+import collections
 import logging
 import threading
 
@@ -71,3 +72,62 @@ def _start_once(thread: threading.Thread, started: threading.Lock) -> None:
         _log.exception("could not start thread %s", thread.name)
     finally:
         started.release()
+
+
+class Waiters:
+    """``threading.Condition``'s wait and notify over a plain lock, for a
+    thread an interrupt (Ctrl-C) may cut short while it waits.
+
+    ``Condition.wait`` lets go of the lock before its ``try``
+    (``_release_save``, a Python call whose ``release`` returns where a
+    signal's handler runs) and takes it back in its ``finally`` through
+    another Python call (``_acquire_restore``): an interrupt at either leaves
+    the caller, inside its ``with lock``, not holding the lock, and the
+    ``with`` then lets go of a lock it does not hold (``RuntimeError``, or
+    another thread's hold let go of: two threads in the lock). Here the lock
+    is let go of inside the ``try`` and taken back by one C call in its
+    ``finally``, and the waiter leaves the list whatever happens. Left as it
+    is in ``Condition``: a second interrupt while that take blocks on a lock
+    another thread holds (the take fails; nothing can tell it from one that
+    landed as the take returned).
+
+    Args:
+        lock: the owner's lock, held by every caller of these methods.
+    """
+
+    __slots__ = ("_lock", "_waiting")
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self._lock = lock
+        self._waiting: collections.deque[threading.Lock] = collections.deque()  # oldest first
+
+    def wait(self, timeout: float | None) -> None:
+        """Lets go of the lock until notified or ``timeout`` seconds (None:
+        no bound) passed, then takes it back (also when interrupted)."""
+        waiter = threading.Lock()  # a one-shot signal: notify lets go of it
+        waiter.acquire()
+        waiting, lock = self._waiting, self._lock
+        try:
+            waiting.append(waiter)
+            try:
+                lock.release()
+                if timeout is None:
+                    waiter.acquire()
+                else:
+                    waiter.acquire(True, max(0.0, timeout))
+            finally:
+                lock.acquire()
+        finally:
+            if waiter in waiting:  # not notified (no call between: the lock is held)
+                waiting.remove(waiter)
+
+    def notify(self, count: int = 1) -> None:
+        """Wakes up to ``count`` waiters, oldest first."""
+        waiting = self._waiting
+        while count > 0 and waiting:
+            waiting.popleft().release()
+            count -= 1
+
+    def notify_all(self) -> None:
+        """Wakes every waiter."""
+        self.notify(len(self._waiting))

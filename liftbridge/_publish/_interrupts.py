@@ -22,6 +22,7 @@ from collections.abc import Callable
 from liftbridge._core._acks import Ack
 from liftbridge._core._deadlines import AckTimer
 from liftbridge._errors import LiftbridgeError
+from liftbridge._locks import Waiters
 from liftbridge._publish._batch import settle_members
 from liftbridge._publish._pending import Pending
 from liftbridge._publish._window import Window
@@ -39,7 +40,7 @@ class Interrupts:
     _lock: threading.Lock  # the publisher's: guards _pending, _window and _flushers
     _window: Window
     _flushers: int
-    _claimed: threading.Condition  # on _lock: a flush waits on it for claims
+    _claimed: Waiters  # on _lock: a flush waits on it for claims
 
     def _withdraw(self, pending: Pending) -> None:
         """After ``submit`` raised (say an interrupt, Ctrl-C, anywhere in it): a

@@ -78,7 +78,7 @@ from liftbridge._errors import (
     LiftbridgeError,
     StreamRefusedError,
 )
-from liftbridge._locks import start_thread
+from liftbridge._locks import Waiters, start_thread
 from liftbridge._publish._batch import settle_members
 from liftbridge._publish._batch_submit import BatchSubmit
 from liftbridge._publish._interrupts import Interrupts
@@ -158,7 +158,7 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
         # Threads in flush() waiting for publishes without a Future; _claimed
         # (on _lock) is notified when a publish is claimed while there are any.
         self._flushers = 0
-        self._claimed = threading.Condition(self._lock)
+        self._claimed = Waiters(self._lock)  # interrupt-safe (threading.Condition is not)
         self._generation = 0
         self._closed = False
         self._threads_started = False
@@ -583,6 +583,12 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
         with self._lock:
             self._flushers += 1
             try:
-                return self._claimed.wait_for(lambda: pending.done, timeout)
+                deadline = None if timeout is None else time.monotonic() + timeout
+                while not pending.done:
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return False
+                    self._claimed.wait(remaining)
+                return True
             finally:
                 self._flushers -= 1

@@ -13,6 +13,7 @@ import threading
 import time
 
 from liftbridge._errors import ClientClosedError, PublishWindowFullError
+from liftbridge._locks import Waiters
 
 RESUME_FRACTION = 8
 """A full window lets a blocked producer go once 1/RESUME_FRACTION of it is free."""
@@ -38,7 +39,8 @@ class Window:
         if resume_free is None:
             resume_free = max(1, size // RESUME_FRACTION)
         self._resume_at = size - resume_free
-        self._free = threading.Condition(lock)  # notified as slots free up, and on close
+        # Notified as slots free up, and on close; interrupt-safe (Condition is not).
+        self._free = Waiters(lock)
         self._waiters = 0
         self._closed = False
 
