@@ -32,7 +32,11 @@ import logging
 import threading
 from collections.abc import Callable
 
-from liftbridge._transport._probe import CLOSED, HEALTH_CHECK, Probe
+from liftbridge._transport._probe import CLOSED, Probe
+
+# Re-exported for the testing package's readiness probe (integrations stand on the core):
+from liftbridge._transport._probe import HEALTH_CHECK as HEALTH_CHECK
+from liftbridge._transport._probe import open_probe as open_probe
 
 _log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from liftbridge._transport._tls import TLSConfig
+from liftbridge._core._router import TLSConfig
 from liftbridge.testing._config import ConfigValue, internal_streams, render_yaml
 from liftbridge.testing._errors import ServerStartError
 from liftbridge.testing._process import (

@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from liftbridge._transport._probe import HEALTH_CHECK, open_probe
-from liftbridge._transport._tls import TLSConfig
+from liftbridge._core._liveness import HEALTH_CHECK, open_probe
+from liftbridge._core._router import TLSConfig
 from liftbridge.testing._errors import ServerStartError
 from liftbridge.testing._process import LOOPBACK, SHUTDOWN, port_open
 from liftbridge_api import api_pb2

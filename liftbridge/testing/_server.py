@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
+from liftbridge._core._router import TLSConfig
 from liftbridge._errors import ArgumentTypeError, InvalidArgumentError
-from liftbridge._transport._tls import TLSConfig
 from liftbridge.testing._config import (
     ConfigValue,
     check_log_level,
