@@ -39,8 +39,6 @@ is how it gets the client's router and timer.
 
 from __future__ import annotations
 
-import enum
-import functools
 import itertools
 import logging
 import ssl
@@ -56,19 +54,14 @@ from liftbridge._core._acks import Ack, AckPolicy
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._futures import Waiter
 from liftbridge._core._nats_connection import CLOSE_TIMEOUT as _CLOSE_TIMEOUT
-from liftbridge._core._nats_connection import MaxPayload, check_tls_required, open_nats, pub_prefix
+from liftbridge._core._nats_connection import check_tls_required, open_nats, pub_prefix
 from liftbridge._core._validate import BytesLike
-from liftbridge._errors import (
-    ArgumentTypeError,
-    ClientClosedError,
-    ConnectionLostError,
-    InvalidArgumentError,
-    UnavailableError,
-)
+from liftbridge._errors import ArgumentTypeError, InvalidArgumentError
 from liftbridge._publish._bytes import PLAIN_MESSAGE_HEADER, PlainFrames, ack_inbox_field
 from liftbridge._publish._bytes import WIRE_POLICIES as _WIRE_POLICIES
 from liftbridge._publish._nats_acks import AcksThread
 from liftbridge._publish._nats_batch import NatsBatchMethods
+from liftbridge._publish._nats_events import NatsEvents, State
 from liftbridge._publish._nats_subjects import Subjects
 from liftbridge._publish._nats_window import AckHandler, AckWindow, Pending
 from liftbridge._publish._options import (
@@ -84,17 +77,11 @@ from liftbridge._publish._publishing import check_future
 logger = logging.getLogger(__name__)
 
 
-class _State(enum.Enum):
-    OPEN = "open"
-    CLOSING = "closing"
-    CLOSED = "closed"
-
-
 # AckPolicy.NONE, looked up once (an enum member's lookup on its class is slow).
 _NONE = AckPolicy.NONE
 
 
-class NatsStreamPublisher(NatsBatchMethods):
+class NatsStreamPublisher(NatsBatchMethods, NatsEvents):
     """Publishes to Liftbridge streams over NATS, many envelopes per socket write.
 
     The same contract as :meth:`Client.publish_async`: a Future and a
@@ -207,7 +194,7 @@ class NatsStreamPublisher(NatsBatchMethods):
         self._id_prefix = f"{uuid.uuid4().hex[:12]}-"
 
         self._lock = threading.Lock()  # guards _state
-        self._state = _State.OPEN
+        self._state = State.OPEN
         self._lost: BaseException | None = None  # NATS gave up reconnecting
         # Pending acks, their deadlines on the client's liftbridge-ack-timer,
         # and the in-flight window.
@@ -505,7 +492,7 @@ class NatsStreamPublisher(NatsBatchMethods):
         if not self._window.flush(deadline):
             return False
         # AckPolicy.NONE publishes have no ack to wait for: see them written.
-        if self._state is _State.OPEN:
+        if self._state is State.OPEN:
             self._nats.flush(None if deadline is None else max(0.001, deadline - monotonic()))
         return True
 
@@ -518,9 +505,9 @@ class NatsStreamPublisher(NatsBatchMethods):
         wait for outstanding acks. May be called from an ack handler.
         """
         with self._lock:
-            if self._state is not _State.OPEN:
+            if self._state is not State.OPEN:
                 return
-            self._state = _State.CLOSING
+            self._state = State.CLOSING
         # Publishers waiting on the window raise.
         self._window.refuse(self._closed_error, replace=True)
         self._nats.close()
@@ -542,57 +529,8 @@ class NatsStreamPublisher(NatsBatchMethods):
 
     # ---------------------------------------------------- caller's thread --
 
-    def _broker_down(self, address: str) -> None:
-        self._timer.schedule(monotonic(), functools.partial(self._window.fail_led_by, address))
-
     def _close_state(self) -> None:
         self._router.off_broker_down(self._broker_down)
         self._window.release_timer()
         with self._lock:
-            self._state = _State.CLOSED
-
-    def _closed_error(self) -> BaseException:
-        return ClientClosedError(f"NATS stream publisher for {self._where} is closed")
-
-    def _lost_error(self) -> BaseException:
-        return ConnectionLostError(
-            f"NATS connection to {self._where} is lost: {self._lost!r}; close the publisher"
-        )
-
-    # --------------------------------------------------- liftbridge-nats-io --
-
-    def _on_closed(self) -> None:
-        """The NATS connection closed: by :meth:`close`, or because NATS gave
-        up reconnecting (then pending publishes fail)."""
-        lost = UnavailableError("NATS stopped reconnecting")
-        with self._lock:
-            if self._state is not _State.OPEN or self._lost is not None:
-                return
-            self._lost = lost
-        self._window.refuse(self._lost_error, replace=False)
-        self._acks.put(lost)
-
-    def _deliver(self, item: object) -> None:
-        """What the I/O thread read or failed to write. Acks are settled right
-        here, on the I/O thread (no user code: handlers and done-callbacks
-        go to liftbridge-callbacks), sparing a thread hop per batch; the
-        rest goes to the acks thread."""
-        try:
-            if type(item) is list:
-                self._window.settle_acks(item)
-            elif type(item) is int:  # AckPolicy.NONE frames written (or dropped)
-                self._window.release(item)
-            elif type(item) is MaxPayload:
-                self._set_max_payload(item.size)
-            else:
-                self._acks.put(item)
-        except Exception:  # never let the I/O thread die: futures would hang
-            logger.exception("handling %r on %s failed; continuing", type(item), self._inbox)
-
-    def _set_max_payload(self, size: int) -> None:
-        """Takes the NATS server's ``max_payload`` (a later INFO changed it);
-        publishes from now on are checked against it. Single attribute
-        writes: a publish racing with this one is checked against either,
-        and the I/O thread refuses a frame over the new one anyway."""
-        self._max_payload = size
-        self._plain_limit = size - self._plain.overhead
+            self._state = State.CLOSED
