@@ -74,6 +74,11 @@ class NatsConnection(Protocol):
         """Queues many ``(subject, frame, entry)`` in order, in one hand-over."""
         ...
 
+    queue: Callable[[tuple[str, bytes, object]], None]
+    """Queues one ``(subject, frame, entry)`` and wakes no one (``send_frames([])``
+    does, next): a C call, which an owner may make under its own lock right
+    after counting the frame, with no call between where an interrupt lands."""
+
     def drop_unsent(self) -> None:
         """Forgets frames not written yet (closing: the owner fails them)."""
         ...

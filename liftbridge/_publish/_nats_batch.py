@@ -137,8 +137,14 @@ class NatsBatchMethods(BatchMethods):
         while start < count:
             try:
                 end = self._window.admit_some(entries, start, timeout)
+                self._nats.send_frames(frames[start:end] if start or end < count else frames)
             except LiftbridgeError as error:  # closed, lost, or the window stayed full
                 batch.fail_rest(start, error)
                 raise
-            self._nats.send_frames(frames[start:end] if start or end < count else frames)
+            except BaseException:  # an interrupt (Ctrl-C): the part from start is withdrawn
+                admitted = self._window.withdraw(entries, start)
+                if admitted < count:
+                    withdrawn = LiftbridgeError("the batch was interrupted; the rest was not sent")
+                    batch.fail_rest(admitted, withdrawn)
+                raise
             start = end

@@ -417,13 +417,19 @@ class NatsStreamPublisher(NatsBatchMethods, NatsEvents):
         if wants_ack:
             entry = Pending(correlation_id, outcome, ack_handler, timeout, subject)
             entry.leader = leader or self._router.leader_address(stream, partition)
-            self._window.admit(entry)
-        else:
-            # Its slot is given back once the frame is written (_deliver).
-            self._window.admit_unacked(timeout)
-        self._nats.send_frame(subject, frame, entry, waiter is not None)
-        if not wants_ack and outcome is not None:
-            outcome.set_result(None)
+            try:  # an interrupt (Ctrl-C) leaves the publish out or in, never half
+                self._window.admit(entry)
+                self._nats.send_frame(subject, frame, entry, waiter is not None)
+            except BaseException:  # admitted, maybe without its deadline or not queued
+                self._window.withdraw([entry])
+                raise
+        else:  # slot and frame together; the slot is given back once it is written
+            try:
+                self._window.admit_unacked(timeout, self._nats.queue, (subject, frame, None))
+            finally:
+                self._nats.send_frames([])  # wakes the I/O thread: queued, even if interrupted
+            if outcome is not None:
+                outcome.set_result(None)
         return made
 
     @overload

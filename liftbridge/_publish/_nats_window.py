@@ -189,24 +189,35 @@ class AckWindow:
                 pass
         # The lock of _settled. A with, not acquire() then try: an interrupt
         # (Ctrl-C) landing between those two would leave the window wedged.
+        # The slot is counted and the publish registered with no call between
+        # (an interrupt, Ctrl-C, lands only at a call): both, or neither.
         with self._lock:
             if self._refusal is not None:
                 raise self._refusal()
             if self._inflight >= self._max_inflight:
                 self._wait_for_slot(timeout)
+            deadline = monotonic() + timeout
             self._inflight += 1
             self._admitted += 1
             entry.seq = self._admitted
-            entry.deadline = monotonic() + timeout
+            entry.deadline = deadline
             self._pending[entry.correlation_id] = entry
         if timeout != self._ack_timeout:
             self._timer.schedule(entry.deadline, functools.partial(self._expire, [entry]))
 
-    def admit_unacked(self, timeout: float) -> None:
+    def admit_unacked(
+        self,
+        timeout: float,
+        queue: Callable[[tuple[str, bytes, object]], None],
+        item: tuple[str, bytes, object],
+    ) -> None:
         """Takes a window slot for a publish that wants no ack
-        (AckPolicy.NONE), waiting as :meth:`admit` does; :meth:`release`
-        gives it back once the frame is written (or dropped), so such
-        publishes queue no more than the window either.
+        (AckPolicy.NONE), waiting as :meth:`admit` does, and queues its frame
+        (``queue(item)``: the connection's, a C call, made under the lock
+        right after the slot is counted, so an interrupt (Ctrl-C) leaves
+        both or neither). :meth:`release` gives the slot back once the frame
+        is written (or dropped), so such publishes queue no more than the
+        window either.
 
         Raises:
             PublishWindowFullError: no slot in time (or none at once there).
@@ -215,6 +226,7 @@ class AckWindow:
         with self._lock:
             self._make_room(timeout)
             self._inflight += 1
+            queue(item)
 
     def admit_some(self, entries: list[Pending], start: int, timeout: float) -> int:
         """Admits a batch's next part: ``entries[start:]`` as far as the
@@ -234,14 +246,16 @@ class AckWindow:
             end = min(len(entries), start + self._max_inflight - self._inflight)
             deadline = monotonic() + timeout
             pending, seq = self._pending, self._admitted
-            for index in range(start, end):
-                entry = entries[index]
-                seq += 1
-                entry.seq = seq
-                entry.deadline = deadline
-                pending[entry.correlation_id] = entry
-            self._inflight += end - start
-            self._admitted = seq
+            try:
+                for index in range(start, end):
+                    entry = entries[index]
+                    seq += 1
+                    entry.seq = seq
+                    entry.deadline = deadline
+                    pending[entry.correlation_id] = entry
+            finally:  # a slot counted for each entry registered, even interrupted mid-loop
+                self._inflight += seq - self._admitted
+                self._admitted = seq
         self._spent.free(end - start)
         if timeout != self._ack_timeout:  # one timer entry for the part
             self._timer.schedule(deadline, functools.partial(self._expire, entries[start:end]))
@@ -299,6 +313,28 @@ class AckWindow:
                 self._flushing -= 1
         self._spent.clear()
         return True
+
+    def withdraw(self, entries: list[Pending], start: int = 0) -> int:
+        """After a publish (or a batch from ``entries[start]``) raised on its
+        caller's thread, an interrupt (Ctrl-C) say: those admitted and still
+        pending are taken out, their slots freed, their outcome a
+        :class:`LiftbridgeError` (a flush may wait on them; the frame may or
+        may not have gone out, and its ack is then dropped).
+
+        Returns:
+            The index of the first entry from ``start`` never admitted.
+        """
+        with self._lock:
+            end = start
+            while end < len(entries) and entries[end].seq:  # admitted: seq set
+                end += 1
+            pending = self._pending
+            mine = [e for e in entries[start:end] if pending.get(e.correlation_id) is e]
+            for entry in mine:
+                del pending[entry.correlation_id]
+        self._deliver([(entry, None, _withdrawn(entry)) for entry in mine])
+        self._release(len(mine))
+        return end
 
     # --------------------------- liftbridge-nats-io, liftbridge-nats-acks --
 
@@ -526,6 +562,13 @@ def _timeout_error(entry: Pending) -> AckTimeoutError:
         f"no ack within {entry.timeout:g}s for the message published on "
         f"{entry.subject!r} (correlation id {entry.correlation_id!r}); "
         "it may or may not have been stored"
+    )
+
+
+def _withdrawn(entry: Pending) -> LiftbridgeError:
+    return LiftbridgeError(
+        f"the publish on {entry.subject!r} (correlation id {entry.correlation_id!r}) was "
+        "interrupted and withdrawn; not sent, or as it was"
     )
 
 

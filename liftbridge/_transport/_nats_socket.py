@@ -8,11 +8,10 @@ and reading the acks that come back on one inbox. One thread does all the I/O: i
 reads with large ``recv`` calls and cuts the inbox's payloads straight out of the buffer
 (:class:`~liftbridge._transport._nats_frames.FrameParser`), answers ``PING``, pings the server
 every :data:`PING_INTERVAL` to find a dead connection (by the PONGs that answer those PINGs,
-never by other bytes), and reconnects
-(:func:`~liftbridge._transport._nats_handshake.handshake`). A general client (nats-py) spends
-about as much per message on its own objects and coroutines as the whole rest of the publish
-path: this module is why the NATS path needs no third-party package (``nkeys`` only for
-``.creds`` files).
+never by other bytes), and reconnects (:func:`~liftbridge._transport._nats_handshake.handshake`).
+A general client (nats-py) spends about as much per message on its own objects and coroutines
+as the whole rest of the publish path: this module is why the NATS path needs no third-party
+package (``nkeys`` only for ``.creds`` files).
 
 What it reads or fails to write goes to its owner through one ``deliver``
 function, called on the I/O thread; it never runs user code.
@@ -123,6 +122,7 @@ class NatsSocket:
         # PUB frames handed over, with their subject and entry: appended by publishers,
         # emptied by the I/O thread (deque appends and pops are atomic under the GIL).
         self._outbox: collections.deque[tuple[str, bytes, object]] = collections.deque()
+        self.queue = self._outbox.append  # send_frame's append alone, a C call; send_frames wakes
         # Frames taken while disconnected, and their bytes (I/O thread only).
         self._held: list[tuple[str, bytes, object]] = []
         self._held_bytes = 0

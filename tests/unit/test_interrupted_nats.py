@@ -1,0 +1,115 @@
+"""Ctrl-C while a thread publishes through NATS (``NatsStreamPublisher``):
+whatever step it lands on, the publish is left out (its window slot given
+back, its outcome an error) or in (queued with its deadline: its ack or its
+timeout frees the slot), never half, as for the gRPC publisher
+(test_interrupted_submit.py). A slot left taken shrinks ``max_inflight`` for
+good (a small window wedges); a publish registered without its deadline
+(a timeout of its own is scheduled after the window's lock) makes ``flush()``
+wait forever.
+
+The interrupt is raised at each point of one publish where an interrupt's
+handler runs, in the SDK's frames (:mod:`tests.unit.interrupts`), against
+the fake NATS server of tests/unit/hostile_nats.py, which acks every publish
+as a partition leader would.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+
+import pytest
+
+import liftbridge
+from bench.publish_cg import STREAM, AckingBroker
+from tests.unit.fake_broker import serving
+from tests.unit.hostile_nats import FakeNats
+from tests.unit.interrupts import in_sdk, sweep
+
+MOST = 400  # interrupt points one publish has, at most (a bound on each sweep)
+BOUND = 30.0  # seconds a flush or an ack after the interrupts may take (a loaded machine)
+WINDOW = 8  # max_inflight: a slot left taken is an eighth of the window
+OWN = BOUND / 2  # a publish's own timeout: its deadline goes on the timer's heap
+
+
+@pytest.fixture
+def publisher() -> Iterator[liftbridge.NatsStreamPublisher]:
+    nats = FakeNats()
+    try:
+        with (
+            serving(AckingBroker()) as broker,  # type: ignore[abstract, type-var]
+            liftbridge.Client(f"127.0.0.1:{broker.port}") as client,
+            liftbridge.NatsStreamPublisher(
+                client, nats.url, max_inflight=WINDOW, ack_wait=BOUND
+            ) as publisher,
+        ):
+            yield publisher
+    finally:
+        nats.close()
+
+
+def _ignore(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
+    """The publishes' ack handler."""
+
+
+def _settled(publisher: liftbridge.NatsStreamPublisher) -> None:
+    """Every publish resolves, and with it every window slot is free; more
+    publishes than the window holds then go through."""
+    assert publisher.flush(timeout=BOUND), "a publish never resolved"
+    assert publisher._window._inflight == 0, "a window slot was left taken"
+    futures = [publisher.publish_async(STREAM, b"after", timeout=BOUND) for _ in range(2 * WINDOW)]
+    for future in futures:
+        assert isinstance(future.result(timeout=BOUND), liftbridge.Ack)
+
+
+Publish = Callable[[liftbridge.NatsStreamPublisher, str], object]
+"""One way to publish, with a correlation id of the sweep's."""
+
+PUBLISHES: dict[str, tuple[Publish, set[str]]] = {
+    # How each publishes, and points where the old code left it half.
+    "default-timeout": (
+        lambda p, cid: p.publish_async(STREAM, b"v", _ignore, correlation_id=cid),
+        {"admit", "send_frame"},
+    ),
+    "own-timeout": (
+        lambda p, cid: p.publish_async(STREAM, b"v", _ignore, correlation_id=cid, timeout=OWN),
+        {"admit", "schedule", "send_frame"},
+    ),
+    "ack-policy-none": (
+        lambda p, cid: p.publish_async(
+            STREAM, b"v", ack_policy=liftbridge.AckPolicy.NONE, correlation_id=cid
+        ),
+        {"admit_unacked", "send_frames"},
+    ),
+    "blocking": (
+        lambda p, cid: p.publish(STREAM, b"v", correlation_id=cid, timeout=OWN),
+        {"admit", "schedule", "send_frame"},
+    ),
+    "batch": (
+        lambda p, cid: p.publish_many_async(STREAM, [b"a", b"b", b"c"], timeout=OWN),
+        {"admit_some", "free", "schedule", "send_frames"},
+    ),
+}
+
+
+@pytest.mark.parametrize("way", PUBLISHES)
+def test_a_nats_publish_interrupted_anywhere_is_out_or_in(
+    publisher: liftbridge.NatsStreamPublisher, way: str
+) -> None:
+    """Each point in turn: a point of a publish is the n-th only if every
+    run has the same ones before it, so what the first publishes of a kind
+    do once (check the ack handler, make a frame's shape) is done first,
+    and the correlation ids keep one length (a batch's grow with the
+    process's count of batches: 100 of them first)."""
+    publish, half = PUBLISHES[way]
+    ids = itertools.count()
+    for warm_up in range(100 if way == "batch" else 1):
+        publish(publisher, f"warm-{warm_up:06d}")  # as long as the sweep's
+        _settled(publisher)
+    interrupted = sweep(
+        lambda: publish(publisher, f"sweep-{next(ids):05d}"),
+        lambda: _settled(publisher),
+        in_sdk,
+        MOST,
+    )
+    assert half <= interrupted
