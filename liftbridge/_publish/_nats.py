@@ -460,25 +460,27 @@ class NatsPublisher:
         # Running, so it cannot be cancelled; its done-callbacks run on liftbridge-callbacks.
         future: Future[Ack | None] = self._runner.future()
         in_order = timeout == self._ack_timeout
-        with self._lock:
-            deadline = monotonic() + timeout
-            if self._state is not _State.OPEN:
-                raise ClientClosedError(f"NATS publisher for {self._where} is closed")
-            if wants_ack:
-                if correlation_id in self._pending:
-                    raise InvalidArgumentError(
-                        f"correlation_id {correlation_id!r} is already waiting for its ack"
-                    )
-                # Registered before sending: the ack may come before publish() returns.
-                entry = _Pending(future, deadline, timeout, subject, correlation_id)
-                self._pending[correlation_id] = entry
-                if in_order:
-                    self._in_order.append(entry)
-        if wants_ack and not in_order:
-            self._timer.schedule(
-                deadline, functools.partial(self._expire, correlation_id, deadline)
-            )
+        # An interrupt (Ctrl-C) from here on withdraws the publish (_withdraw):
+        # registered without its deadline, or never sent, it would never resolve.
         try:
+            with self._lock:
+                deadline = monotonic() + timeout
+                if self._state is not _State.OPEN:
+                    raise ClientClosedError(f"NATS publisher for {self._where} is closed")
+                if wants_ack:
+                    if correlation_id in self._pending:
+                        raise InvalidArgumentError(
+                            f"correlation_id {correlation_id!r} is already waiting for its ack"
+                        )
+                    # Registered before sending: the ack may come before publish() returns.
+                    entry = _Pending(future, deadline, timeout, subject, correlation_id)
+                    self._pending[correlation_id] = entry
+                    if in_order:
+                        self._in_order.append(entry)
+            if wants_ack and not in_order:
+                self._timer.schedule(
+                    deadline, functools.partial(self._expire, correlation_id, deadline)
+                )
             self._nats.publish(subject, payload=envelope)
         except (OSError, self._pynats2.NATSError) as e:
             with self._lock:
@@ -490,9 +492,29 @@ class NatsPublisher:
             if closed:
                 raise ClientClosedError(f"NATS publisher for {self._where} is closed") from e
             raise UnavailableError(f"NATS connection to {self._where} lost: {e!r}") from e
+        except BaseException:
+            self._withdraw(correlation_id, future)
+            raise
         if not wants_ack:
             future.set_result(None)
         return correlation_id, future, deadline
+
+    def _withdraw(self, correlation_id: str, future: Future[Ack | None]) -> None:
+        """After ``_send`` raised once the publish was registered (before its
+        deadline was scheduled, or as it was sent): it is taken out and
+        fails, else its Future might never resolve."""
+        with self._lock:
+            entry = self._pending.get(correlation_id)
+            if entry is None or entry.future is not future:
+                return  # resolved already (or not this publish's)
+            del self._pending[correlation_id]
+            entry.take_future()
+        future.set_exception(
+            LiftbridgeError(
+                f"the publish with correlation id {correlation_id!r} was interrupted and "
+                "withdrawn; not sent, or as it was"
+            )
+        )
 
     def _wait(self, correlation_id: str, future: Future[Ack | None], deadline: float) -> Ack | None:
         """Waits for a publish's future until its deadline, then expires it."""

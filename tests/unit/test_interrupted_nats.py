@@ -10,21 +10,26 @@ wait forever.
 The interrupt is raised at each point of one publish where an interrupt's
 handler runs, in the SDK's frames (:mod:`tests.unit.interrupts`), against
 the fake NATS server of tests/unit/hostile_nats.py, which acks every publish
-as a partition leader would.
+as a partition leader would. ``NatsPublisher`` (pynats2) publishes through
+test_nats_unit's fake client.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator
+from types import FrameType, SimpleNamespace
+from typing import Any
 
 import pytest
 
 import liftbridge
 from bench.publish_cg import STREAM, AckingBroker
+from liftbridge._publish import _nats, _pynats
 from tests.unit.fake_broker import serving
 from tests.unit.hostile_nats import FakeNats
 from tests.unit.interrupts import in_sdk, sweep
+from tests.unit.test_nats_unit import FakeBase, FakeClient, FakeNATSError, Leader
 
 MOST = 400  # interrupt points one publish has, at most (a bound on each sweep)
 BOUND = 30.0  # seconds a flush or an ack after the interrupts may take (a loaded machine)
@@ -113,3 +118,63 @@ def test_a_nats_publish_interrupted_anywhere_is_out_or_in(
         MOST,
     )
     assert half <= interrupted
+
+
+HELD = b"held"  # a publish no one acks
+
+
+@pytest.fixture
+def clients(monkeypatch: pytest.MonkeyPatch) -> list[FakeClient]:
+    """NatsPublisher on test_nats_unit's fake pynats2 client, which acks a
+    publish (but :data:`HELD`) as it is made, on the publishing thread."""
+    made: list[FakeClient] = []
+
+    def make(url: str, **kwargs: Any) -> FakeClient:
+        client = FakeClient(url, **kwargs)
+        leader = Leader()
+        client.responder = lambda subject, m: None if m.value == HELD else leader(subject, m)
+        made.append(client)
+        return client
+
+    fake = SimpleNamespace(NATSClient=make, NATSError=FakeNATSError, NATSNoSubscribeClient=FakeBase)
+    monkeypatch.setattr(_pynats, "import_pynats2", lambda: fake)
+    monkeypatch.setattr(_nats, "server_info", lambda host, port, timeout: {"max_payload": 4096})
+    return made
+
+
+def _outside_acks(frame: FrameType, event: str, arg: object) -> bool:
+    """A point of the publishing thread's own (the fake client hands it
+    each ack, which pynats2 hands a worker thread of its own)."""
+    if not in_sdk(frame, event, arg):
+        return False
+    caller: FrameType | None = frame
+    while caller is not None:
+        if caller.f_code is liftbridge.NatsPublisher._on_ack.__code__:
+            return False
+        caller = caller.f_back
+    return True
+
+
+@pytest.mark.parametrize("timeout", [None, OWN], ids=["default-timeout", "own-timeout"])
+def test_a_nats_publisher_publish_interrupted_anywhere_is_out_or_in(
+    clients: list[FakeClient], timeout: float | None
+) -> None:
+    """NatsPublisher registers a publish, then puts its deadline in the
+    timer's queue (in order, or on the heap after its lock) and sends it: an
+    interrupt in between left one that never expired (its Future never
+    resolved). Each publish the fake client took is acked at once: none may
+    be left pending."""
+    with liftbridge.NatsPublisher("nats://127.0.0.1:4333", ack_wait=BOUND) as publisher:
+
+        def check() -> None:
+            assert not publisher._pending, "a publish was left pending"
+            assert isinstance(publisher.publish("orders", b"after"), liftbridge.Ack)
+
+        check()
+        interrupted = sweep(
+            lambda: publisher.publish_async("orders", b"v", timeout=timeout),
+            check,
+            _outside_acks,
+            MOST,
+        )
+    assert ("append" if timeout is None else "schedule") in interrupted
