@@ -44,7 +44,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Iterable, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from time import monotonic
 from types import TracebackType
@@ -167,8 +167,11 @@ class NatsPublisher:
         self._inbox = _validate.subject(ack_inbox, arg="ack_inbox")
 
         self._lock = threading.Lock()
-        # _lock guards _state, _connection_lost and _pending.
+        # _lock guards _state, _closer, _failing, _connection_lost and _pending.
         self._state = _State.OPEN
+        self._closer: threading.Thread | None = None  # the thread running close()'s steps
+        # Publishes close() took out of _pending, to fail (an interrupted close: the next).
+        self._failing: list[_Pending] = []
         self._connection_lost = False  # a write failed: the connection is gone
         self._pending: dict[str, _Pending] = {}  # by correlation id
         self._timer = AckTimer()  # liftbridge-ack-timer, started by the first deadline
@@ -372,35 +375,53 @@ class NatsPublisher:
     def close(self) -> None:
         """Closes the connection; fails publishes waiting for acks with ClientClosedError.
 
-        Idempotent and thread-safe. Blocks until the publisher's threads and
-        pynats2's have stopped: at once, or 5 seconds when the connection was
-        lost and no publish noticed (10 seconds at most, then it logs and
-        returns). After an :class:`UnavailableError`, close the publisher.
+        Idempotent and thread-safe (a call while another thread closes it
+        returns at once). Blocks until the publisher's threads and pynats2's
+        have stopped: at once, or 5 seconds when the connection was lost and
+        no publish noticed (10 seconds at most, then it logs and returns). A
+        close interrupted (Ctrl-C) is finished by the next call, which runs
+        every step again. After an :class:`UnavailableError`, close the
+        publisher.
         """
-        with self._lock:
-            if self._state is not _State.OPEN:
-                return
-            self._state = _State.CLOSING
-            pending = [(cid, entry, entry.take_future()) for cid, entry in self._pending.items()]
-            self._pending.clear()
-        self._timer.close(monotonic() + _pynats.CLOSE_TIMEOUT)
-        for correlation_id, entry, future in pending:
-            future.set_exception(
-                ClientClosedError(
-                    f"NATS publisher closed before the ack for correlation id "
-                    f"{correlation_id!r} (subject {entry.subject!r}) came; "
-                    "the message may or may not have been stored"
-                )
+        me = threading.current_thread()
+        run = False
+        try:
+            with self._lock:
+                if self._state is _State.CLOSED or self._closer is not None:
+                    return
+                self._state = _State.CLOSING
+                self._closer = me
+                run = True
+                # Moved whole (a C call each, no interrupt inside) and failed
+                # below, by a run after an interrupted one too.
+                self._failing.extend(self._pending.values())
+                self._pending.clear()
+            self._timer.close(monotonic() + _pynats.CLOSE_TIMEOUT)
+            for entry in self._failing:
+                future = entry.future
+                if future is None or future.done():  # failed by an earlier run
+                    continue
+                with contextlib.suppress(InvalidStateError):  # acked just now
+                    future.set_exception(
+                        ClientClosedError(
+                            f"NATS publisher closed before the ack for correlation id "
+                            f"{entry.correlation_id!r} (subject {entry.subject!r}) came; "
+                            "the message may or may not have been stored"
+                        )
+                    )
+            with self._lock:
+                connection_lost = self._connection_lost
+            _pynats.stop_pynats2(
+                self._pynats2, self._nats, self._where, connection_lost=connection_lost
             )
-        with self._lock:
-            connection_lost = self._connection_lost
-        _pynats.stop_pynats2(
-            self._pynats2, self._nats, self._where, connection_lost=connection_lost
-        )
-        # Runs the done-callbacks of those failures, unless called from one of them.
-        self._runner.close(monotonic() + _pynats.CLOSE_TIMEOUT)
-        with self._lock:
-            self._state = _State.CLOSED
+            # Runs the done-callbacks of those failures, unless called from one of them.
+            self._runner.close(monotonic() + _pynats.CLOSE_TIMEOUT)
+            with self._lock:
+                self._state = _State.CLOSED
+                self._failing = []
+        finally:  # no call before the store: an interrupted run lets the next one in
+            if run and self._closer is me:
+                self._closer = None
         logger.debug("NATS publisher for %s closed", self._where)
 
     def __enter__(self) -> NatsPublisher:

@@ -193,8 +193,9 @@ class NatsStreamPublisher(NatsBatchMethods, NatsEvents):
         self._ids = itertools.count()
         self._id_prefix = f"{uuid.uuid4().hex[:12]}-"
 
-        self._lock = threading.Lock()  # guards _state
+        self._lock = threading.Lock()  # guards _state and _closer
         self._state = State.OPEN
+        self._closer: threading.Thread | None = None  # the thread running close()'s steps
         self._lost: BaseException | None = None  # NATS gave up reconnecting
         # Pending acks, their deadlines on the client's liftbridge-ack-timer,
         # and the in-flight window.
@@ -506,22 +507,33 @@ class NatsStreamPublisher(NatsBatchMethods, NatsEvents):
         """Closes the NATS connection; fails publishes awaiting acks with
         :class:`ClientClosedError`.
 
-        Idempotent and thread-safe; blocks for about 15 seconds at most (the
-        NATS client's close, then each thread). Call :meth:`flush` first to
-        wait for outstanding acks. May be called from an ack handler.
+        Idempotent and thread-safe (a call while another thread closes it
+        returns at once); blocks for about 15 seconds at most (the NATS
+        client's close, then each thread). A close interrupted (Ctrl-C) is
+        finished by the next call, which runs every step again (each finishes
+        what is left or finds it done). Call :meth:`flush` first to wait for
+        outstanding acks. May be called from an ack handler.
         """
-        with self._lock:
-            if self._state is not State.OPEN:
-                return
-            self._state = State.CLOSING
-        # Publishers waiting on the window raise.
-        self._window.refuse(self._closed_error, replace=True)
-        self._nats.close()
-        # The acks thread fails what is pending (and what never left the outbox).
-        self._acks.stop(_CLOSE_TIMEOUT)
-        # Runs the handlers of those failures, unless called from one of them.
-        self._callbacks.close(monotonic() + _CLOSE_TIMEOUT)
-        self._close_state()
+        me = threading.current_thread()
+        run = False
+        try:
+            with self._lock:
+                if self._state is State.CLOSED or self._closer is not None:
+                    return
+                self._state = State.CLOSING
+                self._closer = me
+                run = True
+            # Publishers waiting on the window raise.
+            self._window.refuse(self._closed_error, replace=True)
+            self._nats.close()
+            # The acks thread fails what is pending (and what never left the outbox).
+            self._acks.stop(_CLOSE_TIMEOUT)
+            # Runs the handlers of those failures, unless called from one of them.
+            self._callbacks.close(monotonic() + _CLOSE_TIMEOUT)
+            self._close_state()
+        finally:  # no call before the store: an interrupted run lets the next one in
+            if run and self._closer is me:
+                self._closer = None
         logger.debug("NATS stream publisher for %s closed", self._where)
 
     def __enter__(self) -> NatsStreamPublisher:

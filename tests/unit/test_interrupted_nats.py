@@ -17,18 +17,22 @@ test_nats_unit's fake client.
 from __future__ import annotations
 
 import itertools
+import threading
+import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from types import FrameType, SimpleNamespace
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
 import liftbridge
 from bench.publish_cg import STREAM, AckingBroker
 from liftbridge._publish import _nats, _pynats
+from liftbridge._transport._nats_socket import NatsSocket
 from tests.unit.fake_broker import serving
 from tests.unit.hostile_nats import FakeNats
-from tests.unit.interrupts import in_sdk, sweep
+from tests.unit.interrupts import in_sdk, interrupted_at, sweep
 from tests.unit.test_nats_unit import FakeBase, FakeClient, FakeNATSError, Leader
 
 MOST = 400  # interrupt points one publish has, at most (a bound on each sweep)
@@ -120,7 +124,83 @@ def test_a_nats_publish_interrupted_anywhere_is_out_or_in(
     assert half <= interrupted
 
 
-HELD = b"held"  # a publish no one acks
+# ------------------------------------------------------------------ close --
+
+WHOLE = 10  # a close sweep ends after this many runs in a row had no point left
+HELD = b"held"  # a publish no one acks: close() fails it
+THREADS = {  # the threads a publisher starts (the client's ack timer is the client's)
+    "liftbridge-nats-io",
+    "liftbridge-nats-acks",
+    "liftbridge-callbacks",
+    "liftbridge-ack-timer",
+}
+
+
+class Closeable(Protocol):
+    def close(self) -> None: ...
+
+
+def _each_close_point(
+    make: Callable[[], tuple[Closeable, Future[liftbridge.Ack | None]]],
+    closed: Callable[[Closeable], bool],
+) -> set[str]:
+    """For each point of ``close()`` in turn, on a fresh publisher with a
+    publish awaiting its ack: the interrupt there, then ``close()`` twice
+    more, then each thread the publisher started ends within BOUND, the held
+    publish fails with ClientClosedError and ``closed(publisher)`` holds
+    (its connection closed). Returns the functions interrupted."""
+    interrupted: set[str] = set()
+    whole = 0  # runs in a row with fewer points than n (thread timing varies the count)
+    for n in range(MOST):
+        before = set(threading.enumerate())
+        publisher, held = make()
+        where = interrupted_at(n, publisher.close, in_sdk)
+        publisher.close()
+        publisher.close()  # harmless
+        deadline = time.monotonic() + BOUND
+        for thread in set(threading.enumerate()) - before:
+            if thread.name in THREADS:
+                thread.join(max(0.0, deadline - time.monotonic()))
+                assert not thread.is_alive(), f"{thread.name} still runs (interrupted in {where})"
+        error = held.exception(timeout=BOUND)
+        assert isinstance(error, liftbridge.ClientClosedError), f"interrupted in {where}"
+        assert closed(publisher), f"its connection is open (interrupted in {where})"
+        if where is None:
+            whole += 1
+            if whole == WHOLE:
+                return interrupted
+        else:
+            whole = 0
+            interrupted.add(where)
+    raise AssertionError(f"close still had interrupt points after {MOST}")
+
+
+def test_a_stream_publishers_close_interrupted_anywhere_is_finished_by_the_next() -> None:
+    nats = FakeNats({HELD: lambda connection, message, subject: None})
+    try:
+        with (
+            serving(AckingBroker()) as broker,  # type: ignore[abstract, type-var]
+            liftbridge.Client(f"127.0.0.1:{broker.port}") as client,
+        ):
+
+            def make() -> tuple[Closeable, Future[liftbridge.Ack | None]]:
+                publisher = liftbridge.NatsStreamPublisher(client, nats.url, ack_wait=BOUND)
+                assert isinstance(publisher.publish(STREAM, b"v"), liftbridge.Ack)
+                return publisher, publisher.publish_async(STREAM, HELD)
+
+            first, _ = make()  # the client's ack timer started
+            first.close()
+
+            def closed(publisher: Closeable) -> bool:
+                assert isinstance(publisher, liftbridge.NatsStreamPublisher)
+                connection = publisher._nats
+                assert isinstance(connection, NatsSocket)
+                return connection._sock is None and "closed" in repr(publisher)
+
+            interrupted = _each_close_point(make, closed)
+    finally:
+        nats.close()
+    assert {"close", "refuse", "stop"} <= interrupted
 
 
 @pytest.fixture
@@ -178,3 +258,19 @@ def test_a_nats_publisher_publish_interrupted_anywhere_is_out_or_in(
             MOST,
         )
     assert ("append" if timeout is None else "schedule") in interrupted
+
+
+def test_a_nats_publishers_close_interrupted_anywhere_is_finished_by_the_next(
+    clients: list[FakeClient],
+) -> None:
+
+    def make() -> tuple[Closeable, Future[liftbridge.Ack | None]]:
+        publisher = liftbridge.NatsPublisher("nats://127.0.0.1:4333", ack_wait=BOUND)
+        assert isinstance(publisher.publish("orders", b"v"), liftbridge.Ack)
+        return publisher, publisher.publish_async("orders", HELD)
+
+    def closed(publisher: Closeable) -> bool:
+        return clients[-1].closed and "closed" in repr(publisher)
+
+    interrupted = _each_close_point(make, closed)
+    assert {"close", "stop_pynats2"} <= interrupted
