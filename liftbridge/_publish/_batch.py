@@ -81,9 +81,10 @@ class Batch:
                         self._error = error
                 else:
                     acks[index] = ack
-            self._left = left
-            if left:
+            if left == self._left or left:  # none given (resolved already?) or some to come
+                self._left = left
                 return
+            self._left = left
         self._resolve()
 
     def settle_run(

@@ -94,6 +94,17 @@ def test_a_batch_gathers_acks_in_the_order_of_its_values_and_the_first_error_win
     assert _batch(0).future.result(0) == []
 
 
+def test_no_outcome_left_to_fail_leaves_a_resolved_batch_as_it_is() -> None:
+    # An admission that raised after its last message was admitted fails "the
+    # rest" from the end: nothing. Every ack came already and resolved it.
+    acks = _acks(2)
+    batch = _batch(2)
+    batch.settle([(0, acks[0], None), (1, acks[1], None)])
+    batch.fail_rest(2, ServerError("after the last message"))
+    batch.settle([])
+    assert batch.future.result(0) == acks
+
+
 def test_members_of_interleaved_batches_each_settle_their_own() -> None:
     class Member:
         def __init__(self, batch: Batch, index: int) -> None:
