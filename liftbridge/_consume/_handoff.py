@@ -40,6 +40,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
+from liftbridge._locks import Waiters
+
 T = TypeVar("T")
 
 CHUNK = 64
@@ -93,13 +95,16 @@ class Handoff(Generic[T]):
         self.refill_at = capacity - 1 if refill_at is None else refill_at
         self.weigh = weigh
         self._linger = linger
-        # mutex guards every field below but _batch; hot paths take it
-        # directly (cheaper than through a Condition), waits go through
-        # ``lock`` (takers wait on it for items) or _room (producers wait on
-        # it for room).
+        # mutex (also named lock) guards every field below but _batch. Its
+        # waits are Waiters, not Conditions, for a taker an interrupt
+        # (Ctrl-C) may cut short while it waits (the iterating thread, a
+        # fetch): a Condition's wait could raise with the lock let go of, and
+        # ``with condition`` take it without letting go. Takers wait in
+        # _takers for items, producers in _room for room.
         self.mutex = threading.Lock()
-        self.lock = threading.Condition(self.mutex)
-        self._room = threading.Condition(self.mutex)
+        self.lock = self.mutex
+        self._takers = Waiters(self.mutex)
+        self._room = Waiters(self.mutex)
         self.items: deque[T] = deque()  # put, not yet moved out
         self.level = 0  # weight held: in items, in batches and chunks not yet done with
         # The level up to which a producer may fill without waiting: the
@@ -160,12 +165,12 @@ class Handoff(Generic[T]):
         self.level = level
         if level >= self.capacity:
             self.full, self.cap = True, -1
-            self.lock.notify_all()
+            self._takers.notify_all()
         elif self._need and len(self.items) >= self._need:
             # Takers are woken when what they wait for is there, not per item:
             # once woken they are not woken again until they wait again.
             self._need = 0
-            self.lock.notify_all()
+            self._takers.notify_all()
         return True
 
     def fits(self, weight: int) -> bool:
@@ -181,10 +186,10 @@ class Handoff(Generic[T]):
         self.level += weight
         if self.level >= self.capacity:
             self.full, self.cap = True, -1
-            self.lock.notify_all()
+            self._takers.notify_all()
         elif self._need and len(self.items) >= self._need:
             self._need = 0
-            self.lock.notify_all()
+            self._takers.notify_all()
 
     def hold(self) -> None:
         """Marks the buffer full (an item does not fit): producers wait for
@@ -192,7 +197,7 @@ class Handoff(Generic[T]):
         woken. Under the lock."""
         if not self.full:
             self.full, self.cap = True, -1
-            self.lock.notify_all()
+            self._takers.notify_all()
 
     def wait_for_room(self, timeout: float) -> None:
         """Waits until room may have come, or ``timeout``. Under the lock."""
@@ -263,11 +268,13 @@ class Handoff(Generic[T]):
         if timeout <= 0:
             return
         needs = self._needs
-        needs.append(need)
-        self._need = min(needs)
-        try:
-            self.lock.wait(timeout)
+        try:  # appended inside: an interrupt as append returns leaves it in otherwise
+            needs.append(need)
+            self._need = min(needs)
+            self._takers.wait(timeout)
         finally:
+            # Interrupted after the remove, _need is left too high: a taker
+            # is woken early, and looks again.
             needs.remove(need)
             self._need = min(needs) if needs else 0
 
@@ -353,7 +360,11 @@ class Handoff(Generic[T]):
         self.cap = -1
         self.wake_all()
 
+    def wake_takers(self) -> None:
+        """Wakes every waiting taker to look at the state again. Under the lock."""
+        self._takers.notify_all()
+
     def wake_all(self) -> None:
         """Wakes every waiting thread to look at the state again. Under the lock."""
-        self.lock.notify_all()
+        self._takers.notify_all()
         self._room.notify_all()

@@ -74,8 +74,8 @@ class PullBuffer:
         self._queue: Handoff[Message] = Handoff(
             limit, refill_at=threshold, weigh=message_size if by_bytes else None, linger=_LINGER
         )
-        # The Handoff's lock guards its state and everything below, every
-        # Reader included; the hot path takes the plain mutex.
+        # The Handoff's lock (a plain lock, also named mutex) guards its
+        # state and everything below, every Reader included.
         self._mutex = self._queue.mutex
         self.lock = self._queue.lock
         self.error: BaseException | None = None
@@ -167,7 +167,7 @@ class PullBuffer:
         subscription = reader.subscription
         if subscription is not None:
             subscription.close()  # from the subscription's own thread it returns at once
-        self.lock.notify_all()
+        self._queue.wake_takers()
 
     def close(self, *, discard: bool) -> list[Subscription]:
         """Takes nothing more in (late messages are dropped), optionally drops
