@@ -23,6 +23,7 @@ from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 from liftbridge._core._futures import CallbackFuture
+from liftbridge._locks import start_thread
 
 _log = logging.getLogger(__name__)
 
@@ -41,8 +42,10 @@ class CallbackRunner:
         self._queue: queue.SimpleQueue[tuple[Callable[..., object], tuple[Any, ...]] | None] = (
             queue.SimpleQueue()
         )
-        self._lock = threading.Lock()  # guards _thread, _closed and _late_running
-        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # guards _started, _closed and _late_running
+        # Made here, started on first use (start_thread: whole or again next time).
+        self._thread = threading.Thread(target=self._loop, name=_THREAD_NAME, daemon=True)
+        self._started = False
         self._closed = False
         # Callbacks handed over after close(), for a liftbridge-callbacks-late thread.
         self._late: queue.SimpleQueue[tuple[Callable[..., object], tuple[Any, ...]]] = (
@@ -111,21 +114,24 @@ class CallbackRunner:
         its handler, and user code never runs on the SDK thread that
         delivered it.
         """
-        if self._thread is None or self._closed:
+        if not self._started or self._closed:
             with self._lock:
                 if self._closed:
                     self._late.put((fn, args))
                     if not self._late_running:
-                        self._late_running = True
-                        threading.Thread(
+                        late = threading.Thread(
                             target=self._run_late, name=f"{_THREAD_NAME}-late", daemon=True
-                        ).start()
+                        )
+                        start_thread(late)
+                        self._late_running = True
                     return
-                if self._thread is None:
-                    self._thread = threading.Thread(
-                        target=self._loop, name=_THREAD_NAME, daemon=True
-                    )
-                    self._thread.start()
+                # Flags set after their start, with no call between: an
+                # interrupt (Ctrl-C) in a start leaves it done (at worst a
+                # second late thread, which ends as the first does) or to do
+                # again, never a flag over a thread that will not run.
+                if not self._started:
+                    start_thread(self._thread)
+                    self._started = True
         self._queue.put((fn, args))
 
     def _run_late(self) -> None:
@@ -143,7 +149,7 @@ class CallbackRunner:
     @property
     def on_callback_thread(self) -> bool:
         """True when called from the callbacks thread itself."""
-        return self._thread is not None and threading.current_thread() is self._thread
+        return threading.current_thread() is self._thread
 
     def _loop(self) -> None:
         get = self._queue.get
@@ -159,12 +165,12 @@ class CallbackRunner:
         the calling thread."""
         with self._lock:
             self._closed = True
-            thread = self._thread
-        if thread is None:
-            return
+        thread = self._thread
+        # Also when not marked started: a start interrupted (Ctrl-C) after it
+        # was under way runs a thread that must end too.
         self._queue.put(None)
-        if thread is threading.current_thread():
-            return
+        if thread is threading.current_thread() or thread.ident is None:
+            return  # never started (one whose start is under way meets the None)
         thread.join(max(0.0, deadline - time.monotonic()))
         if thread.is_alive():
             _log.warning(

@@ -10,6 +10,7 @@ read the stream for good and every publish timed out.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from types import FrameType
 
@@ -17,8 +18,9 @@ import pytest
 
 import liftbridge
 from bench.publish_cg import STREAM, AckingBroker
+from liftbridge._core._callbacks import CallbackRunner
 from tests.unit.fake_broker import serving
-from tests.unit.interrupts import sweep
+from tests.unit.interrupts import SDK, sweep
 
 MOST = 400  # interrupt points of a first publish in the frames below, at most
 BOUND = 30.0  # seconds a publish after the interrupt may take (a loaded machine)
@@ -81,3 +83,65 @@ def test_a_first_publish_interrupted_as_it_starts_the_acks_thread(
         clients[-1].close()
     # The SDK's own steps, and where the acks thread's start is made.
     assert {"_admit_part" if batch else "submit", "start_thread"} <= interrupted
+
+
+def _named(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == name and t.is_alive()]
+
+
+def _submit_starting(frame: FrameType, event: str, arg: object) -> bool:
+    """A point in ``CallbackRunner.submit``, ``start_thread``, or ``Thread.start`` run here."""
+    if event not in ("call", "c_return"):
+        return False
+    code = frame.f_code
+    return code is _START or (
+        code.co_name in ("submit", "start_thread") and code.co_filename.startswith(SDK)
+    )
+
+
+def test_a_first_callback_interrupted_as_it_starts_the_callbacks_thread() -> None:
+    """``CallbackRunner.submit`` set its thread and then started it: an
+    interrupt at ``Thread.start``'s call left a thread never started that
+    every later callback was queued for, never to run."""
+    runners = [CallbackRunner()]
+
+    def check() -> None:
+        ran = threading.Event()
+        runners[-1].submit(ran.set)
+        assert ran.wait(BOUND), "a callback handed over after the interrupt never ran"
+        assert len(_named("liftbridge-callbacks")) == 1
+        runners[-1].close(time.monotonic() + BOUND)
+        assert not _named("liftbridge-callbacks")
+        runners.append(CallbackRunner())
+
+    try:
+        interrupted = sweep(lambda: runners[-1].submit(_nothing), check, _submit_starting, MOST)
+    finally:
+        runners[-1].close(time.monotonic() + BOUND)
+    # The SDK's step, and where the start is made (old code: Thread.start here).
+    assert "submit" in interrupted and interrupted & {"start_thread", "start"}
+
+
+def test_a_callback_after_close_interrupted_as_it_starts_the_late_thread() -> None:
+    """After close, ``submit`` marked its late thread running and then
+    started it: interrupted at ``Thread.start``'s call, no late thread ever
+    ran what was handed over after close."""
+    runner = CallbackRunner()
+    runner.close(time.monotonic() + BOUND)
+
+    def check() -> None:
+        ran = threading.Event()
+        runner.submit(ran.set)
+        assert ran.wait(BOUND), "a callback handed over after close never ran"
+        ends = time.monotonic() + BOUND  # the late thread ends once it has nothing left
+        while _named("liftbridge-callbacks-late") and time.monotonic() < ends:
+            time.sleep(0.01)
+        assert not _named("liftbridge-callbacks-late")
+
+    interrupted = sweep(lambda: runner.submit(_nothing), check, _submit_starting, MOST)
+    # The SDK's step, and where the start is made (old code: Thread.start here).
+    assert "submit" in interrupted and interrupted & {"start_thread", "start"}
+
+
+def _nothing() -> None:
+    pass
