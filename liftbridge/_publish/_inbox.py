@@ -41,6 +41,7 @@ from liftbridge._errors import (
     LiftbridgeError,
     UnavailableError,
 )
+from liftbridge._locks import start_thread
 from liftbridge._publish._publisher import AckHandler, Publisher
 from liftbridge_api import api_pb2
 
@@ -112,7 +113,8 @@ class InboxPool:
         # worker on close), which it passes on (to a worker not listed yet).
         self._lock = threading.Lock()
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
+        self._threads: list[threading.Thread] = []  # in order; the last may not be started yet
+        self._next = self._worker(0)  # the worker started next, once one is needed
         self._idle = 0  # workers waiting for a job
         self._closed = False
 
@@ -142,14 +144,16 @@ class InboxPool:
                 job.wait = max(0.0, wait - (time.monotonic() - started))
                 if self._idle:
                     self._idle -= 1  # that worker takes this job
-                elif len(self._threads) < WORKERS:
-                    worker = threading.Thread(
-                        target=self._work,
-                        name=f"liftbridge-inbox-publish_{len(self._threads)}",
-                        daemon=True,
-                    )
-                    worker.start()  # listed once started: join() never meets one that is not
-                    self._threads.append(worker)
+                elif len(self._threads) < WORKERS or self._threads[-1] is self._next:
+                    # A worker made ahead, listed, then started whole or not at
+                    # all (start_thread): a call interrupted (Ctrl-C) before
+                    # the next one is made left it listed with no job, and the
+                    # next call gives it its job (starting it, if need be).
+                    worker = self._next
+                    if not self._threads or self._threads[-1] is not worker:
+                        self._threads.append(worker)
+                    start_thread(worker)
+                    self._next = self._worker(len(self._threads))
                 self._jobs.put(job)
         except ClientClosedError:  # closed meanwhile: the job never queued
             self._window.give_back()
@@ -158,6 +162,11 @@ class InboxPool:
             self._withdraw(job)
             raise
         return job.future
+
+    def _worker(self, n: int) -> threading.Thread:
+        return threading.Thread(
+            target=self._work, name=f"liftbridge-inbox-publish_{n}", daemon=True
+        )
 
     def _withdraw(self, job: _Job) -> None:
         """After ``publish_async`` raised with the slot taken (an interrupt,
@@ -229,7 +238,8 @@ class InboxPool:
         with self._lock:
             threads = list(self._threads)
         for thread in threads:
-            if thread is not threading.current_thread():
+            # ident: started (a start interrupted, Ctrl-C, may never have been).
+            if thread is not threading.current_thread() and thread.ident is not None:
                 thread.join(max(0.0, deadline - time.monotonic()))
                 if thread.is_alive():
                     _log.warning("thread %s did not stop in time", thread.name)

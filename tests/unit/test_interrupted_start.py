@@ -9,6 +9,7 @@ read the stream for good and every publish timed out.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ import pytest
 import liftbridge
 from bench.publish_cg import STREAM, AckingBroker
 from liftbridge._core._callbacks import CallbackRunner
+from liftbridge._publish._inbox import InboxPool
 from tests.unit.fake_broker import serving
 from tests.unit.interrupts import SDK, sweep
 
@@ -145,3 +147,69 @@ def test_a_callback_after_close_interrupted_as_it_starts_the_late_thread() -> No
 
 def _nothing() -> None:
     pass
+
+
+def _inbox_workers() -> list[threading.Thread]:
+    return [
+        t
+        for t in threading.enumerate()
+        if t.name.startswith("liftbridge-inbox-publish_") and t.is_alive()
+    ]
+
+
+def test_a_first_inbox_publish_interrupted_as_it_starts_a_worker(broker: AckingBroker) -> None:
+    """The ack-inbox pool listed a worker once ``Thread.start`` returned: an
+    interrupt in it after the thread was started left a worker unlisted,
+    waiting for a job nobody counted it for (the next publish started one
+    more) and never joined by close()."""
+    inbox = os.path.join(SDK, "_publish", "_inbox.py")
+
+    def starting(frame: FrameType, event: str, arg: object) -> bool:
+        if event not in ("call", "c_return"):
+            return False
+        code = frame.f_code
+        return (
+            code is _START
+            or code.co_filename == inbox
+            or code.co_name in ("start_thread", "borrow")
+        ) and frame.f_code.co_filename.startswith((SDK, _START.co_filename))
+
+    clients = [liftbridge.Client(f"127.0.0.1:{broker.port}")]
+
+    def check() -> None:
+        client = clients[-1]
+        window = client._publisher._window
+        ends = time.monotonic() + BOUND
+        while window.used and time.monotonic() < ends:  # a publish left in may still run
+            time.sleep(0.01)
+        assert window.used == 0, "a window slot was left taken"
+        # A job withdrawn once queued is skipped by a worker, which then counts
+        # itself idle: until it has, a publish would rightly start another.
+        pool = client._publishing._inbox
+        while not _quiet(pool) and time.monotonic() < ends:
+            time.sleep(0.01)
+        # This broker has no unary Publish: the publish fails, after it ran on a worker.
+        after = client.publish_async(STREAM, b"after", ack_inbox="inbox", timeout=BOUND)
+        assert isinstance(after.exception(timeout=BOUND), liftbridge.LiftbridgeError)
+        assert len(_inbox_workers()) == 1
+        client.close()
+        assert not _inbox_workers(), "close() did not wait for a worker"
+        clients.append(liftbridge.Client(f"127.0.0.1:{broker.port}"))
+
+    try:
+        interrupted = sweep(
+            lambda: clients[-1].publish_async(STREAM, b"v", ack_inbox="inbox", timeout=BOUND),
+            check,
+            starting,
+            MOST,
+        )
+    finally:
+        clients[-1].close()
+    # The pool's step, and where the start is made (old code: Thread.start here).
+    assert "publish_async" in interrupted and interrupted & {"start_thread", "start"}
+
+
+def _quiet(pool: InboxPool) -> bool:
+    """Every listed worker waits for a job and is counted idle, or the last
+    one listed was left with no job (counted by the next publish)."""
+    return pool._idle == len(pool._threads) or pool._threads[-1] is pool._next
