@@ -96,9 +96,13 @@ class _Lane:
         self.timed_out = False
         self.closed = False
         self.broken = False
-        self.address, self._call = router.open_stream(
-            "PublishAsync", iter(self._outbox.get, None), target=ANY, deadline=deadline
-        )
+        try:
+            self.address, self._call = router.open_stream(
+                "PublishAsync", iter(self._outbox.get, None), target=ANY, deadline=deadline
+            )
+        except BaseException:  # a stream's sender that ran waits for a request: none comes
+            self._outbox.put(None)
+            raise
         # Connected: nothing but this may raise now. Interrupted (Ctrl-C) before
         # the finalizer is in place, the lane would be dropped with its stream,
         # socket and sender thread running for good: ended here instead (a

@@ -115,6 +115,11 @@ class Channels:
         goes through the broker's gRPC channel, with ``timeout`` as the
         call's deadline there.
 
+        Interrupted (Ctrl-C) before it returns, it ends the call it made
+        (socket closed, sender ended). A sender already running waits in the
+        request iterator until its next request: the caller, who gets no
+        stream to cancel, ends that iterator.
+
         Raises:
             ClientClosedError: after :meth:`close`.
             UnavailableError: the broker could not be reached (own
@@ -122,7 +127,12 @@ class Channels:
         """
         parse = _OWN_CONNECTION.get(method)
         if parse is None or shared:
-            return GrpcStream(getattr(self._stub(address), method)(request, timeout=timeout))
+            call = getattr(self._stub(address), method)(request, timeout=timeout)
+            try:
+                return GrpcStream(call)
+            except BaseException:  # an interrupt (Ctrl-C): the call is nobody's
+                call.cancel()
+                raise
         with self._lock:
             if self._closed:
                 raise ClientClosedError("the client is closed")
@@ -139,10 +149,14 @@ class Channels:
             )
         except StreamError as e:
             raise from_rpc_error(e) from e
-        with self._lock:
-            closed = self._closed
-            if not closed:
-                self._own.add(own)
+        try:
+            with self._lock:
+                closed = self._closed
+                if not closed:
+                    self._own.add(own)
+        except BaseException:  # an interrupt (Ctrl-C): the call is nobody's, end it
+            own.cancel()
+            raise
         if closed:  # close() ran while this one connected
             own.cancel()
             raise ClientClosedError("the client is closed")

@@ -48,6 +48,7 @@ import grpc
 import hpack
 from google.protobuf.message import Message
 
+from liftbridge._locks import start_thread
 from liftbridge._transport._http2_conn import HELD_MS, Http2Connection
 from liftbridge._transport._http2_reader import (
     DEFAULT_MAX_MESSAGE,
@@ -144,79 +145,101 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
             sock = socket.create_connection((host, port), timeout=connect_timeout)
         except (OSError, ValueError) as e:
             raise StreamError(grpc.StatusCode.UNAVAILABLE, f"could not reach {address}: {e}") from e
-        if tls is not None:
-            try:
-                layer = TlsLayer(tls, host)
-                layer.handshake(sock, connect_by)
-            except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
-                sock.close()
-                raise StreamError(
-                    grpc.StatusCode.UNAVAILABLE, f"TLS with {address} failed: {e}"
-                ) from e
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        # A broker that vanished without closing (power loss, a cut link) is
-        # found by the kernel's keepalive probes too, not only by ack timeouts.
-        keep_alive(sock)
-        super().__init__(sock, layer, requests, sending=not unary)
-
-        # The reading state below is guarded by _read_lock (Http2Connection's):
-        # held by the iterating thread while it reads, or by done() peeking.
-        self._reader = FrameReader(
-            parse, max_message=max_message, windows=self._peer, flow=self._flow, reply=self._queue
-        )
-        self._ready = self._reader.ready
-        self._inbox = Inbox(_READ_SIZE)  # kept: no 256 KiB object per recv
-        self._poll = read_poll(sock)  # one poll object for every wait of the call
-        self._keepalive_ms = -1 if keepalive is None else int(keepalive.interval * 1000)
-        self._end: BaseException | None = None  # raised once _ready is empty
-        self._ping_sent = 0.0  # when our unanswered keepalive PING went; 0.0: none
-        self._pongs = 0  # PING acks seen when it went
-
-        block = hpack.Encoder().encode(
-            [
-                (b":method", b"POST"),
-                (b":scheme", b"https" if tls is not None else b"http"),
-                (b":path", method.encode()),
-                (b":authority", address.encode()),
-                (b"content-type", b"application/grpc"),
-                (b"te", b"trailers"),
-                (b"user-agent", b"liftbridge-python"),
-            ]
-        )
-        settings = b"".join(
-            key.to_bytes(2, "big") + value.to_bytes(4, "big")
-            for key, value in (
-                (SETTINGS_ENABLE_PUSH, 0),
-                (SETTINGS_INITIAL_WINDOW_SIZE, RECEIVE_WINDOW),
-                (_SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST),
-            )
-        )
-        opening = (
-            PREFACE
-            + frame_bytes(SETTINGS, 0, 0, settings)
-            + frame_bytes(WINDOW_UPDATE, 0, 0, (RECEIVE_WINDOW - PEER_WINDOW).to_bytes(4, "big"))
-            + frame_bytes(HEADERS, END_HEADERS, STREAM, block)
-        )
-        if unary:  # the request and the end of the sending half
-            opening += frame_bytes(DATA, END_STREAM, STREAM, unary)
-            self._peer.stream -= len(unary)
-            self._peer.conn -= len(unary)
+        # From here on the socket is this call's to close, also when an
+        # interrupt (Ctrl-C) lands before the call is returned: dropped to
+        # garbage collection, it stayed open (and the sender ran) for good.
         try:
-            # The opening fits any socket buffer; still bounded by the connect time.
-            self._sock.settimeout(max(0.05, connect_by - time.monotonic()))
-            self._sock.sendall(self._wrap(opening))
-            self._sock.settimeout(None)
-        except OSError as e:
-            self._sock.close()
-            raise StreamError(grpc.StatusCode.UNAVAILABLE, f"{address}: {e}") from e
-        # A unary call's reader has nothing to write while it waits (no sender,
-        # no hold): it waits in recv itself, one system call a wake-up instead
-        # of a poll and a recv; the keepalive interval bounds the wait.
-        self._wait_in_recv = bool(unary) and receive_timeout(
-            self._sock, None if keepalive is None else keepalive.interval
-        )
+            if tls is not None:
+                try:
+                    layer = TlsLayer(tls, host)
+                    layer.handshake(sock, connect_by)
+                except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+                    sock.close()
+                    raise StreamError(
+                        grpc.StatusCode.UNAVAILABLE, f"TLS with {address} failed: {e}"
+                    ) from e
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # A broker that vanished without closing (power loss, a cut link) is
+            # found by the kernel's keepalive probes too, not only by ack timeouts.
+            keep_alive(sock)
+            super().__init__(sock, layer, requests, sending=not unary)
+
+            # The reading state below is guarded by _read_lock (Http2Connection's):
+            # held by the iterating thread while it reads, or by done() peeking.
+            self._reader = FrameReader(
+                parse,
+                max_message=max_message,
+                windows=self._peer,
+                flow=self._flow,
+                reply=self._queue,
+            )
+            self._ready = self._reader.ready
+            self._inbox = Inbox(_READ_SIZE)  # kept: no 256 KiB object per recv
+            self._poll = read_poll(sock)  # one poll object for every wait of the call
+            self._keepalive_ms = -1 if keepalive is None else int(keepalive.interval * 1000)
+            self._end: BaseException | None = None  # raised once _ready is empty
+            self._ping_sent = 0.0  # when our unanswered keepalive PING went; 0.0: none
+            self._pongs = 0  # PING acks seen when it went
+
+            block = hpack.Encoder().encode(
+                [
+                    (b":method", b"POST"),
+                    (b":scheme", b"https" if tls is not None else b"http"),
+                    (b":path", method.encode()),
+                    (b":authority", address.encode()),
+                    (b"content-type", b"application/grpc"),
+                    (b"te", b"trailers"),
+                    (b"user-agent", b"liftbridge-python"),
+                ]
+            )
+            settings = b"".join(
+                key.to_bytes(2, "big") + value.to_bytes(4, "big")
+                for key, value in (
+                    (SETTINGS_ENABLE_PUSH, 0),
+                    (SETTINGS_INITIAL_WINDOW_SIZE, RECEIVE_WINDOW),
+                    (_SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST),
+                )
+            )
+            opening = (
+                PREFACE
+                + frame_bytes(SETTINGS, 0, 0, settings)
+                + frame_bytes(
+                    WINDOW_UPDATE, 0, 0, (RECEIVE_WINDOW - PEER_WINDOW).to_bytes(4, "big")
+                )
+                + frame_bytes(HEADERS, END_HEADERS, STREAM, block)
+            )
+            if unary:  # the request and the end of the sending half
+                opening += frame_bytes(DATA, END_STREAM, STREAM, unary)
+                self._peer.stream -= len(unary)
+                self._peer.conn -= len(unary)
+            try:
+                # The opening fits any socket buffer; still bounded by the connect time.
+                self._sock.settimeout(max(0.05, connect_by - time.monotonic()))
+                self._sock.sendall(self._wrap(opening))
+                self._sock.settimeout(None)
+            except OSError as e:
+                self._sock.close()
+                raise StreamError(grpc.StatusCode.UNAVAILABLE, f"{address}: {e}") from e
+            # A unary call's reader has nothing to write while it waits (no sender,
+            # no hold): it waits in recv itself, one system call a wake-up instead
+            # of a poll and a recv; the keepalive interval bounds the wait.
+            self._wait_in_recv = bool(unary) and receive_timeout(
+                self._sock, None if keepalive is None else keepalive.interval
+            )
+        except BaseException:
+            sock.close()  # no other thread in it yet
+            raise
         if not unary:
-            threading.Thread(target=self._send_loop, name="liftbridge-h2-send", daemon=True).start()
+            # start_thread: Thread.start interrupted as its with block ends
+            # leaves a thread never started listed for good (threading._limbo).
+            sender = threading.Thread(
+                target=self._send_loop, name="liftbridge-h2-send", daemon=True
+            )
+            try:
+                start_thread(sender)
+            except BaseException:  # started or not: a sender that runs now ends at once
+                self.cancel()
+                raise
 
     # ------------------------------------------------------------- StreamCall --
 

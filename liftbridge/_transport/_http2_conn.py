@@ -107,7 +107,11 @@ class Http2Connection:
         self._peer = PeerWindows()
         self._error: StreamError | None = None  # why the call ended, if not OK
         self._finished = False  # ended (any way): nothing more is sent or read
-        self._sending = sending  # liftbridge-h2-send is running
+        # liftbridge-h2-send is running: set by that thread itself, unless the
+        # call ended first (then it never touches the socket nor the requests),
+        # so that a call whose opener was interrupted (Ctrl-C) as the thread
+        # started or not closes its socket either way.
+        self._sending = False
         # Held by the thread reading the socket (the call's iterator, or
         # done() peeking), so also by whoever closes it (_close_when_idle);
         # whoever lets go of it closes an ended call's socket (_let_go). An
@@ -218,6 +222,10 @@ class Http2Connection:
         """Thread ``liftbridge-h2-send``: writes the requests as they come,
         each batch of ready ones in one write; ends the stream's sending half
         when the request iterator ends."""
+        with self._flow:
+            if self._finished:  # ended before this thread ran: the socket is its closer's
+                return
+            self._sending = True
         requests = self._requests
         more: Callable[[], Any] | None = getattr(requests, "next_ready", None)
         try:
@@ -481,8 +489,9 @@ class Http2Connection:
         socket is closed under that lock, taken without waiting. When another
         thread holds it, that thread closes the socket after it lets go: a
         reader (``_let_go``) sees the end and the sender's end recorded before
-        this call (the GIL orders the threads' steps; ``_finished`` and
-        ``_sending`` change once each), a closer saw them itself."""
+        this call (the GIL orders the threads' steps; ``_finished`` changes
+        once, and ``_sending`` goes up only before it, both under ``_flow``,
+        then down once), a closer saw them itself."""
         if self._closed or not self._finished or self._sending:
             return
         read_lock = self._read_lock
