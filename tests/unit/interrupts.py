@@ -83,3 +83,24 @@ def sweep(
         interrupted.add(where)
         check()
     raise AssertionError(f"{action} still had interrupt points after {most}")
+
+
+def sweep_whole(run: Callable[[int], str | None], whole: int, most: int) -> set[str]:
+    """Calls ``run(n)`` for n = 0, 1, ... (``run`` interrupts a fresh
+    handle at its n-th point, checks what is left and returns the function
+    interrupted, or None when the handle ran whole) until ``whole`` runs in a
+    row ran whole: where the count of points varies with the threads' timing,
+    one whole run does not prove the sweep is over. Returns the functions
+    interrupted; fails when there were still points after ``most``."""
+    interrupted: set[str] = set()
+    in_a_row = 0
+    for n in range(most):
+        where = run(n)
+        if where is None:
+            in_a_row += 1
+            if in_a_row == whole:
+                return interrupted
+        else:
+            in_a_row = 0
+            interrupted.add(where)
+    raise AssertionError(f"still interrupt points after {most}")

@@ -27,7 +27,7 @@ import liftbridge
 from bench.publish_cg import STREAM, AckingBroker
 from liftbridge_api import api_pb2
 from tests.unit.fake_broker import serving
-from tests.unit.interrupts import Point, in_sdk, interrupted_at
+from tests.unit.interrupts import Point, in_sdk, interrupted_at, sweep_whole
 
 MOST = 400  # interrupt points one close has, at most (a bound on each sweep)
 BOUND = 30.0  # seconds the client's threads may take to end (a loaded machine)
@@ -116,22 +116,16 @@ def _each_point(
     client: the interrupt there, then ``then(client)``, then every thread the
     client started must end. Returns the functions interrupted."""
     before = set(threading.enumerate())
-    interrupted: set[str] = set()
-    whole = 0  # runs in a row with fewer points than n (their count varies with the threads')
-    for n in range(MOST):
+
+    def run(n: int) -> str | None:
         busy = Busy.open(broker)
         client = busy.client
         where = interrupted_at(n, functools.partial(interrupt, client), point)
         then(client)
         busy.closed(before, where)
-        if where is None:
-            whole += 1
-            if whole == WHOLE:
-                return interrupted
-        else:
-            whole = 0
-            interrupted.add(where)
-    raise AssertionError(f"close still had interrupt points after {MOST}")
+        return where
+
+    return sweep_whole(run, WHOLE, MOST)
 
 
 def test_a_close_interrupted_anywhere_is_finished_by_the_next(broker: AckingBroker) -> None:

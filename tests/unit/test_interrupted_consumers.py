@@ -28,7 +28,7 @@ from liftbridge._core._router import ANY, Deadline, Target
 from liftbridge._groups._consumer import Consumer
 from liftbridge_api import api_pb2
 from tests.unit.fake_router import FakeRouter, FakeStream, handshake, message, metadata_with
-from tests.unit.interrupts import in_sdk, interrupted_at
+from tests.unit.interrupts import in_sdk, interrupted_at, sweep_whole
 from tests.unit.test_pull_unit import STREAM, FakeSource
 
 MOST = 400  # interrupt points one close has, at most (a bound on each sweep)
@@ -54,22 +54,16 @@ def _sweep(open_handle: Callable[[], tuple[Callable[[], object], list[FakeStream
     there, then a second close that must finish it, then a third. Returns the
     functions interrupted."""
     before = set(threading.enumerate())
-    interrupted: set[str] = set()
-    whole = 0  # runs in a row with fewer points than n (their count varies with the threads')
-    for n in range(MOST):
+
+    def run(n: int) -> str | None:
         close, streams = open_handle()
         where = interrupted_at(n, close, in_sdk)
         close()
         _ended(before, streams, where)
         close()  # harmless once closed
-        if where is None:
-            whole += 1
-            if whole == WHOLE:
-                return interrupted
-        else:
-            whole = 0
-            interrupted.add(where)
-    raise AssertionError(f"close still had interrupt points after {MOST}")
+        return where
+
+    return sweep_whole(run, WHOLE, MOST)
 
 
 def _subscribe(router: FakeRouter, handler: Handler | None, partition: int = 0) -> Subscription:

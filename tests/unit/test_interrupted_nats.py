@@ -32,7 +32,7 @@ from liftbridge._publish import _nats, _pynats
 from liftbridge._transport._nats_socket import NatsSocket
 from tests.unit.fake_broker import serving
 from tests.unit.hostile_nats import FakeNats
-from tests.unit.interrupts import in_sdk, interrupted_at, sweep
+from tests.unit.interrupts import in_sdk, interrupted_at, sweep, sweep_whole
 from tests.unit.test_nats_unit import FakeBase, FakeClient, FakeNATSError, Leader
 
 MOST = 400  # interrupt points one publish has, at most (a bound on each sweep)
@@ -149,9 +149,8 @@ def _each_close_point(
     more, then each thread the publisher started ends within BOUND, the held
     publish fails with ClientClosedError and ``closed(publisher)`` holds
     (its connection closed). Returns the functions interrupted."""
-    interrupted: set[str] = set()
-    whole = 0  # runs in a row with fewer points than n (thread timing varies the count)
-    for n in range(MOST):
+
+    def run(n: int) -> str | None:
         before = set(threading.enumerate())
         publisher, held = make()
         where = interrupted_at(n, publisher.close, in_sdk)
@@ -165,14 +164,9 @@ def _each_close_point(
         error = held.exception(timeout=BOUND)
         assert isinstance(error, liftbridge.ClientClosedError), f"interrupted in {where}"
         assert closed(publisher), f"its connection is open (interrupted in {where})"
-        if where is None:
-            whole += 1
-            if whole == WHOLE:
-                return interrupted
-        else:
-            whole = 0
-            interrupted.add(where)
-    raise AssertionError(f"close still had interrupt points after {MOST}")
+        return where
+
+    return sweep_whole(run, WHOLE, MOST)
 
 
 def test_a_stream_publishers_close_interrupted_anywhere_is_finished_by_the_next() -> None:
