@@ -32,9 +32,9 @@ from bench.e2e_probe import thread_wakes
 from bench.future_probe import _per_message, thread_cpu
 from bench.sdk import SdkPipelined
 from bench.stats import Run, process_cpu_seconds
+from liftbridge._handover import Handover
 from liftbridge._publish._publisher import Publisher
 from liftbridge._publish._window import Window
-from liftbridge._transport._handover import Handover
 from liftbridge.testing import LocalServer
 
 _WAIT = 60.0

@@ -31,9 +31,9 @@ from collections.abc import Callable
 from typing import Any
 
 from liftbridge._core._deadlines import AckTimer, OrderedDeadlines
-from liftbridge._core._handover import Handover
 from liftbridge._core._router import Router
 from liftbridge._errors import ClientClosedError, LiftbridgeError
+from liftbridge._handover import Handover
 from liftbridge._locks import start_thread
 from liftbridge._publish._batch import Batch
 from liftbridge._publish._interrupts import expire_each

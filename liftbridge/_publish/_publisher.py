@@ -67,7 +67,6 @@ from typing import Literal, overload
 from liftbridge._core._acks import Ack, ack_of_checked
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._deadlines import AckTimer
-from liftbridge._core._handover import Handover
 from liftbridge._core._router import ANY, Deadline, Router, Stream
 from liftbridge._errors import (
     AckTimeoutError,
@@ -78,6 +77,7 @@ from liftbridge._errors import (
     LiftbridgeError,
     StreamRefusedError,
 )
+from liftbridge._handover import Handover
 from liftbridge._locks import Waiters, start_thread
 from liftbridge._publish._batch import settle_members
 from liftbridge._publish._batch_submit import BatchSubmit

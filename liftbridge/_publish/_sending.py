@@ -33,9 +33,9 @@ import time
 from collections.abc import Callable
 
 from liftbridge._core._acks import Ack
-from liftbridge._core._handover import HAND_OVER, Handover
 from liftbridge._core._router import Router, Stream
 from liftbridge._errors import LiftbridgeError
+from liftbridge._handover import HAND_OVER, Handover
 from liftbridge._publish._leaders import LeaderCheck
 from liftbridge._publish._pending import Pending
 from liftbridge._publish._request_bytes import Request
@@ -106,7 +106,7 @@ halves against 27.0-27.1k without."""
 
 def sender_step(max_inflight: int) -> int:
     """Publishes a producer queues for a busy sender before it waits for the
-    sender to pull them (:class:`~liftbridge._transport._handover.Handover`;
+    sender to pull them (:class:`~liftbridge._handover.Handover`;
     not when its publish filled the window: its next one waits for room,
     and the sender gets the GIL then, without a second wait a half window):
     a quarter of the window, :data:`HAND_OVER` at most, from a window of

@@ -40,7 +40,7 @@ from liftbridge._errors import (
     ProtocolError,
     UnavailableError,
 )
-from liftbridge._transport._handover import HAND_OVER, Handover
+from liftbridge._handover import HAND_OVER, Handover
 from liftbridge._transport._nats_frames import FrameParser, denied_subject, fatal, pub_prefix
 from liftbridge._transport._nats_handshake import Dial, Lost, handshake
 from liftbridge._transport._nats_info import DEFAULT_PORT
@@ -101,7 +101,7 @@ class NatsSocket:
         on_closed: called on the I/O thread when the connection closed:
             after :meth:`close`, or because reconnecting gave up.
         hand_over: frames queued for a busy I/O thread at which a sender
-            waits for it to take them (:mod:`~liftbridge._transport._handover`).
+            waits for it to take them (:mod:`~liftbridge._handover`).
     """
 
     def __init__(

@@ -18,6 +18,7 @@ LAYERS: dict[str, int] = {
     "liftbridge._errors": 0,
     "liftbridge.__version__": 0,
     "liftbridge._locks": 0,
+    "liftbridge._handover": 0,
     "liftbridge._transport": 1,
     "liftbridge._core": 2,
     "liftbridge._publish": 3,
@@ -349,7 +350,7 @@ def _over_the_core(graph: dict[str, set[str]]) -> list[str]:
     client, the public surface, the integrations): they stand on
     the core, which opens their streams (``Router.open_stream``) and NATS
     connections (``_core/_nats_connection.py``) and re-exports the transport's
-    names they need (``_router.py``, ``_handover.py``, ``_nats_connection.py``,
+    names they need (``_router.py``, ``_nats_connection.py``,
     ``_liveness.py``)."""
     bad = []
     for module, imported in sorted(graph.items()):

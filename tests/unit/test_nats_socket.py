@@ -14,10 +14,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from liftbridge import MissingDependencyError, UnavailableError
+from liftbridge import MissingDependencyError, UnavailableError, _handover
 from liftbridge._errors import ProtocolError
-from liftbridge._transport import _handover, _nats_socket
-from liftbridge._transport._handover import HAND_OVER, Handover
+from liftbridge._handover import HAND_OVER, Handover
+from liftbridge._transport import _nats_socket
 from liftbridge._transport._nats_frames import FrameParser
 from liftbridge._transport._nats_socket import NatsSocket
 

@@ -1,6 +1,6 @@
 """A producer publishing back to back hands the PublishAsync stream's sender
 the GIL every quarter of the window, ``HAND_OVER`` at most, from a window of
-256 up, every half of it from 32 up (``liftbridge._transport._handover``,
+256 up, every half of it from 32 up (``liftbridge._handover``,
 ``_sending.sender_step``): it
 never has more than that queued for a busy sender (``publish_many_async``
 batches too from 256 up, a step cut out of them), and its wait ends when
@@ -16,13 +16,12 @@ from concurrent.futures import Future
 
 import pytest
 
-from liftbridge import ClientClosedError
+from liftbridge import ClientClosedError, _handover
+from liftbridge._handover import HAND_OVER
 from liftbridge._publish._batch import Batch
 from liftbridge._publish._pending import Pending
 from liftbridge._publish._request_bytes import Request
 from liftbridge._publish._sending import Unsent, sender_step
-from liftbridge._transport import _handover
-from liftbridge._transport._handover import HAND_OVER
 from tests.unit.test_publisher_unit import FakeServer, _close_client_threads, make, request
 
 __all__ = ["_close_client_threads"]  # the autouse fixture closing the client's threads
