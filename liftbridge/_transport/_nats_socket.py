@@ -4,8 +4,9 @@
 ``SUB``, ``MSG``/``HMSG``, ``PING``/``PONG``, ``+OK``, ``-ERR``) for the one thing
 :class:`~liftbridge.NatsStreamPublisher` needs: writing publish envelopes to partition subjects
 and reading the acks that come back on one inbox. One thread does all the I/O: it writes the
-``PUB`` frames publishers queued (each built on its publisher's thread), many per ``sendall``,
-reads with large ``recv`` calls and cuts the inbox's payloads straight out of the buffer
+``PUB`` frames publishers queued (each built on its publisher's thread), many per ``sendall``
+(:mod:`~liftbridge._transport._nats_writes`), reads with large ``recv`` calls and cuts the
+inbox's payloads straight out of the buffer
 (:class:`~liftbridge._transport._nats_frames.FrameParser`), answers ``PING``, pings the server
 every :data:`PING_INTERVAL` to find a dead connection (by the PONGs that answer those PINGs,
 never by other bytes), and reconnects (:func:`~liftbridge._transport._nats_handshake.handshake`).
@@ -34,16 +35,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from time import monotonic
 
-from liftbridge._errors import (
-    LiftbridgeError,
-    MessageTooLargeError,
-    ProtocolError,
-    UnavailableError,
-)
+from liftbridge._errors import LiftbridgeError, ProtocolError, UnavailableError
 from liftbridge._handover import HAND_OVER, Handover
 from liftbridge._transport._nats_frames import FrameParser, denied_subject, fatal, pub_prefix
 from liftbridge._transport._nats_handshake import Dial, Lost, handshake
 from liftbridge._transport._nats_info import DEFAULT_PORT
+from liftbridge._transport._nats_writes import NatsWrites
 from liftbridge._transport._nowait import send_nowait
 
 logger = logging.getLogger(__name__)
@@ -56,12 +53,6 @@ PING_INTERVAL = 10.0
 
 MAX_PINGS_OUT = 2
 """PINGs left unanswered when the next is due: the connection is then stale."""
-
-RECONNECT_BUFFER = 8 * 1024 * 1024
-"""Bytes of frames (envelopes and PUB lines) held while reconnecting; past them a send fails."""
-
-_WRITE_CHUNK = 1024 * 1024
-"""Bytes of frames gathered for one ``sendall`` at most."""
 
 _READ_SIZE = 1024 * 1024
 """Bytes asked of one ``recv``."""
@@ -86,7 +77,7 @@ class MaxPayload:
     size: int
 
 
-class NatsSocket:
+class NatsSocket(NatsWrites):
     """A NATS connection on the ``liftbridge-nats-io`` thread. Thread-safe.
 
     Args:
@@ -433,76 +424,6 @@ class NatsSocket:
             else:
                 logger.warning("the NATS server at %s said %r", self._where, text)
 
-    def _write(self, sock: socket.socket) -> None:
-        """Writes held frames, then queued ones (many per ``sendall``), then
-        a PING for each flush waiting. Frames without an entry that left
-        the queue are counted to the owner, even when a write fails."""
-        outbox = self._outbox
-        limit = self._max_payload  # a frame no longer is smaller than that: no check
-        frames: list[bytes] = []
-        size = unacked = 0
-        held, self._held, self._held_bytes = self._held, [], 0
-        try:
-            for index, item in enumerate(held):
-                frame = item[1]
-                if item[2] is None:
-                    unacked += 1
-                if len(frame) > limit and self._over_limit(item, limit):
-                    continue
-                frames.append(frame)
-                size += len(frame)
-                if size >= _WRITE_CHUNK:
-                    try:
-                        sock.sendall(b"".join(frames))
-                    except BaseException:
-                        # Those not in this write wait for the next connection
-                        # (those in it may have been written: never re-sent).
-                        self._held = held[index + 1 :]
-                        self._held_bytes = sum(len(item[1]) for item in self._held)
-                        raise
-                    frames, size = [], 0
-            while outbox:
-                item = outbox.popleft()
-                frame = item[1]
-                length = len(frame)
-                if item[2] is None:
-                    unacked += 1
-                if length > limit and self._over_limit(item, limit):
-                    continue
-                frames.append(frame)
-                size += length
-                if size >= _WRITE_CHUNK:
-                    sock.sendall(b"".join(frames))
-                    frames, size = [], 0
-            if self._handover.waiting:  # the sender makes more while this thread writes
-                self._handover.release()
-            flushes = self._flushes
-            while flushes:
-                self._pongs.append(flushes.popleft())
-                frames.append(b"PING\r\n")
-            if frames:
-                sock.sendall(b"".join(frames))
-        finally:
-            if unacked:
-                self._deliver(unacked)
-
-    def _over_limit(self, item: tuple[str, bytes, object], limit: int) -> bool:
-        """Refuses a frame whose payload is over ``max_payload`` (lowered by
-        the server since it was made): the server would close the connection."""
-        frame = item[1]
-        line = frame[: frame.find(b"\r\n")]
-        payload = int(line.rsplit(b" ", 1)[1])
-        if payload <= limit:
-            return False
-        self._refuse(
-            item,
-            MessageTooLargeError(
-                f"the envelope is {payload} bytes, over the NATS server's max_payload of "
-                f"{limit} bytes (nothing was sent)"
-            ),
-        )
-        return True
-
     def _drop_connection(self) -> None:
         """Closes the socket; flush waiters give up."""
         sock, self._sock = self._sock, None
@@ -555,43 +476,6 @@ class NatsSocket:
                 "gave up reconnecting to NATS at %s after %d attempts", self._where, self._attempts
             )
         return False
-
-    def _hold(self) -> None:
-        """Moves queued frames to the reconnect buffer; fails those past it."""
-        outbox = self._outbox
-        dropped = 0
-        while outbox:
-            item = outbox.popleft()
-            if self._held_bytes + len(item[1]) > RECONNECT_BUFFER:
-                dropped += self._refuse(item, UnavailableError("the NATS reconnect buffer is full"))
-            else:
-                self._held.append(item)
-                self._held_bytes += len(item[1])
-        self._handover.release()
-        if dropped:
-            self._deliver(dropped)
-        while self._flushes:
-            self._flushes.popleft().set()
-
-    def _fail_held(self, error: Exception) -> None:
-        held, self._held, self._held_bytes = self._held, [], 0
-        outbox = self._outbox
-        while outbox:  # popped one by one: a publisher may be appending
-            held.append(outbox.popleft())
-        self._handover.release()
-        dropped = sum(self._refuse(item, error) for item in held)
-        if dropped:
-            self._deliver(dropped)
-
-    def _refuse(self, item: tuple[str, bytes, object], error: Exception) -> int:
-        """Gives a frame not written back to its owner with ``error``;
-        returns 1 for a frame without an entry (only logged), else 0."""
-        subject, _, entry = item
-        if entry is None:
-            logger.warning("dropped an AckPolicy.NONE publish on %s: %r", subject, error)
-            return 1
-        self._deliver((entry, error))
-        return 0
 
 
 def _reason(error: BaseException) -> str:

@@ -17,7 +17,7 @@ import pytest
 from liftbridge import MissingDependencyError, UnavailableError, _handover
 from liftbridge._errors import ProtocolError
 from liftbridge._handover import HAND_OVER, Handover
-from liftbridge._transport import _nats_socket
+from liftbridge._transport import _nats_socket, _nats_writes
 from liftbridge._transport._nats_frames import FrameParser
 from liftbridge._transport._nats_socket import NatsSocket
 
@@ -209,7 +209,7 @@ def test_publishes_queued_while_away_past_the_buffer_fail(
     fake: FakeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Room for one frame of an 8-byte envelope (PUB s 8, CRLF, envelope, CRLF: 19 bytes), not two.
-    monkeypatch.setattr(_nats_socket, "RECONNECT_BUFFER", 30)
+    monkeypatch.setattr(_nats_writes, "RECONNECT_BUFFER", 30)
     refused: list[object] = []
     connection = NatsSocket("fake", "_INBOX.x", refused.append, lambda: None)
     connection.connect(f"nats://127.0.0.1:{fake.port}", connect_timeout=2.0, reconnect_wait=5)
