@@ -73,6 +73,10 @@ def leads(router: Router, address: str, request: Request, due: float) -> bool:
     except LiftbridgeError as e:
         _log.debug("the new leader %s does not serve the partition yet: %s", address, e)
         return False
+    # It answered: no longer passed over. A metadata call that timed out while
+    # the cluster failed over (a broker waits on its dead peer before it
+    # answers one) marked it suspect, and a suspect leader is held back again.
+    router.answered(address)
     return True
 
 
@@ -98,10 +102,12 @@ def live_leader(router: Router, request: Request, down: str, due: float) -> str:
         except LiftbridgeError as e:
             _log.debug("no metadata while the leader of %s is down: %s", where, e)
         leader = router.leader_address(request.stream, request.partition)
+        # A suspect leader (even ``down`` itself) is asked rather than passed
+        # over: suspicion only says one call to it failed, and its own answer
+        # that it serves the partition is the better evidence.
         if (
             leader is not None
             and not router.broker_down(leader)
-            and (leader != down or not router.suspect(leader))
             and leads(router, leader, request, due)
         ):
             return leader

@@ -237,10 +237,13 @@ def test_a_group_member_survives_the_first_seed_leading_and_dying(
             consumer.subscribe(stream, member)
             client.publish(stream, b"before", ack_policy=ALL, timeout=5)
             _sigkill(leader)
+            # As in the first test: an election, the dead replica leaving the
+            # ISR, and one try whose publish the new leader never acked (seen
+            # once in ten runs on a loaded machine) fit in 40 s.
             _publish_until_acked(
                 lambda: client.publish(stream, b"after", ack_policy=ALL, timeout=10),
                 bound=10 + 2,
-                deadline=time.monotonic() + 30,
+                deadline=time.monotonic() + 40,
             )
             assert both.wait(30), f"the member handled {handled}, errors {errors}"
             assert not consumer.closed

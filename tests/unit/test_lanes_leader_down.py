@@ -13,9 +13,7 @@ from collections.abc import Callable
 import pytest
 
 import liftbridge
-from liftbridge._core._deadlines import AckTimer
 from liftbridge._core._router import Deadline
-from liftbridge._publish._lanes import Lanes
 from liftbridge._publish._leaders import live_leader
 from liftbridge_api import api_pb2
 
@@ -31,6 +29,7 @@ class ScriptedRouter:
         self.deadlines: list[float] = []
         self.serving: set[str] = {"new:2"}
         self.asked: list[str] = []
+        self.suspects: set[str] = set()  # passed over after a failed call
 
     def on_broker_down(self, listener: Callable[[str], None]) -> None:
         pass
@@ -47,7 +46,10 @@ class ScriptedRouter:
         return address in self.down
 
     def suspect(self, address: str) -> bool:
-        return False
+        return address in self.suspects
+
+    def answered(self, address: str) -> None:
+        self.suspects.discard(address)
 
     def invoke(self, address: str, method: str, request: object, timeout: float) -> object:
         """The new leader's own word: it serves the partition once ``serving``."""
@@ -56,11 +58,6 @@ class ScriptedRouter:
         if address not in self.serving:
             raise liftbridge.NotLeaderError(f"{address} does not lead yet")
         return object()
-
-
-def _lanes(router: ScriptedRouter) -> tuple[Lanes, AckTimer]:
-    timer = AckTimer()  # started on first use: never, here
-    return Lanes(router, timer, ack_wait=5.0, max_lanes=4), timer  # type: ignore[arg-type]
 
 
 REQUEST = api_pb2.PublishRequest(stream="s", partition=2, value=b"v")
@@ -94,3 +91,33 @@ def test_fails_unsent_at_its_timeout_when_no_live_leader_comes() -> None:
     assert not isinstance(caught.value, liftbridge.AckTimeoutError)  # nothing awaits an ack
     assert "'s' partition 2" in str(caught.value) and "dead:1" in str(caught.value)
     assert router.refreshes >= 2
+
+
+def test_a_suspect_leader_that_says_it_serves_the_partition_is_taken() -> None:
+    """A live broker whose metadata call timed out while the cluster failed
+    over (a broker waits on its dead peer before it answers one) is suspect,
+    not down: asked, it says it leads, and the publish goes to it. Passing it
+    over held a sync publish back until its timeout."""
+    router = ScriptedRouter(["new:2"], down=set())
+    router.suspects = {"new:2"}
+    assert _live_leader(router, "new:2", time.monotonic() + 0.4) == "new:2"
+    assert router.asked == ["new:2"]
+
+
+def test_a_leader_found_serving_is_no_longer_suspect() -> None:
+    """The lanes check the leader live_leader returns once more, suspicion
+    included: its answer clears the suspicion, or the publish is held back
+    again on the very leader that just answered."""
+    router = ScriptedRouter(["dead:1", "new:2"], down={"dead:1"})
+    router.suspects = {"new:2", "dead:1"}
+    assert _live_leader(router, "dead:1", time.monotonic() + 5) == "new:2"
+    assert router.suspects == {"dead:1"}
+
+
+def test_a_suspect_leader_that_does_not_answer_stays_held_back() -> None:
+    router = ScriptedRouter(["new:2"], down=set())
+    router.suspects = {"new:2"}
+    router.serving = set()
+    with pytest.raises(liftbridge.DeadlineExceededError, match="not sent"):
+        _live_leader(router, "new:2", time.monotonic() + 0.4)
+    assert router.suspects == {"new:2"}
