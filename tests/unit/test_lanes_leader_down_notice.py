@@ -111,6 +111,9 @@ class NoticeRouter:
     def suspect(self, address: str) -> bool:
         return False
 
+    def answered(self, address: str) -> None:
+        pass
+
     def refresh(self, deadline: Deadline | None = None, *, shared: bool = True) -> None:
         self.refreshed = True
 
