@@ -24,6 +24,7 @@ from liftbridge._errors import (
     PermissionDeniedError,
     UnavailableError,
 )
+from liftbridge._locks import start_thread
 from liftbridge._publish._nats_window import AckWindow, Pending
 
 logger = logging.getLogger(__name__)
@@ -53,7 +54,8 @@ class AcksThread:
         self._thread = threading.Thread(target=self._run, name="liftbridge-nats-acks", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        """Starts the thread, whole or again by the next call (:func:`start_thread`)."""
+        start_thread(self._thread)
 
     def put(self, item: object) -> None:
         """Hands over what the I/O thread could not do: a ``Refused``, an
@@ -64,6 +66,8 @@ class AcksThread:
         """Fails what is pending (and what never left the outbox), then ends;
         waits ``timeout`` seconds at most for that."""
         self._inbox.put(_STOP)
+        if self._thread.ident is None:
+            return  # never started (one whose start is under way meets the _STOP)
         self._thread.join(timeout)
         if self._thread.is_alive():
             logger.warning("liftbridge-nats-acks did not stop within %.0fs", timeout)

@@ -206,16 +206,18 @@ class NatsStreamPublisher(NatsBatchMethods, NatsEvents):
             runner=self._callbacks,
             inbox=self._inbox,
         )
-        # Publishes awaiting a partition leader found down fail at once, on
-        # the ack timer (the listener runs on liftbridge-broker-watch).
-        self._router.on_broker_down(self._broker_down)
         self._acks = AcksThread(self._window, self._where, lambda: self._nats.drop_unsent())
         # Values up to _plain_limit bytes fit in max_payload with any correlation id
         # (set before connecting: the I/O thread may hear of a new max_payload at once).
         self._plain = PlainFrames(PLAIN_MESSAGE_HEADER, self._inbox_field)
         self._max_payload = self._plain_limit = 0
         self._nats = open_nats(self._where, self._inbox, self._deliver, self._on_closed)
+        # What is taken from here on, close() gives back, also what was not
+        # taken yet: whatever fails or is interrupted (Ctrl-C), nothing is left.
         try:
+            # Publishes awaiting a partition leader found down fail at once, on
+            # the ack timer (the listener runs on liftbridge-broker-watch).
+            self._router.on_broker_down(self._broker_down)
             self._nats.connect(
                 url,
                 connect_timeout=connect_timeout,
@@ -225,14 +227,14 @@ class NatsStreamPublisher(NatsBatchMethods, NatsEvents):
                 max_reconnect_attempts=max_reconnect_attempts,
                 reconnect_wait=reconnect_wait,
             )
+            self._set_max_payload(self._nats.max_payload)
+            self._acks.start()
+            logger.debug(
+                "NATS stream publisher connected to %s, ack inbox %s", self._where, self._inbox
+            )
         except BaseException:
-            self._close_state()
+            self.close()
             raise
-        self._set_max_payload(self._nats.max_payload)
-        self._acks.start()
-        logger.debug(
-            "NATS stream publisher connected to %s, ack inbox %s", self._where, self._inbox
-        )
 
     # -------------------------------------------------------------- public --
 

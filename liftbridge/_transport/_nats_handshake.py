@@ -145,8 +145,8 @@ def handshake(
         UnavailableError: TLS asked for, and the server does not require it.
     """
     sock = socket.create_connection((dial.host, dial.port), timeout=dial.timeout)
-    track(sock)
     try:
+        track(sock)
         if closing():  # the owner closed first and did not see this socket
             raise Lost("closing")
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -169,12 +169,13 @@ def handshake(
         if parser.pings:
             sock.sendall(b"PONG\r\n" * parser.pings)
         sock.settimeout(dial.timeout)  # bounds sendall; reads wait in select()
-        return Opened(sock, parser.max_payload, early)
+        opened = Opened(sock, parser.max_payload, early)
+        track(None)  # in the try: an interrupt (Ctrl-C) here must close the socket too
+        return opened
     except BaseException:
         sock.close()
-        raise
-    finally:
         track(None)
+        raise
 
 
 def _greeting(dial: Dial, info: dict[str, Any], inbox: str, sid: bytes) -> bytes:

@@ -37,6 +37,7 @@ from time import monotonic
 
 from liftbridge._errors import LiftbridgeError, ProtocolError, UnavailableError
 from liftbridge._handover import HAND_OVER, Handover
+from liftbridge._locks import start_thread
 from liftbridge._transport._nats_frames import FrameParser, denied_subject, fatal, pub_prefix
 from liftbridge._transport._nats_handshake import Dial, Lost, handshake
 from liftbridge._transport._nats_info import DEFAULT_PORT
@@ -109,7 +110,7 @@ class NatsSocket(NatsWrites):
         self._deliver = deliver
         self._on_closed = on_closed
         self._closing = False  # close() began
-        self._closed = threading.Event()  # the I/O thread ended
+        self._closed = threading.Event()  # the I/O thread ended (or none will: connect failed)
         # PUB frames handed over, with their subject and entry: appended by publishers,
         # emptied by the I/O thread (deque appends and pops are atomic under the GIL).
         self._outbox: collections.deque[tuple[str, bytes, object]] = collections.deque()
@@ -121,10 +122,6 @@ class NatsSocket(NatsWrites):
         # awaiting their PONG in order (None for a liveness ping; I/O thread).
         self._flushes: collections.deque[threading.Event] = collections.deque()
         self._pongs: collections.deque[threading.Event | None] = collections.deque()
-        # The I/O thread sleeps in select(); a byte on this pair wakes it.
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
         self._idle = False  # the I/O thread is (about to be) asleep: senders wake it
         self._sock: socket.socket | None = None
         self._opening: socket.socket | None = None  # a connection being made (close() cuts it)
@@ -135,6 +132,17 @@ class NatsSocket(NatsWrites):
         self._dial = Dial("127.0.0.1", DEFAULT_PORT, 5.0)
         self._attempts = 0
         self._wait = 0.5
+        # The I/O thread sleeps in select(); a byte on this pair wakes it. Made
+        # last: an interrupt (Ctrl-C) before leaves nothing open, one after is
+        # for close(), which ends a connection never connected too.
+        self._wake_r, self._wake_w = socket.socketpair()
+        try:
+            self._wake_r.setblocking(False)
+            self._wake_w.setblocking(False)
+        except BaseException:  # interrupted: no NatsSocket made to close them
+            self._wake_r.close()
+            self._wake_w.close()
+            raise
 
     # ------------------------------------------------------ caller's thread --
 
@@ -176,6 +184,7 @@ class NatsSocket(NatsWrites):
         except BaseException as e:
             self._wake_r.close()
             self._wake_w.close()
+            self._closed.set()  # nothing left for close() to end
             if isinstance(e, ProtocolError):
                 raise ProtocolError(
                     f"cannot connect to the NATS server at {self._where}: {_reason(e)}"
@@ -185,7 +194,11 @@ class NatsSocket(NatsWrites):
                     f"cannot connect to the NATS server at {self._where}: {_reason(e)}"
                 ) from e
             raise
-        self._thread.start()
+        try:
+            start_thread(self._thread)
+        except BaseException:  # interrupted (Ctrl-C): the thread may be under way
+            self.close()
+            raise
 
     @property
     def max_payload(self) -> int:
@@ -251,14 +264,21 @@ class NatsSocket(NatsWrites):
     def close(self) -> None:
         """Writes what is queued (bounded), closes the connection and joins
         the I/O thread (within ``CLOSE_TIMEOUT``). Idempotent; callable from
-        any thread (the I/O thread itself is then not joined)."""
+        any thread (the I/O thread itself is then not joined). A connection
+        whose thread never started (not connected, or its start interrupted)
+        has it started now: it sees the close at once and ends, closing the
+        socket and the wake-up pair as it always does."""
         self._closing = True
         self._wake()
         opening = self._opening
         if opening is not None:  # a reconnect waiting for its server: cut it short
             with contextlib.suppress(OSError):
                 opening.shutdown(socket.SHUT_RDWR)
-        if self._thread.ident is not None and threading.current_thread() is not self._thread:
+        if threading.current_thread() is self._thread:
+            return
+        if self._thread.ident is None and not self._closed.is_set():
+            start_thread(self._thread)  # once, also when a start is under way
+        if self._thread.ident is not None:
             self._thread.join(CLOSE_TIMEOUT)
             if self._thread.is_alive():
                 logger.warning("liftbridge-nats-io did not stop within %.0fs", CLOSE_TIMEOUT)

@@ -1,0 +1,113 @@
+"""Ctrl-C while a constructor runs: wherever it lands, what the constructor
+took (threads, sockets, listeners) is given back before the interrupt goes
+on. Before, a ``NatsStreamPublisher`` interrupted once connected (as it took
+its ``max_payload`` or started ``liftbridge-nats-acks``) left its
+``liftbridge-nats-io`` thread and socket running for good.
+
+The interrupt is raised at each point of a constructor where an interrupt's
+handler runs, in the SDK's frames and in ``Thread.start`` run on the
+constructing thread (:mod:`tests.unit.interrupts`).
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from types import FrameType
+
+import pytest
+
+import liftbridge
+from bench.publish_cg import STREAM, AckingBroker
+from tests.unit.fake_broker import serving
+from tests.unit.hostile_nats import FakeNats
+from tests.unit.interrupts import in_sdk, interrupted_at, sweep_whole
+
+MOST = 3000  # interrupt points of one constructor, at most (a bound on each sweep)
+BOUND = 30.0  # seconds a thread left may take to end (a loaded machine)
+WHOLE = 3  # a sweep ends after this many runs in a row had no point left to interrupt
+
+_START = threading.Thread.start.__code__
+
+
+def _making(frame: FrameType, event: str, arg: object) -> bool:
+    """Any point in the SDK's frames, and in Thread.start run on this thread."""
+    return in_sdk(frame, event, arg) or (event in ("call", "c_return") and frame.f_code is _START)
+
+
+@pytest.fixture
+def broker() -> Iterator[AckingBroker]:
+    # The bench driver's broker: a port as a FakeBroker has, no subclass of it.
+    with serving(AckingBroker()) as served:  # type: ignore[abstract, type-var]
+        yield served
+
+
+def _ended(before: set[threading.Thread], names: set[str], where: str | None) -> None:
+    """Every thread named in ``names`` started since ``before`` (or starting:
+    enumerate() lists those too) ends within BOUND."""
+    deadline = time.monotonic() + BOUND
+    while True:
+        left = [t.name for t in threading.enumerate() if t.name in names and t not in before]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    assert not left, f"{left} still run (interrupted in {where})"
+
+
+def _sweep_unclosed(run: Callable[[int], str | None]) -> set[str]:
+    """:func:`sweep_whole` over ``run``, failing on a socket any run left to
+    garbage collection (a ResourceWarning: one made and never closed; a
+    collection after each run would cost ~0.1 s of CPU each)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        interrupted = sweep_whole(run, WHOLE, MOST)
+        gc.collect()
+    unclosed = [w for w in caught if issubclass(w.category, ResourceWarning)]
+    assert not unclosed, f"sockets left to garbage collection: {unclosed[0].message}"
+    return interrupted
+
+
+# ------------------------------------------------------- NatsStreamPublisher --
+
+NATS_THREADS = {"liftbridge-nats-io", "liftbridge-nats-acks", "liftbridge-callbacks"}
+
+
+def test_a_nats_stream_publisher_interrupted_as_it_is_made_leaves_nothing(
+    broker: AckingBroker,
+) -> None:
+    nats = FakeNats()
+    try:
+        with liftbridge.Client(f"127.0.0.1:{broker.port}") as client:
+            listeners = client._router._watch._listeners
+            # What the first one does once (the client's metadata, the ack
+            # timer) is not among the points of the next ones.
+            with liftbridge.NatsStreamPublisher(client, nats.url, ack_wait=BOUND) as first:
+                assert isinstance(first.publish(STREAM, b"v"), liftbridge.Ack)
+            before_listeners = list(listeners)
+
+            def run(n: int) -> str | None:
+                before = set(threading.enumerate())
+                made: list[liftbridge.NatsStreamPublisher] = []
+                where = interrupted_at(
+                    n,
+                    lambda: made.append(liftbridge.NatsStreamPublisher(client, nats.url)),
+                    _making,
+                )
+                if where is None:
+                    (publisher,) = made
+                    assert isinstance(publisher.publish(STREAM, b"v"), liftbridge.Ack)
+                    publisher.close()
+                _ended(before, NATS_THREADS, where)
+                # The fake server's thread for a connection ends once the client closed it.
+                _ended(set(), {"test-nats-conn"}, where)
+                assert listeners == before_listeners, f"a listener was left (in {where})"
+                return where
+
+            interrupted = _sweep_unclosed(run)
+    finally:
+        nats.close()
+    # Once connected: the points that left the connection running.
+    assert {"_set_max_payload", "start_thread"} <= interrupted
