@@ -32,6 +32,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from liftbridge._locks import start_thread
 from liftbridge._transport._probe import CLOSED, Probe
 
 # Re-exported for the testing package's readiness probe (integrations stand on the core):
@@ -87,12 +88,16 @@ class BrokerWatch:
         self._closed = False
         self._stop = threading.Event()
         self._wake = threading.Event()  # set by watch() and close()
-        # Started with the watch (with its client), not on the first watch(),
+        # Started by start() (as its client is made), not on the first watch(),
         # so that it belongs to whoever made the client; idle until then.
         self._thread = threading.Thread(
             target=self._run, name="liftbridge-broker-watch", daemon=True
         )
-        self._thread.start()
+
+    def start(self) -> None:
+        """Starts the watch's thread, whole or again by the next call
+        (:func:`start_thread`); one started after :meth:`close` ends at once."""
+        start_thread(self._thread)
 
     def add_listener(self, listener: DownListener) -> None:
         """Calls ``listener(address)`` whenever a watched broker goes down."""
@@ -137,7 +142,8 @@ class BrokerWatch:
         thread = self._thread
         self._stop.set()
         self._wake.set()
-        if thread is not threading.current_thread():
+        # Never started, it is not joined (one whose start is under way ends at once: stopped).
+        if thread.ident is not None and thread is not threading.current_thread():
             thread.join(self._probe_timeout + 2.0)
             if thread.is_alive():
                 _log.warning("liftbridge-broker-watch did not stop in time")

@@ -183,8 +183,9 @@ class Router:
         return self._cache.current
 
     def connect(self, timeout: float) -> Metadata:
-        """Fetches the first metadata through any seed, retrying every seed in
-        turn until ``timeout`` seconds have passed.
+        """Starts the broker watch, then fetches the first metadata through
+        any seed, retrying every seed in turn until ``timeout`` seconds have
+        passed; :meth:`close` ends what it started, whatever it raised.
 
         A seed that is down answers at once (connection refused); one whose
         cluster just lost a node may stall its FetchMetadata, so each attempt
@@ -193,6 +194,7 @@ class Router:
         Raises:
             UnavailableError: no seed answered in time.
         """
+        self._watch.start()
         deadline = Deadline(timeout)
         seeds = self._cache.addresses()
         per_attempt = max(0.5, timeout / (2 * len(seeds)))

@@ -111,3 +111,28 @@ def test_a_nats_stream_publisher_interrupted_as_it_is_made_leaves_nothing(
         nats.close()
     # Once connected: the points that left the connection running.
     assert {"_set_max_payload", "start_thread"} <= interrupted
+
+
+# ------------------------------------------------------------------- Client --
+
+
+def test_a_client_interrupted_as_it_is_made_leaves_no_thread(broker: AckingBroker) -> None:
+    """Before, ``liftbridge-broker-watch`` (started as the router was made,
+    before the constructor's try) ran on for good."""
+    address = f"127.0.0.1:{broker.port}"
+    liftbridge.Client(address).close()  # what the first one does once
+
+    def run(n: int) -> str | None:
+        before = set(threading.enumerate())
+        made: list[liftbridge.Client] = []
+        where = interrupted_at(n, lambda: made.append(liftbridge.Client(address)), _making)
+        if where is None:
+            (client,) = made
+            assert client.fetch_metadata(timeout=BOUND).brokers
+            client.close()
+        names = {t.name for t in set(threading.enumerate()) - before}
+        _ended(before, {name for name in names if name.startswith("liftbridge-")}, where)
+        return where
+
+    interrupted = _sweep_unclosed(run)
+    assert "start_thread" in interrupted  # the watch's start

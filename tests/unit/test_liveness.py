@@ -33,6 +33,7 @@ class Watching:
         self.down: list[str] = []
         self.reported = threading.Event()
         self.watch = BrokerWatch(self._probe)
+        self.watch.start()
         self.watch.add_listener(self._listener)
 
     def _probe(self, address: str) -> Probe:
