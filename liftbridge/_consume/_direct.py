@@ -170,6 +170,9 @@ def _scan(
                 error: LiftbridgeError = ConnectionLostError("the server ended the read")
             except StopIteration:
                 error = ConnectionLostError("the server ended the read during the handshake")
+            except BaseException:  # an interrupt (Ctrl-C) too: the read's call ends with it
+                call.cancel()  # (a no-op on a call that failed)
+                raise
         except LiftbridgeError as e:
             error = e
         if type(error) is UnavailableError:

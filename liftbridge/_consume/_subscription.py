@@ -50,6 +50,7 @@ from liftbridge._errors import (
     StreamDeletedError,
     resubscribable,
 )
+from liftbridge._locks import start_thread
 from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)
@@ -296,11 +297,7 @@ class Subscription:
         seconds, default ``open_timeout``); raises mapped errors."""
         handshake = self._open_timeout if handshake is None else handshake
         stream, partition = self._request.stream, self._request.partition
-        target = (
-            Replica(stream, partition)
-            if self._request.base.readISRReplica
-            else Leader(stream, partition)
-        )
+        target = (Replica if self._request.base.readISRReplica else Leader)(stream, partition)
         address, call = self._router.open_stream(
             "Subscribe",
             self._build(resume_from),
@@ -319,8 +316,8 @@ class Subscription:
             timer = threading.Timer(handshake, call.cancel)
             timer.name = f"liftbridge-sub-open-{self._request.stream}-{self._request.partition}"
             timer.daemon = True
-            timer.start()
             try:
+                start_thread(timer)  # interrupted (Ctrl-C) under way, it is cancelled too
                 next(call)
             finally:
                 timer.cancel()
@@ -352,7 +349,7 @@ class Subscription:
                 raise error from e
             self._finish()  # e.g. stop=LATEST on an empty partition: done at once
             return
-        self._thread.start()
+        start_thread(self._thread)
 
     def _stop_reached_or_error(self, error: StopPositionReached) -> LiftbridgeError | None:
         """None when the stop position asked for was reached; otherwise the
@@ -560,7 +557,8 @@ def start_subscription(
     first_wait: float | None = None,
 ) -> Subscription:
     """Creates a subscription and opens it on the calling thread (errors such
-    as NoSuchPartitionError raise here), then starts its thread.
+    as NoSuchPartitionError raise here), then starts its thread. Interrupted
+    (Ctrl-C), it ends what it opened: the caller never gets it to close.
 
     Args:
         router: how to reach the partition's brokers.
@@ -583,7 +581,11 @@ def start_subscription(
         open_timeout=open_timeout,
         buffer=buffer,
     )
-    subscription._start(first_wait)
+    try:
+        subscription._start(first_wait)
+    except BaseException:
+        subscription._signal_close()  # its stream cancelled; a thread under way ends
+        raise
     return subscription
 
 

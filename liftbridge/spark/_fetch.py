@@ -40,6 +40,7 @@ from liftbridge import (
 from liftbridge._consume._handoff import Empty, Handoff
 from liftbridge._core._router import Deadline, Leader, Replica, Router, Stream
 from liftbridge._errors import resubscribable
+from liftbridge._locks import start_thread
 from liftbridge.spark._schema import SERVER_HEADERS, arrow_schema
 from liftbridge_api import api_pb2
 
@@ -147,7 +148,11 @@ class Watchdog:
             seen = position
 
     def __enter__(self) -> Watchdog:
-        self._thread.start()
+        try:
+            start_thread(self._thread)
+        except BaseException:  # an interrupt (Ctrl-C): no __exit__ stops it
+            self._stop.set()
+            raise
         return self
 
     def __exit__(
@@ -246,12 +251,12 @@ class Feed:
         _, call = self._router.open_stream(
             "Subscribe", request, target=self._target, deadline=self._router.deadline(None)
         )
-        with self._lock:
-            if self._closed.is_set():
-                call.cancel()
-                raise self._stopped()
-            self._call = call
         try:
+            with self._lock:
+                if self._closed.is_set():
+                    call.cancel()
+                    raise self._stopped()
+                self._call = call
             next(call)  # the empty handshake; errors arrive here
         except LiftbridgeError as e:
             if self._closed.is_set():
@@ -261,6 +266,9 @@ class Feed:
             raise ConnectionLostError(
                 "the subscription stream ended during the handshake"
             ) from None
+        except BaseException:  # an interrupt (Ctrl-C): no one else would end the stream
+            call.cancel()
+            raise
         return call
 
     def failure(self, error: LiftbridgeError) -> LiftbridgeError:
