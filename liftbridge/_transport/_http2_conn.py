@@ -58,6 +58,11 @@ stream id (:data:`_NO_FLAGS_STREAM`), then the message's gRPC prefix (not
 compressed, its length). One pack, where shifting and or-ing the same into
 one int and ``to_bytes`` cost ~1,200 instructions more (callgrind)."""
 _NO_FLAGS_STREAM = bytes(1) + STREAM.to_bytes(4, "big")
+_pack_frame_head = struct.Struct(">I5s").pack
+"""The 9-byte header of a sender's run, one DATA frame (:meth:`Http2Connection._send_run`):
+the frame's length and type, then :data:`_NO_FLAGS_STREAM`. One pack, where
+``frame_header``'s call, its shifts and or-ings of a 72-bit int and
+``to_bytes`` cost ~1,600 instructions more (callgrind, 10,000 headers)."""
 
 
 HELD_BYTES = 31
@@ -379,7 +384,7 @@ class Http2Connection:
             fits = self._take_window(size)
         if not fits:
             return self._send_data(b"".join(parts), end_stream=False)
-        parts[0] = frame_header(DATA, 0, STREAM, size)
+        parts[0] = _pack_frame_head(size << 8 | DATA, _NO_FLAGS_STREAM)
         return self._send(b"".join(parts))
 
     def _send_data(self, payload: bytes, *, end_stream: bool) -> bool:
