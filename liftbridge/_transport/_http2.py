@@ -172,11 +172,14 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
                 windows=self._peer,
                 flow=self._flow,
                 reply=self._queue,
+                flow_lock=self._flow_lock,
             )
             self._ready = self._reader.ready
             self._inbox = Inbox(_READ_SIZE)  # kept: no 256 KiB object per recv
             self._poll = read_poll(sock)  # one poll object for every wait of the call
             self._keepalive_ms = -1 if keepalive is None else int(keepalive.interval * 1000)
+            # The longest wait on held bytes: HELD_MS, within the keepalive interval.
+            self._held_ms = HELD_MS if keepalive is None else min(HELD_MS, self._keepalive_ms)
             self._end: BaseException | None = None  # raised once _ready is empty
             self._ping_sent = 0.0  # when our unanswered keepalive PING went; 0.0: none
             self._pongs = 0  # PING acks seen when it went
@@ -356,6 +359,10 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
                 except BlockingIOError:  # silent for the keepalive interval (SO_RCVTIMEO)
                     count = None
                 can_read = count is None and self._until_readable(silent=True)
+            elif self._held and not self._pending and not self._ping_sent:
+                # _until_readable's first wait, written out: liftbridge-acks waits
+                # so for nearly every read (a Python call the less a read).
+                can_read = bool(self._poll(self._held_ms)) or self._until_readable(held_waited=True)
             else:
                 can_read = self._until_readable()
             if can_read and not self._finished:
@@ -412,7 +419,7 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
             return None
         return plain
 
-    def _until_readable(self, *, silent: bool = False) -> bool:
+    def _until_readable(self, *, silent: bool = False, held_waited: bool = False) -> bool:
         """Waits until the socket has data (or an end) to read, writing what
         is queued meanwhile as the socket takes it, and keeping the
         connection alive. False when the call ended meanwhile (keepalive
@@ -422,21 +429,21 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
         the keepalive interval; the server counts as silent from when the
         wait began, so a poll that times out sends the PING (``silent``: the
         caller's own wait timed out so). Bytes held below ``HELD_BYTES`` wait
-        ``HELD_MS`` at most, then every byte wakes it again."""
+        ``HELD_MS`` at most (``held_waited``: the caller waited so already),
+        then every byte wakes it again."""
         keepalive = self._keepalive
         since = 0.0  # when the server's silence began, for the keepalive
         if silent:
             if keepalive is not None:
                 since = time.monotonic() - keepalive.interval
-        elif not self._pending and not self._ping_sent:
+        elif held_waited or (not self._pending and not self._ping_sent):
             millis = self._keepalive_ms
-            if self._held:
-                bound = HELD_MS if millis < 0 else min(HELD_MS, millis)
-                if self._poll(bound):
+            if held_waited or self._held:  # (as they were when the caller's wait began)
+                if not held_waited and self._poll(self._held_ms):
                     return True
                 with self._flow_lock:
                     self._release()
-                millis = -1 if millis < 0 else millis - bound
+                millis = -1 if millis < 0 else millis - self._held_ms
             if self._poll(millis):
                 return True
             if keepalive is not None:  # silent for a whole interval

@@ -183,7 +183,8 @@ class Http2Connection:
                     "the server sends control frames faster than it reads their answers",
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                 )
-            self._pending += self._wrap(frame)
+            # _wrap's, written out: an answer (a PING's) is queued about once a read.
+            self._pending += frame if self._tls is None else self._tls.wrap(frame)
 
     def _flush(self) -> bool:
         """Writes what is queued as far as the socket takes it without

@@ -94,10 +94,9 @@ PINGs), and the connection ends with ENHANCE_YOUR_CALM instead of growing."""
 DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024
 """grpcio's default limit on a received message, and the client's."""
 
-
 _PING_ACK_HEAD = frame_bytes(PING, ACK, 0, bytes(8))[:9]  # a PING ack's 9 bytes before its payload
 _SHORT_CONTROL = frozenset((WINDOW_UPDATE, PING))
-"""Control frames :meth:`FrameReader.feed` hands straight to ``_control``:
+"""Control frames :meth:`FrameReader.feed` hands straight to their own methods:
 a server sends one of each per ack at a paced rate, and neither changes the
 stream's state or our receive window."""
 _NOT_PLAIN = PADDED | END_STREAM
@@ -187,6 +186,7 @@ class FrameReader(Generic[T]):
         windows: PeerWindows,
         flow: threading.Condition,
         reply: Callable[[bytes], None],
+        flow_lock: threading.Lock | None = None,
     ) -> None:
         self._parse = parse
         self._max_message = max_message
@@ -195,6 +195,8 @@ class FrameReader(Generic[T]):
         self._one = min(max_message, MAX_FRAME_IN - 5)
         self._windows = windows
         self._flow = flow
+        # flow's lock (else flow): taken directly where nobody waits, no Python call.
+        self._flow_lock: threading.Lock | threading.Condition = flow_lock or flow
         self._reply = reply
         self.ready: collections.deque[T] = collections.deque()
         self.ended = False
@@ -285,8 +287,11 @@ class FrameReader(Generic[T]):
                     break
                 pos = stop
                 kind = word & 0xFF
-                if kind in _SHORT_CONTROL and not self._continuing:
-                    self._control(kind, flags, stream & 0x7FFF_FFFF, data[start:stop])
+                if kind in _SHORT_CONTROL and not self._continuing:  # not via _control: a call less
+                    if kind == WINDOW_UPDATE:
+                        self._window_update(stream & 0x7FFF_FFFF, data[start:stop])
+                    else:
+                        self._ping(flags, stream & 0x7FFF_FFFF, data[start:stop])
                     continue
                 if not (plain and kind == DATA and stream == STREAM and not flags & _NOT_PLAIN):
                     self._window = window
@@ -430,18 +435,8 @@ class FrameReader(Generic[T]):
     # ------------------------------------------------------------- control --
 
     def _control(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
-        if kind == WINDOW_UPDATE:
-            self._window_update(stream, payload)
-        elif kind == PING:
-            if stream != 0 or len(payload) != 8:
-                raise connection_error(
-                    PROTOCOL_ERROR if stream else FRAME_SIZE_ERROR, "a malformed PING"
-                )
-            if flags & ACK:
-                self.pongs += 1
-            else:
-                self._reply(_PING_ACK_HEAD + payload)
-        elif kind in (HEADERS, CONTINUATION):
+        # Never WINDOW_UPDATE or PING: feed hands those to their own methods.
+        if kind in (HEADERS, CONTINUATION):
             self._header_frame(kind, flags, stream, payload)
         elif kind == SETTINGS:
             self._settings(flags, stream, payload)
@@ -475,6 +470,16 @@ class FrameReader(Generic[T]):
             raise connection_error(PROTOCOL_ERROR, "PUSH_PROMISE, though push was refused")
         # Frames of unknown types are ignored (§5.5).
 
+    def _ping(self, flags: int, stream: int, payload: bytes) -> None:
+        if stream != 0 or len(payload) != 8:
+            raise connection_error(
+                PROTOCOL_ERROR if stream else FRAME_SIZE_ERROR, "a malformed PING"
+            )
+        if flags & ACK:
+            self.pongs += 1
+        else:
+            self._reply(_PING_ACK_HEAD + payload)
+
     def _window_update(self, stream: int, payload: bytes) -> None:
         if len(payload) != 4:
             raise connection_error(FRAME_SIZE_ERROR, "a WINDOW_UPDATE not 4 bytes long")
@@ -485,11 +490,10 @@ class FrameReader(Generic[T]):
             raise connection_error(PROTOCOL_ERROR, "a WINDOW_UPDATE of 0")
         # A sender is woken only when one waits for window. A with: a unary
         # call reads on the caller's thread, where Ctrl-C may land.
-        flow, windows = self._flow, self._windows
-        with flow:
-            windows.update(stream, increment)
-            if windows.waiting:
-                flow.notify_all()
+        with self._flow_lock:
+            self._windows.update(stream, increment)
+            if self._windows.waiting:
+                self._flow.notify_all()
 
     def _settings(self, flags: int, stream: int, payload: bytes) -> None:
         if stream != 0:
