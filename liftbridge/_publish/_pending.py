@@ -242,7 +242,8 @@ class Spent:
     def __init__(self) -> None:
         self.kept: collections.deque[object] = collections.deque()
         """Oldest first. A publishing thread's own loop may do what
-        :meth:`free_one` does on it (a call the less per publish)."""
+        :meth:`free_one` does on it (a call the less per publish), the
+        acks thread's what :meth:`keep` does (a call the less per read)."""
 
     def keep(self, settled: Iterable[object]) -> None:
         """On the thread that settled them: keeps ``settled`` (each holding

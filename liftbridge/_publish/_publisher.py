@@ -403,7 +403,7 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
             _log.debug("outcome for unknown or timed-out publish %r: %s", correlation_id, error)
         if members:
             settle_members(members)  # SDK code, no user code
-        self._spent.keep(settled)  # for the publishing threads to free; before they resolve
+        self._spent.kept.extend(settled)  # Spent.keep, a call less a read; before they resolve
         self._callbacks.settle_run(settled)
 
     # ------------------------------------------------------ ack dispatcher --
