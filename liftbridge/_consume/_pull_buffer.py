@@ -100,7 +100,10 @@ class PullBuffer:
     def handler(self, reader: Reader, generation: int) -> Handler:
         """A subscription handler putting ``reader``'s messages in: runs on
         the subscription's thread, only SDK code."""
-        acquire, release = self._mutex.acquire, self._mutex.release
+        # Taken by ``with``: pre-bound acquire/release cost ~640 instructions less
+        # a message (callgrind, 3.11), but an interrupt between acquire and try
+        # would leave it held.
+        mutex = self._mutex
         offer = self._queue.offer
         # Offsets below ``below`` take the hot path; the stop offset and past
         # it go through _offer, which ends the partition's reading.
@@ -122,8 +125,7 @@ class PullBuffer:
             # late copy, the stop) goes through _offer, which decides again
             # under the lock.
             if offset < below:
-                acquire()  # not ``with lock``: its method lookups cost as much again
-                try:
+                with mutex:
                     received = reader.received
                     if (
                         reader.generation == generation
@@ -132,8 +134,6 @@ class PullBuffer:
                     ):
                         reader.received = offset
                         return
-                finally:
-                    release()
             self._offer(reader, generation, message, weight)
 
         return handle

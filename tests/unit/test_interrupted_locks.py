@@ -29,6 +29,7 @@ import pytest
 
 import liftbridge
 from bench.publish_cg import STREAM, AckingBroker
+from liftbridge._consume._pull_buffer import PullBuffer, Reader
 from liftbridge._groups._partitions import Assigned
 from liftbridge._groups._values import StreamPartition
 from liftbridge._transport._http2 import Http2Call
@@ -135,6 +136,31 @@ def test_commits_interrupted_as_they_take_a_lock() -> None:
 
     interrupted = sweep(commit, after, acquire_returns, MOST)
     assert "commit" in interrupted
+
+
+def test_a_pull_buffers_handler_takes_its_lock_where_no_interrupt_lands() -> None:
+    """A pull consumer's subscription handler puts each message in under the
+    buffer's lock. Its hot path took it by ``acquire()`` before its ``try``:
+    an interrupt as that returned left it held, and every subscription and
+    taker of the consumer waited forever. With ``with`` no acquire of it
+    returns to an SDK frame, so there is no such point left (none below
+    the buffer's own, which take it by ``with`` too)."""
+    buffer = PullBuffer(1000, 500, by_bytes=False, ended=lambda: False)
+    reader = Reader(0, 0, None)
+    buffer.readers[0] = reader
+    handle = buffer.handler(reader, reader.generation)
+    offsets = itertools.count()
+
+    def put() -> None:
+        handle(liftbridge.Message(next(offsets), b"v", stream="s"), None)
+
+    def check() -> None:
+        assert not buffer.lock.locked(), "the buffer's lock was left held"
+
+    put()
+    check()
+    assert sweep(put, check, acquire_returns, MOST) == set()
+    assert reader.received == next(offsets) - 1  # every message went in
 
 
 def test_a_cancel_interrupted_as_it_takes_the_read_lock_lets_the_reader_end() -> None:
