@@ -34,7 +34,7 @@ _MAX_DIGITS = 9
 """Digits of a size at most: every size allowed (64 MiB) has 8."""
 
 _KNOWN_SIZES = 1024
-"""Distinct size fields of the usual frame whose value a parser remembers."""
+"""Distinct control lines of the usual frame whose size a parser remembers."""
 
 _PUBLISH_DENIED = re.compile(r'Permissions Violation for Publish to "?([^"]+)"?', re.IGNORECASE)
 
@@ -77,8 +77,9 @@ class FrameParser:
         self._sid = sid
         self._usual = b"MSG " + subject + b" " + sid + b" " if subject else b""
         self._where = where
-        # Size fields of the usual frame read so far (digits only), as ints.
-        self._sizes: dict[bytes, int] = {}
+        # Control lines of the usual frame read so far (their size digits
+        # only, at most the max_payload then), with that size as an int.
+        self._lines: dict[bytes, int] = {}
         # What is left of the last read: a partial line or frame, as reads.
         self._parts: list[bytes] = []
         self._have = 0  # bytes in _parts
@@ -140,7 +141,7 @@ class FrameParser:
         starts, and how many bytes from there it needs (0: its line's end)."""
         size = len(buf)
         usual, usual_size = self._usual, len(self._usual)
-        sizes = self._sizes
+        lines = self._lines
         limit = self.max_payload
         payloads: list[bytes] = []
         pos = 0
@@ -152,24 +153,25 @@ class FrameParser:
                         f"{self._where} sent a line longer than {MAX_CONTROL_LINE} bytes"
                     )
                 return payloads, pos, 0
-            if usual and buf.startswith(usual, pos):
+            # A usual frame's line read before (so checked): one look-up, no int() again.
+            length = lines.get(buf[pos:end])
+            if length is None and usual and buf.startswith(usual, pos):
                 count = buf[pos + usual_size : end]
-                length = sizes.get(count)  # an ack's size seen before: no int() again
-                if length is None and count.isdigit():  # else a reply subject, a sign: below
+                if count.isdigit():  # else a reply subject, a sign: below
                     length = int(count)
-                    if length <= limit and len(sizes) < _KNOWN_SIZES:
-                        sizes[count] = length
-                if length is not None:
-                    if length > limit:
-                        raise self._too_large("MSG", length)
-                    stop = end + 2 + length
-                    if stop + 2 > size:
-                        return payloads, pos, stop + 2 - pos
-                    if buf[stop] != 13 or buf[stop + 1] != 10:  # CRLF, by byte: the cheapest check
-                        raise self._unended("MSG")
-                    payloads.append(buf[end + 2 : stop])
-                    pos = stop + 2
-                    continue
+                    if length <= limit and len(lines) < _KNOWN_SIZES:
+                        lines[buf[pos:end]] = length
+            if length is not None:
+                if length > limit:
+                    raise self._too_large("MSG", length)
+                stop = end + 2 + length
+                if stop + 2 > size:
+                    return payloads, pos, stop + 2 - pos
+                if buf[stop] != 13 or buf[stop + 1] != 10:  # CRLF, by byte: the cheapest check
+                    raise self._unended("MSG")
+                payloads.append(buf[end + 2 : stop])
+                pos = stop + 2
+                continue
             head = buf[pos : pos + 4].upper()
             if head == b"MSG ":
                 fields = buf[pos + 4 : end].split()
