@@ -63,12 +63,11 @@ class CallbackRunner:
         it). The class itself, called directly: no Python frame in between
         on a publish's way."""
 
-    def future_made_on_read(
-        self, raw: type, make: Callable[[Any], Any]
-    ) -> Callable[[], Future[Any]]:
+    def future_made_on_read(self, raw: type, make: Callable[[Any], Any]) -> type[CallbackFuture]:
         """As :attr:`future`, for futures resolved with a raw result (an
         instance of ``raw``) that read as ``make(raw)``, made on the first
-        read (:meth:`CallbackFuture.made_on_read`)."""
+        read (:meth:`CallbackFuture.made_on_read`): the class of those
+        futures, called to make one."""
         return self._future.made_on_read(raw, make)
 
     def settle(

@@ -25,7 +25,8 @@ from liftbridge._errors import (
     UnavailableError,
 )
 from liftbridge._locks import start_thread
-from liftbridge._publish._nats_window import AckWindow, Pending
+from liftbridge._publish._nats_pending import Pending
+from liftbridge._publish._nats_window import AckWindow
 
 logger = logging.getLogger(__name__)
 

@@ -27,8 +27,9 @@ from liftbridge._core._validate import BytesLike
 from liftbridge._errors import LiftbridgeError
 from liftbridge._publish._batch import Batch, BatchMethods, correlation_ids
 from liftbridge._publish._bytes import WIRE_POLICIES, PlainFrames, envelope_frame
+from liftbridge._publish._nats_pending import Pending
 from liftbridge._publish._nats_subjects import Subjects
-from liftbridge._publish._nats_window import AckWindow, Pending
+from liftbridge._publish._nats_window import AckWindow
 from liftbridge._publish._options import StreamPublishOptions
 
 

@@ -62,8 +62,9 @@ from liftbridge._publish._bytes import WIRE_POLICIES as _WIRE_POLICIES
 from liftbridge._publish._nats_acks import AcksThread
 from liftbridge._publish._nats_batch import NatsBatchMethods
 from liftbridge._publish._nats_events import NatsEvents, State
+from liftbridge._publish._nats_pending import AckHandler, Pending, new_pending
 from liftbridge._publish._nats_subjects import Subjects
-from liftbridge._publish._nats_window import AckHandler, AckWindow, Pending
+from liftbridge._publish._nats_window import AckWindow
 from liftbridge._publish._options import (
     STREAM_OPTIONS,
     StreamPublishOptions,
@@ -414,12 +415,18 @@ class NatsStreamPublisher(NatsBatchMethods, NatsEvents):
                 prefix, value, key, headers, correlation_id, ack_policy, expected_offset
             )
         # Running, so it cannot be cancelled; its done-callbacks run on liftbridge-callbacks.
-        made = self._callbacks.future() if future and waiter is None else None
+        made = self._window.future() if future and waiter is None else None
         outcome: Future[Ack | None] | Waiter | None = made if waiter is None else waiter
         entry: Pending | None = None
         if wants_ack:
-            entry = Pending(correlation_id, outcome, ack_handler, timeout, subject)
-            entry.leader = leader or self._router.leader_address(stream, partition)
+            entry = new_pending(
+                correlation_id,
+                outcome,
+                ack_handler,
+                timeout,
+                subject,
+                leader or self._router.leader_address(stream, partition),
+            )
             try:  # an interrupt (Ctrl-C) leaves the publish out or in, never half
                 self._window.admit(entry)
                 self._nats.send_frame(subject, frame, entry, waiter is not None)

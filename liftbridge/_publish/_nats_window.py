@@ -14,14 +14,20 @@ timeout is deadline order: the timer looks at its oldest entries
 (:meth:`AckTimer.watch`) instead of each publish being queued for it a
 second time. Publishes with a timeout of their own go on the timer's heap.
 
+A publish's own Future (:attr:`AckWindow.future`) is resolved with its ack's
+checked bytes and makes its :class:`Ack` (:func:`ack_of_wire`) when first
+read: most pipelined publishes' Acks never are, and making one cost the I/O
+thread ~1,500 instructions an ack (callgrind, ``bench/nats_cg.py``).
 The Futures of publishes settled by their acks are let go of on the
 publishing thread, one per later admission (:meth:`AckWindow.admit`), not on
 the I/O thread that settled them: :class:`~liftbridge._publish._pending.Spent`,
-whose module says why (CPython's young-collection tally). The I/O thread lets
-go of the rest, each publish's entry, as it settles it, so what it frees
-matches what it makes: each ack's :class:`Ack`, which the Future keeps. The
-Ack keeps the ack's bytes, not its protobuf (:func:`ack_of_wire`; bytes are
-not tracked by the collector): each protobuf is freed as soon as it is read.
+whose module says why (CPython's young-collection tally). Each thread frees
+what it makes: a publish whose Future alone awaits it goes there with its
+entry (the I/O thread makes nothing for it); one with a handler or in a batch
+gets its :class:`Ack` made on the I/O thread, which lets go of its entry as
+it settles it (one made, one freed). An Ack keeps the ack's bytes, not its
+protobuf (bytes are not tracked by the collector): each protobuf is freed as
+soon as it is read.
 A read of hundreds of acks then leaves the tally where it was: kept with
 its Ack, each protobuf was one object more per ack and every read of more
 than ~700 acks set off a young collection, which walks every Future made
@@ -41,7 +47,6 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
 from time import monotonic
 
 from google.protobuf.message import DecodeError
@@ -55,7 +60,6 @@ from liftbridge._core._envelope import (
     ack_from_string,
     ack_wire,
 )
-from liftbridge._core._futures import Waiter
 from liftbridge._errors import (
     AckTimeoutError,
     EnvelopeError,
@@ -63,31 +67,12 @@ from liftbridge._errors import (
     LiftbridgeError,
     PublishWindowFullError,
 )
-from liftbridge._publish._batch import Batch, settle_members
+from liftbridge._publish._batch import settle_members
+from liftbridge._publish._nats_pending import AckHandler, Pending
 from liftbridge._publish._pending import Spent
 from liftbridge_api import api_pb2
 
 logger = logging.getLogger(__name__)
-
-AckHandler = Callable[[Ack | None, BaseException | None], None]
-
-
-@dataclass(slots=True, eq=False)
-class Pending:
-    """A publish waiting for its ack. Whoever takes it out of the window's
-    table (under the window's lock) resolves it."""
-
-    correlation_id: str
-    future: Future[Ack | None] | Waiter | None  # None: the caller asked for none (Waiter: publish)
-    handler: AckHandler | None
-    timeout: float
-    subject: str
-    deadline: float = 0.0  # time.monotonic(), set when admitted
-    seq: int = 0  # the order publishes were admitted in, for flush()
-    leader: str | None = None  # the partition leader's address when published, if known
-    batch: Batch | None = None  # the publish_many_async batch it settles, if any
-    index: int = 0  # its place in that batch
-
 
 # An outcome to deliver: the publish, its ack or its error.
 _Outcome = tuple[Pending, Ack | None, BaseException | None]
@@ -136,6 +121,12 @@ class AckWindow:
         # Never more than max_inflight of them; flush() and close empty it.
         self._spent = Spent()
         self._watched = timer.watch(self._expire_due, wait=ack_timeout)
+        # The class of the publishes' Futures (self.future).
+        self._raw = runner.future_made_on_read(bytes, ack_of_wire)
+        self.future: Callable[[], Future[Ack | None]] = self._raw
+        """``future()``: a publish's Future, resolved with its ack's checked
+        wire bytes; its :class:`Ack` is made when first read (most pipelined
+        publishes' Acks never are). Its done-callbacks run on ``runner``."""
 
     # ------------------------------------------------------ any thread --
 
@@ -373,7 +364,8 @@ class AckWindow:
         settled = 0
         calls: list[tuple[AckHandler, Ack | None, BaseException | None]] = []
         members: list[_Outcome] = []
-        futures: list[Future[Ack | None] | Waiter] = []  # kept for the publishing threads to free
+        kept: list[object] = []  # for the publishing threads to free (see the module docstring)
+        raw = self._raw
         for index in range(len(entries)):  # _deliver, inlined: once per publish
             entry = entries[index]
             if entry is None:
@@ -383,21 +375,29 @@ class AckWindow:
             settled += 1
             ack: Ack | None = None
             error = refused.get(index) if refused else None
+            future = entry.future
+            if future.__class__ is raw and entry.handler is None and entry.batch is None:
+                # A Future alone, the commonest: given the wire, it makes the Ack when read.
+                kept.append(entry)  # with its Future: this thread made neither
+                if error is None:
+                    future.set_result(wires[index])
+                else:
+                    future.set_exception(error)
+                continue
             if error is None:
                 ack = ack_of_wire(wires[index])
             if entry.batch is not None:  # gathered below, as one run per batch
                 members.append((entry, ack, error))
                 continue
-            future = entry.future
             if future is not None:
-                futures.append(future)
+                kept.append(future)
                 if error is None:
                     future.set_result(ack)
                 else:
                     future.set_exception(error)
             if entry.handler is not None:
                 calls.append((entry.handler, ack, error))
-        self._spent.keep(futures)
+        self._spent.keep(kept)
         if members:
             settle_members(members)
         if calls:

@@ -234,7 +234,7 @@ def fail_all(
 class Spent:
     """Settled publishes kept for the publishing threads to free, one per
     publish (see the module docstring): the gRPC publisher keeps each
-    outcome, the NATS window each Future (its Ack with it).
+    outcome, the NATS window each Future (its Ack with it) or publish entry.
     Thread-safe (deque operations)."""
 
     __slots__ = ("kept",)

@@ -4,6 +4,7 @@ the shared ack timer, or a failure; no NATS server needed."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import threading
 import time
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from liftbridge._core._acks import Ack
+from liftbridge._core._acks import Ack, ack_outcome
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._core._deadlines import AckTimer
 from liftbridge._core._envelope import EnvelopeType, ack_wire, encode_envelope
@@ -28,7 +29,8 @@ from liftbridge._errors import (
     PublishWindowFullError,
     ServerError,
 )
-from liftbridge._publish._nats_window import AckWindow, Pending
+from liftbridge._publish._nats_pending import Pending, new_pending
+from liftbridge._publish._nats_window import AckWindow
 from liftbridge_api import api_pb2
 
 TIMEOUT = 5.0
@@ -369,3 +371,54 @@ def test_settling_a_batch_of_acks_frees_as_many_tracked_objects_as_it_keeps(
     assert kept_protobufs == 0
     assert [f.result(0).offset for f in futures] == list(range(count))  # type: ignore[union-attr]
     assert window.flush(time.monotonic() + TIMEOUT)
+
+
+def test_a_future_alone_makes_its_ack_when_first_read(
+    parts: tuple[AckTimer, CallbackRunner],
+) -> None:
+    # The I/O thread resolves a publish's own Future (window.future(), no
+    # handler) with the ack's wire bytes: no Ack is made until the Future is
+    # read, and every read gets the one made then. It does not free that
+    # publish either: its entry and Future go to the next admission (it made
+    # neither; GC accounting: see _nats_window's docstring).
+    window = _window(parts)
+    outcomes = _Outcomes()
+    alone, handled = (
+        Pending(name, window.future(), handler, TIMEOUT, "orders")
+        for name, handler in (("a", None), ("h", outcomes))
+    )
+    window.admit(alone)
+    window.admit(handled)
+    gone = weakref.ref(_f(alone))
+    del alone
+    gc.collect()
+    window.settle_acks([_ack("a", 1), _ack("h", 2)])
+    assert outcomes.handled.wait(TIMEOUT)
+    handled_ack = outcomes.calls[0][0]
+    assert [type(o) is Ack for o in gc.get_objects()].count(True) == 1  # the handler's alone
+    future = gone()
+    assert future is not None and future.done() and future.exception() is None
+    ack = future.result(0)
+    assert isinstance(ack, Ack) and ack.offset == 1 and ack.correlation_id == "a"
+    assert future.result(0) is ack and ack == ack_outcome(ack_wire(_ack("a", 1))[1])[0]
+    assert _f(handled).result(0) is handled_ack and handled_ack is not None
+    assert handled_ack.offset == 2
+    del future, ack
+    refused = Pending("r", window.future(), None, TIMEOUT, "orders")
+    window.admit(refused)
+    assert gone() is None  # freed by the next admission
+    wire = api_pb2.Ack(correlationId="r", ackError=api_pb2.Ack.INCORRECT_OFFSET)
+    window.settle_acks([encode_envelope(EnvelopeType.ACK, wire.SerializeToString())])
+    assert isinstance(_f(refused).exception(0), LiftbridgeError)
+    assert window.flush(time.monotonic() + TIMEOUT)
+
+
+def test_new_pending_sets_every_field_as_the_class_does() -> None:
+    """new_pending writes each slot itself: a field added to Pending and not
+    to it would be missing (an AttributeError on first read) or differ here."""
+    future: Future[Ack | None] = Future()
+    made = new_pending("c", future, print, 2.5, "s", "h:1")
+    expected = Pending("c", future, print, 2.5, "s", leader="h:1")
+    for field in dataclasses.fields(Pending):
+        assert getattr(made, field.name) == getattr(expected, field.name), field.name
+    assert new_pending("c", None, None, 1.0, "s", None).leader is None

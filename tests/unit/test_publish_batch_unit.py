@@ -27,7 +27,8 @@ from liftbridge._errors import (
     ServerError,
 )
 from liftbridge._publish._batch import Batch, settle_members
-from liftbridge._publish._nats_window import AckWindow, Pending
+from liftbridge._publish._nats_pending import Pending
+from liftbridge._publish._nats_window import AckWindow
 from liftbridge._publish._publisher import Publisher
 from liftbridge._publish._window import Window
 from liftbridge_api import api_pb2
