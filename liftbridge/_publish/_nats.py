@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import functools
+import itertools
 import logging
 import threading
 import uuid
@@ -165,6 +166,10 @@ class NatsPublisher:
         if ack_inbox is None:
             ack_inbox = f"_INBOX.{uuid.uuid4().hex}"
         self._inbox = _validate.subject(ack_inbox, arg="ack_inbox")
+        # The next correlation id, "<12 hex digits>-0x<n>", made in C (a uuid4 each
+        # was ~13,000 instructions a publish more, callgrind).
+        prefix = f"{uuid.uuid4().hex[:12]}-"
+        self._next_id = map(prefix.__add__, map(hex, itertools.count())).__next__
 
         self._lock = threading.Lock()
         # _lock guards _state, _closer, _failing, _connection_lost and _pending.
@@ -458,7 +463,7 @@ class NatsPublisher:
         else:
             timeout = _validate.seconds(timeout, arg="timeout")
         if correlation_id is None:
-            correlation_id = uuid.uuid4().hex
+            correlation_id = self._next_id()
         else:
             correlation_id = check_correlation_id(correlation_id)
         wants_ack = ack_policy is not AckPolicy.NONE

@@ -44,6 +44,7 @@ import logging
 import ssl
 import threading
 import uuid
+from collections.abc import Callable
 from concurrent.futures import Future
 from time import monotonic
 from typing import Literal, Unpack, overload
@@ -191,8 +192,11 @@ class NatsStreamPublisher(NatsBatchMethods, NatsEvents):
         self._where = url.split("@")[-1]  # never the credentials
         self._inbox = f"_INBOX.{uuid.uuid4().hex}"
         self._inbox_field = ack_inbox_field(self._inbox)  # in every envelope wanting an ack
-        self._ids = itertools.count()
-        self._id_prefix = f"{uuid.uuid4().hex[:12]}-"
+        # The next correlation id, "<12 hex digits>-0x<n>" for n = 0, 1, ..., made in C
+        # as the gRPC publisher's (no Python frame; hex, a C function, not str, a type).
+        self._next_id: Callable[[], str] = map(
+            f"{uuid.uuid4().hex[:12]}-".__add__, map(hex, itertools.count())
+        ).__next__
 
         self._lock = threading.Lock()  # guards _state and _closer
         self._state = State.OPEN
@@ -391,7 +395,7 @@ class NatsStreamPublisher(NatsBatchMethods, NatsEvents):
         if expected_offset is not None:
             _validate.positive_int(expected_offset, arg="expected_offset", minimum=0)
         if correlation_id is None:
-            correlation_id = f"{self._id_prefix}{next(self._ids)}"
+            correlation_id = self._next_id()
         else:
             correlation_id = check_correlation_id(correlation_id)
             if self._window.in_flight(correlation_id):

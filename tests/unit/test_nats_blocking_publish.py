@@ -4,6 +4,7 @@ same outcomes: the Ack, or the error its publish ends with."""
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -102,3 +103,13 @@ def test_a_blocking_publish_raises_what_its_publish_ends_with(
     publisher.close()
     waiting.join(WAIT)
     assert [type(error) for error in failed] == [liftbridge.ClientClosedError]
+
+
+def test_correlation_ids_are_the_publishers_prefix_and_a_count_in_hex(
+    publisher: liftbridge.NatsStreamPublisher,
+) -> None:
+    # Made in C (a map over itertools.count), as the gRPC publisher's.
+    first, second = (publisher.publish(STREAM, b"id") for _ in range(2))
+    prefix, count = first.correlation_id.split("-")
+    assert re.fullmatch("[0-9a-f]{12}", prefix) and re.fullmatch("0x[0-9a-f]+", count)
+    assert second.correlation_id == f"{prefix}-{hex(int(count, 16) + 1)}"

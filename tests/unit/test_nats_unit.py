@@ -7,6 +7,7 @@ acks built from the envelopes, as a Liftbridge partition leader would.
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import sys
 import threading
@@ -168,6 +169,10 @@ def test_publish_defaults(publisher: NatsPublisher, clients: list[FakeClient]) -
     assert first is not None and second is not None
     assert (first.offset, second.offset) == (0, 1)
     assert first.correlation_id != second.correlation_id
+    # A publisher's own prefix, then a count in hex (made in C: no uuid4 a publish).
+    prefix, count = first.correlation_id.split("-")
+    assert re.fullmatch("[0-9a-f]{12}", prefix) and count == "0x0"
+    assert second.correlation_id == f"{prefix}-0x1"
     assert publisher.ack_inbox.startswith("_INBOX.")
     assert publisher.max_payload == 4096
     assert clients[0].url == "nats://127.0.0.1:4333"
