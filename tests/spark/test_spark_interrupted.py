@@ -15,7 +15,6 @@ no SparkSession).
 from __future__ import annotations
 
 import threading
-import time
 from types import FrameType
 
 import pytest
@@ -25,7 +24,7 @@ pytest.importorskip("pyarrow", reason="needs the spark extra: pip install -e '.[
 from liftbridge import StartPosition
 from liftbridge.spark._fetch import first_offset
 from tests.unit.fake_router import FakeRouter, FakeStream, handshake, message, metadata_with
-from tests.unit.interrupts import in_sdk, interrupted_at, sweep_whole
+from tests.unit.interrupts import in_sdk, interrupted_at, sdk_threads_left, sweep_whole
 
 STREAM = "orders"
 MOST = 1000  # interrupt points of one call, at most (a bound on the sweep)
@@ -60,16 +59,7 @@ def test_first_offset_interrupted_anywhere_leaves_no_stream_open() -> None:
         )
         if where is None:
             assert found == [3]
-        deadline = time.monotonic() + BOUND
-        while True:
-            left = [
-                t.name
-                for t in set(threading.enumerate()) - before
-                if t.name.startswith("liftbridge-")
-            ]
-            if not left or time.monotonic() > deadline:
-                break
-            time.sleep(0.01)
+        left = sdk_threads_left(before, BOUND)
         assert not left, f"{left} still run (interrupted in {where})"
         if not router.streams:  # opened
             assert stream.done(), f"an open stream was left (interrupted in {where})"

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 
@@ -104,3 +106,17 @@ def sweep_whole(run: Callable[[int], str | None], whole: int, most: int) -> set[
             in_a_row = 0
             interrupted.add(where)
     raise AssertionError(f"still interrupt points after {most}")
+
+
+def sdk_threads_left(before: set[threading.Thread], bound: float) -> list[str]:
+    """The names of the SDK's threads (``liftbridge-*``) started since
+    ``before`` that are still running after waiting up to ``bound`` seconds
+    for them to end: an interrupted operation must leave none behind."""
+    deadline = time.monotonic() + bound
+    while True:
+        left = [
+            t.name for t in set(threading.enumerate()) - before if t.name.startswith("liftbridge-")
+        ]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.01)

@@ -14,7 +14,6 @@ streams (no network).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -26,7 +25,7 @@ from liftbridge._consume._subscription import Subscription, start_subscription
 from liftbridge._core._admin import Admin
 from liftbridge._core._router import Deadline, Target
 from tests.unit.fake_router import FakeRouter, FakeStream, handshake, message, metadata_with
-from tests.unit.interrupts import in_sdk, interrupted_at, sweep_whole
+from tests.unit.interrupts import in_sdk, interrupted_at, sdk_threads_left, sweep_whole
 
 STREAM = "orders"
 MOST = 1000  # interrupt points of one opening call, at most (a bound on each sweep)
@@ -68,16 +67,7 @@ def _sweep(
         where = interrupted_at(n, read(router), _opening)
         if where is None:
             whole()
-        deadline = time.monotonic() + BOUND
-        while True:
-            left = [
-                t.name
-                for t in set(threading.enumerate()) - before
-                if t.name.startswith("liftbridge-")
-            ]
-            if not left or time.monotonic() > deadline:
-                break
-            time.sleep(0.01)
+        left = sdk_threads_left(before, BOUND)
         assert not left, f"{left} still run (interrupted in {where})"
         if not router.streams:  # opened
             assert stream.done(), f"an open stream was left (interrupted in {where})"
