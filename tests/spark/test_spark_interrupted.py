@@ -15,7 +15,6 @@ no SparkSession).
 from __future__ import annotations
 
 import threading
-from types import FrameType
 
 import pytest
 
@@ -24,7 +23,12 @@ pytest.importorskip("pyarrow", reason="needs the spark extra: pip install -e '.[
 from liftbridge import StartPosition
 from liftbridge.spark._fetch import first_offset
 from tests.unit.fake_router import FakeRouter, FakeStream, handshake, message, metadata_with
-from tests.unit.interrupts import in_sdk, interrupted_at, sdk_threads_left, sweep_whole
+from tests.unit.interrupts import (
+    in_sdk_or_thread_start,
+    interrupted_at,
+    sdk_threads_left,
+    sweep_whole,
+)
 
 STREAM = "orders"
 MOST = 1000  # interrupt points of one call, at most (a bound on the sweep)
@@ -34,13 +38,6 @@ WATCHDOG = 2.5
 two of them without progress; a run takes milliseconds. An interrupt at the
 start of the watchdog's ``__exit__`` skips it all: the watchdog then ends so."""
 WHOLE = 3  # the sweep ends after this many runs in a row had no point left to interrupt
-
-_START = threading.Thread.start.__code__
-
-
-def _opening(frame: FrameType, event: str, arg: object) -> bool:
-    """Any point in the SDK's frames, and in Thread.start run on this thread."""
-    return in_sdk(frame, event, arg) or (event in ("call", "c_return") and frame.f_code is _START)
 
 
 def test_first_offset_interrupted_anywhere_leaves_no_stream_open() -> None:
@@ -55,7 +52,7 @@ def test_first_offset_interrupted_anywhere_leaves_no_stream_open() -> None:
             lambda: found.append(
                 first_offset(router.as_router(), STREAM, 0, StartPosition.EARLIEST, 9, WATCHDOG)
             ),
-            _opening,
+            in_sdk_or_thread_start,
         )
         if where is None:
             assert found == [3]

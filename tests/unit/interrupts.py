@@ -35,6 +35,17 @@ def in_sdk(frame: FrameType, event: str, arg: object) -> bool:
     return event in ("call", "c_return") and frame.f_code.co_filename.startswith(SDK)
 
 
+_THREAD_START = threading.Thread.start.__code__
+
+
+def in_sdk_or_thread_start(frame: FrameType, event: str, arg: object) -> bool:
+    """Any point in the SDK's frames, and in Thread.start run on this thread
+    (where an SDK call that starts a thread can be interrupted too)."""
+    return in_sdk(frame, event, arg) or (
+        event in ("call", "c_return") and frame.f_code is _THREAD_START
+    )
+
+
 def acquire_returns(frame: FrameType, event: str, arg: object) -> bool:
     """A lock's ``acquire`` returning to an SDK frame (the lock taken)."""
     return (

@@ -16,7 +16,6 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from types import FrameType
 
 import pytest
 
@@ -24,18 +23,11 @@ import liftbridge
 from bench.publish_cg import STREAM, AckingBroker
 from tests.unit.fake_broker import serving
 from tests.unit.hostile_nats import FakeNats
-from tests.unit.interrupts import in_sdk, interrupted_at, sweep_whole
+from tests.unit.interrupts import in_sdk_or_thread_start, interrupted_at, sweep_whole
 
 MOST = 3000  # interrupt points of one constructor, at most (a bound on each sweep)
 BOUND = 30.0  # seconds a thread left may take to end (a loaded machine)
 WHOLE = 3  # a sweep ends after this many runs in a row had no point left to interrupt
-
-_START = threading.Thread.start.__code__
-
-
-def _making(frame: FrameType, event: str, arg: object) -> bool:
-    """Any point in the SDK's frames, and in Thread.start run on this thread."""
-    return in_sdk(frame, event, arg) or (event in ("call", "c_return") and frame.f_code is _START)
 
 
 @pytest.fixture
@@ -94,7 +86,7 @@ def test_a_nats_stream_publisher_interrupted_as_it_is_made_leaves_nothing(
                 where = interrupted_at(
                     n,
                     lambda: made.append(liftbridge.NatsStreamPublisher(client, nats.url)),
-                    _making,
+                    in_sdk_or_thread_start,
                 )
                 if where is None:
                     (publisher,) = made
@@ -125,7 +117,9 @@ def test_a_client_interrupted_as_it_is_made_leaves_no_thread(broker: AckingBroke
     def run(n: int) -> str | None:
         before = set(threading.enumerate())
         made: list[liftbridge.Client] = []
-        where = interrupted_at(n, lambda: made.append(liftbridge.Client(address)), _making)
+        where = interrupted_at(
+            n, lambda: made.append(liftbridge.Client(address)), in_sdk_or_thread_start
+        )
         if where is None:
             (client,) = made
             assert client.fetch_metadata(timeout=BOUND).brokers

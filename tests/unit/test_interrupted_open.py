@@ -17,7 +17,6 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
-from types import FrameType
 from typing import Any
 
 import pytest
@@ -27,17 +26,10 @@ from bench.publish_cg import AckingBroker
 from liftbridge._core._targets import ANY, Deadline
 from liftbridge_api import api_pb2
 from tests.unit.fake_broker import serving
-from tests.unit.interrupts import in_sdk, sweep
+from tests.unit.interrupts import in_sdk_or_thread_start, sweep
 
 MOST = 1000  # interrupt points of one open_stream, at most
 BOUND = 30.0  # seconds a sender may take to end (a loaded machine)
-
-_START = threading.Thread.start.__code__
-
-
-def _opening(frame: FrameType, event: str, arg: object) -> bool:
-    """Any point in the SDK's frames, and in Thread.start run on this thread."""
-    return in_sdk(frame, event, arg) or (event in ("call", "c_return") and frame.f_code is _START)
 
 
 @pytest.fixture
@@ -101,7 +93,7 @@ def test_a_stream_open_interrupted_anywhere_leaves_nothing_running(
 
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ResourceWarning)
-            interrupted = sweep(open_stream, check, _opening, MOST)
+            interrupted = sweep(open_stream, check, in_sdk_or_thread_start, MOST)
             gc.collect()
         unclosed = [w for w in caught if issubclass(w.category, ResourceWarning)]
         assert not unclosed, f"sockets left to garbage collection: {unclosed[0].message}"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 import liftbridge
@@ -25,19 +24,17 @@ from liftbridge._consume._subscription import Subscription, start_subscription
 from liftbridge._core._admin import Admin
 from liftbridge._core._router import Deadline, Target
 from tests.unit.fake_router import FakeRouter, FakeStream, handshake, message, metadata_with
-from tests.unit.interrupts import in_sdk, interrupted_at, sdk_threads_left, sweep_whole
+from tests.unit.interrupts import (
+    in_sdk_or_thread_start,
+    interrupted_at,
+    sdk_threads_left,
+    sweep_whole,
+)
 
 STREAM = "orders"
 MOST = 1000  # interrupt points of one opening call, at most (a bound on each sweep)
 BOUND = 30.0  # seconds a read's threads may take to end (a loaded machine)
 WHOLE = 3  # a sweep ends after this many runs in a row had no point left to interrupt
-
-_START = threading.Thread.start.__code__
-
-
-def _opening(frame: FrameType, event: str, arg: object) -> bool:
-    """Any point in the SDK's frames, and in Thread.start run on this thread."""
-    return in_sdk(frame, event, arg) or (event in ("call", "c_return") and frame.f_code is _START)
 
 
 class _Router(FakeRouter):
@@ -64,7 +61,7 @@ def _sweep(
         router = _Router(metadata=metadata_with({STREAM: 1}))
         stream = FakeStream([handshake(), message(STREAM, 0), message(STREAM, 1)])
         router.streams.append(stream)
-        where = interrupted_at(n, read(router), _opening)
+        where = interrupted_at(n, read(router), in_sdk_or_thread_start)
         if where is None:
             whole()
         left = sdk_threads_left(before, BOUND)
