@@ -154,7 +154,6 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
                     layer = TlsLayer(tls, host)
                     layer.handshake(sock, connect_by)
                 except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
-                    sock.close()
                     raise StreamError(
                         grpc.StatusCode.UNAVAILABLE, f"TLS with {address} failed: {e}"
                     ) from e
@@ -221,7 +220,6 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
                 self._sock.sendall(self._wrap(opening))
                 self._sock.settimeout(None)
             except OSError as e:
-                self._sock.close()
                 raise StreamError(grpc.StatusCode.UNAVAILABLE, f"{address}: {e}") from e
             # A unary call's reader has nothing to write while it waits (no sender,
             # no hold): it waits in recv itself, one system call a wake-up instead
@@ -229,7 +227,7 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
             self._wait_in_recv = bool(unary) and receive_timeout(
                 self._sock, None if keepalive is None else keepalive.interval
             )
-        except BaseException:
+        except BaseException:  # a failure above (StreamError) or an interrupt
             sock.close()  # no other thread in it yet
             raise
         if not unary:
