@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from urllib.parse import urlsplit
@@ -109,8 +110,15 @@ def test_many_inbox_publishes_share_a_bounded_pool(
     acks = [f.result(timeout=DEADLINE) for f in futures]
     assert all(a is not None for a in acks)
     # (Not their offsets: with many publishes sharing one inbox, the v1.9.0
-    # server answers each with the first ack it reads there.)
-    assert client.fetch_partition_metadata(stream).newest_offset == 199
+    # server answers each with the first ack it reads there. So the last
+    # publishes can be answered by an earlier message's ack before their own
+    # message is stored: wait, within the deadline, for all 200 to be there.)
+    stop = time.monotonic() + DEADLINE
+    newest = client.fetch_partition_metadata(stream).newest_offset
+    while newest < 199 and time.monotonic() < stop:
+        time.sleep(0.05)
+        newest = client.fetch_partition_metadata(stream).newest_offset
+    assert newest == 199
     assert 1 <= len(threads) <= WORKERS
 
 
