@@ -1,0 +1,218 @@
+"""``python -m bench.readme_table RESULTS.json``: the README's performance
+figures, printed as Markdown from one ``make bench`` results file.
+
+The README quotes one run, not a collage of runs: this prints its throughput
+table (SDK, bare stub, Go, SDK/Go), the issue-29 targets (Futures against Go,
+end-to-end p99 against Go, each pipelined row's share of the machine's bound)
+and the run's provenance line, all from the same file. Rows the file lacks
+print as ``-`` so a partial run still reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+_Doc = Mapping[str, object]
+
+ROWS: tuple[tuple[str, str, str, int], ...] = (
+    ("`publish`, one at a time", "publish", "LEADER", 100),
+    ("`publish_async`, `max_inflight=1024`", "publish_async", "LEADER window=1024", 100),
+    ("the same, 1 KiB values", "publish_async", "LEADER window=1024", 1024),
+    ("`publish_async`, `max_inflight=32`", "publish_async", "LEADER window=32", 100),
+    (
+        "`publish_async`, 1024, ack handler and `future=False`",
+        "publish_async",
+        "LEADER window=1024 handler, future=False",
+        100,
+    ),
+    (
+        "`publish_many_async`, batches of 100, window 1024",
+        "publish_async",
+        "LEADER window=1024 publish_many_async, batch=100",
+        100,
+    ),
+    ("`subscribe` from earliest (handler)", "subscribe", "earliest", 100),
+    ("`subscribe` from earliest, 1 KiB values", "subscribe", "earliest", 1024),
+    ("`PullConsumer.fetch(500)`", "pull", "fetch(500)", 100),
+    ("`NatsStreamPublisher.publish`, one at a time", "nats publish", "LEADER", 100),
+    (
+        "`NatsStreamPublisher.publish_async`, window 1024",
+        "nats publish_async",
+        "LEADER window=1024",
+        100,
+    ),
+    ("the same, 1 KiB values", "nats publish_async", "LEADER window=1024", 1024),
+    (
+        "the same, ack handler and `future=False`",
+        "nats publish_async",
+        "LEADER window=1024 handler, future=False",
+        100,
+    ),
+    (
+        "`NatsStreamPublisher.publish_many_async`, batches of 100",
+        "nats publish_async",
+        "LEADER window=1024 publish_many_async, batch=100",
+        100,
+    ),
+    (
+        "`NatsPublisher` (pynats2), window 1024",
+        "nats publish_async (pynats2)",
+        "LEADER window=1024",
+        100,
+    ),
+)
+"""(label, workload, setting, value size) of each throughput row, in order."""
+
+
+def _rows(doc: _Doc, key: str) -> list[Mapping[str, object]]:
+    rows = doc.get(key)
+    return [r for r in rows if isinstance(r, Mapping)] if isinstance(rows, list) else []
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _rate(value: object) -> str:
+    number = _number(value)
+    return "" if number is None else f"{number:,.0f}"
+
+
+def _ratio(value: object) -> str:
+    number = _number(value)
+    return "-" if number is None else f"{number:.2f}"
+
+
+def _share(value: object) -> str:
+    """Rounded down (a goal of at least 0.8): 0.7998 reads 0.79, not a met 0.80."""
+    number = _number(value)
+    return "-" if number is None else f"{math.floor(number * 100) / 100:.2f}"
+
+
+def _at_most(value: object) -> str:
+    """Rounded up (a goal of at most 1.2): 1.2004 reads 1.21, not a met 1.20."""
+    number = _number(value)
+    return "-" if number is None else f"{math.ceil(number * 100) / 100:.2f}"
+
+
+def _size(size: object) -> str:
+    return "1 KiB" if size == 1024 else f"{size} B"
+
+
+def _markdown(header: Sequence[str], rows: Sequence[Sequence[str]], *, left: int = 1) -> str:
+    """A Markdown table padded to fixed widths; the first ``left`` columns
+    left-aligned, the rest right-aligned."""
+    widths = [max([len(header[i]), *(len(r[i]) for r in rows)]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [
+            c.ljust(w) if i < left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "| " + " | ".join(padded) + " |"
+
+    rule = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(header), rule, *(line(r) for r in rows)])
+
+
+def throughput_table(doc: _Doc) -> str:
+    """msgs/s of the SDK, the bare stub and Go, and SDK/Go, row by row."""
+    found = {
+        (c.get("workload"), c.get("setting"), c.get("value_size")): c
+        for c in _rows(doc, "comparisons")
+        if c.get("metric") == "msgs_per_s"
+    }
+    rows = []
+    for label, workload, setting, size in ROWS:
+        c = found.get((workload, setting, size), {})
+        sdk = _rate(c.get("sdk")) or "-"
+        rows.append(
+            (label, sdk, _rate(c.get("bare")), _rate(c.get("go")), _ratio(c.get("ratio_go")))
+        )
+    return _markdown(("workload (100 B unless said)", "SDK", "bare", "Go", "SDK/Go"), rows)
+
+
+def _met(row: Mapping[str, object]) -> str:
+    return "met" if row.get("met") else "**not met**"
+
+
+def latency_table(doc: _Doc) -> str:
+    """End-to-end p50 and p99 of both clients at each rate, and p99 SDK/Go."""
+    rows = []
+    for r in _rows(doc, "latency"):
+        rows.append(
+            (
+                f"{r.get('setting')}, {_size(r.get('value_size'))}",
+                f"{_ratio(r.get('sdk_p50_ms'))} / {_ratio(r.get('go_p50_ms'))}",
+                f"{_ratio(r.get('sdk_p99_ms'))} / {_ratio(r.get('go_p99_ms'))}",
+                f"{_at_most(r.get('p99_ratio'))}, {_met(r)}",
+            )
+        )
+    return _markdown(
+        ("rate, value size", "p50 ms SDK / Go", "p99 ms SDK / Go", "p99 SDK/Go (goal ≤ 1.2)"), rows
+    )
+
+
+def ceiling_table(doc: _Doc) -> str:
+    """Each pipelined row's share of the machine's bound, the SDK's and Go's."""
+    rows = []
+    for r in _rows(doc, "ceiling"):
+        cpu = _number(r.get("cpu_us_per_msg"))
+        server = _number(r.get("server_cpu_us_per_msg"))
+        rows.append(
+            (
+                f"{r.get('workload')}, {r.get('setting')}, {_size(r.get('value_size'))}",
+                "-" if cpu is None else f"{cpu:.1f}",
+                "-" if server is None else f"{server:.1f}",
+                _share(r.get("of_bound")),
+                _share(r.get("go_of_bound")),
+                _met(r),
+            )
+        )
+    header = ("row", "client µs/msg", "server µs/msg", "share", "Go's share", "goal ≥ 0.8")
+    return _markdown(header, rows)
+
+
+def provenance(doc: _Doc, path: Path) -> str:
+    """Where the figures come from: the file, when, how long, on what."""
+    machine = doc.get("machine")
+    cores = machine.get("cpu_count") if isinstance(machine, Mapping) else None
+    argv = doc.get("argv")
+    command = (
+        " ".join(["python -m bench", *(str(a) for a in argv)])
+        if isinstance(argv, list)
+        else "python -m bench"
+    )
+    duration = _number(doc.get("duration_s"))
+    minutes = "" if duration is None else f", {duration / 60:.0f} min"
+    return (
+        f"`{command}`, started {doc.get('started_at')}{minutes}, {cores} cores; `{path.as_posix()}`"
+    )
+
+
+def render(doc: _Doc, path: Path) -> str:
+    parts = [provenance(doc, path), throughput_table(doc)]
+    if _rows(doc, "latency"):
+        parts.append(latency_table(doc))
+    if _rows(doc, "ceiling"):
+        parts.append(ceiling_table(doc))
+    return "\n\n".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.readme_table", description=__doc__)
+    parser.add_argument("results", type=Path, help="a bench/results/*.json file")
+    args = parser.parse_args(argv)
+    doc = json.loads(args.results.read_text())
+    if not isinstance(doc, dict):
+        parser.error(f"{args.results}: not a results document")
+    print(render(doc, args.results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,125 @@
+"""``bench.readme_table``: the README's figures from one results file (no
+benchmark is run here)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.readme_table import ceiling_table, latency_table, main, throughput_table
+
+
+def _comparison(
+    workload: str, setting: str, size: int, sdk: float, go: float | None
+) -> dict[str, object]:
+    return {
+        "workload": workload,
+        "setting": setting,
+        "value_size": size,
+        "metric": "msgs_per_s",
+        "sdk": sdk,
+        "bare": None,
+        "go": go,
+        "ratio_go": None if go is None else sdk / go,
+    }
+
+
+def test_throughput_rows_come_from_the_file_and_missing_ones_print_a_dash() -> None:
+    doc = {
+        "comparisons": [
+            _comparison("publish_async", "LEADER window=1024", 100, 28_088.0, 29_790.0),
+            # Same row but a cpu metric: not a rate, ignored.
+            {
+                **_comparison("publish_async", "LEADER window=1024", 100, 9.0, 8.0),
+                "metric": "cpu_us_per_msg",
+            },
+        ]
+    }
+    lines = throughput_table(doc).splitlines()
+    row = next(line for line in lines if line.startswith("| `publish_async`, `max_inflight=1024`"))
+    assert [cell.strip() for cell in row.split("|")[2:-1]] == ["28,088", "", "29,790", "0.94"]
+    pynats2 = next(line for line in lines if "pynats2" in line)
+    assert [cell.strip() for cell in pynats2.split("|")[2:-1]] == ["-", "", "", "-"]
+
+
+def test_a_share_just_under_the_goal_does_not_read_as_met() -> None:
+    doc = {
+        "ceiling": [
+            {
+                "workload": "nats publish_async",
+                "setting": "LEADER window=1024",
+                "value_size": 100,
+                "cpu_us_per_msg": 21.9,
+                "server_cpu_us_per_msg": 19.6,
+                "of_bound": 0.7998,
+                "go_of_bound": 0.95,
+                "met": False,
+            }
+        ]
+    }
+    row = ceiling_table(doc).splitlines()[2]
+    assert [cell.strip() for cell in row.split("|")[1:-1]] == [
+        "nats publish_async, LEADER window=1024, 100 B",
+        "21.9",
+        "19.6",
+        "0.79",
+        "0.95",
+        "**not met**",
+    ]
+
+
+def test_a_p99_ratio_just_over_the_goal_does_not_read_as_met() -> None:
+    doc = {
+        "latency": [
+            {
+                "setting": "10,000 msgs/s",
+                "value_size": 1024,
+                "sdk_p50_ms": 1.5,
+                "go_p50_ms": 1.25,
+                "sdk_p99_ms": 12.004,
+                "go_p99_ms": 10.0,
+                "p99_ratio": 1.2004,
+                "met": False,
+            }
+        ]
+    }
+    row = latency_table(doc).splitlines()[2]
+    assert [cell.strip() for cell in row.split("|")[1:-1]] == [
+        "10,000 msgs/s, 1 KiB",
+        "1.50 / 1.25",
+        "12.00 / 10.00",
+        "1.21, **not met**",
+    ]
+
+
+def test_main_prints_the_run_it_was_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = tmp_path / "20990101-000000.json"
+    results.write_text(
+        json.dumps(
+            {
+                "argv": ["--only", "nats"],
+                "started_at": "2099-01-01T00:00:00+00:00",
+                "duration_s": 600.0,
+                "machine": {"cpu_count": 2},
+                "comparisons": [_comparison("nats publish", "LEADER", 100, 2_275.0, 2_243.0)],
+            }
+        )
+    )
+    assert main([str(results)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(
+        "`python -m bench --only nats`, started 2099-01-01T00:00:00+00:00, 10 min, 2 cores;"
+    )
+    assert "| `NatsStreamPublisher.publish`, one at a time" in out and "1.01 |" in out
+
+
+def test_main_refuses_a_file_that_is_not_a_results_document(tmp_path: Path) -> None:
+    results = tmp_path / "list.json"
+    results.write_text("[]")
+    with pytest.raises(SystemExit) as raised:
+        main([str(results)])
+    assert raised.value.code == 2
