@@ -90,13 +90,13 @@ def _ratio(value: object) -> str:
 def _share(value: object) -> str:
     """Rounded down (a goal of at least 0.8): 0.7998 reads 0.79, not a met 0.80."""
     number = _number(value)
-    return "-" if number is None else f"{math.floor(number * 100) / 100:.2f}"
+    return "-" if number is None else f"{math.floor(number * 100 + 1e-9) / 100:.2f}"
 
 
 def _at_most(value: object) -> str:
     """Rounded up (a goal of at most 1.2): 1.2004 reads 1.21, not a met 1.20."""
     number = _number(value)
-    return "-" if number is None else f"{math.ceil(number * 100) / 100:.2f}"
+    return "-" if number is None else f"{math.ceil(number * 100 - 1e-9) / 100:.2f}"
 
 
 def _size(size: object) -> str:
@@ -157,10 +157,18 @@ def latency_table(doc: _Doc) -> str:
     )
 
 
-def ceiling_table(doc: _Doc) -> str:
-    """Each pipelined row's share of the machine's bound, the SDK's and Go's."""
+def _plain(setting: object) -> bool:
+    """A Future per message: not the handler or the batch variant of a row."""
+    return isinstance(setting, str) and "handler" not in setting and "publish_many" not in setting
+
+
+def ceiling_table(doc: _Doc, *, every_row: bool = False) -> str:
+    """Each pipelined row's share of the machine's bound, the SDK's and Go's;
+    the Future-per-message rows only unless ``every_row``."""
     rows = []
     for r in _rows(doc, "ceiling"):
+        if not every_row and not _plain(r.get("setting")):
+            continue
         cpu = _number(r.get("cpu_us_per_msg"))
         server = _number(r.get("server_cpu_us_per_msg"))
         rows.append(
@@ -175,6 +183,66 @@ def ceiling_table(doc: _Doc) -> str:
         )
     header = ("row", "client µs/msg", "server µs/msg", "share", "Go's share", "goal ≥ 0.8")
     return _markdown(header, rows)
+
+
+def targets_table(doc: _Doc) -> str:
+    """The run's other goals: ``fetch`` against a handler subscription, TLS
+    against plaintext."""
+    rows = []
+    for r in _rows(doc, "targets"):
+        ratio, goal = _number(r.get("ratio")), _number(r.get("goal"))
+        met = ratio is not None and goal is not None and ratio >= goal
+        rows.append(
+            (
+                f"{r.get('setting')}, {_size(r.get('value_size'))}",
+                str(r.get("against")),
+                _share(ratio),
+                f"≥ {goal:g}" if goal is not None else "-",
+                "met" if met else "**not met**",
+            )
+        )
+    return _markdown(("row", "against", "ratio", "goal", ""), rows, left=2)
+
+
+def _result(doc: _Doc, workload: str, setting: str) -> Mapping[str, object]:
+    for r in _rows(doc, "results"):
+        if (r.get("workload"), r.get("setting"), r.get("variant")) == (workload, setting, "sdk"):
+            metrics = r.get("metrics")
+            return metrics if isinstance(metrics, Mapping) else {}
+    return {}
+
+
+def _median(metrics: Mapping[str, object], name: str) -> str:
+    spread = metrics.get(name)
+    value = _number(spread.get("median")) if isinstance(spread, Mapping) else None
+    return "-" if value is None else f"{value:.2f}"
+
+
+def extras(doc: _Doc) -> str:
+    """Memory over a million pipelined publishes, and direct reads on the
+    3-node cluster, as one bullet list."""
+    lines = []
+    for key, path in (("rss", "over gRPC"), ("rss_nats", "through NATS")):
+        rss = doc.get(key)
+        if isinstance(rss, Mapping):
+            peak, before = _number(rss.get("peak_rss_mb")), _number(rss.get("peak_rss_mb_before"))
+            if peak is not None and before is not None:
+                lines.append(
+                    f"- {rss.get('messages'):,} pipelined publishes {path} "
+                    f"(window {rss.get('window')}): peak resident memory {peak:.0f} MB "
+                    f"({before:.0f} MB before the first)."
+                )
+    for setting, how in (
+        ("leader", "from the leader"),
+        ("read_replica", "with `read_replica=True`"),
+    ):
+        metrics = _result(doc, "get RF=3", setting)
+        if metrics:
+            lines.append(
+                f"- `get` by offset on the 3-node cluster (RF=3), {how}: "
+                f"p50 {_median(metrics, 'p50_ms')} ms, p99 {_median(metrics, 'p99_ms')} ms."
+            )
+    return "\n".join(lines)
 
 
 def provenance(doc: _Doc, path: Path) -> str:
@@ -194,23 +262,33 @@ def provenance(doc: _Doc, path: Path) -> str:
     )
 
 
-def render(doc: _Doc, path: Path) -> str:
+def render(doc: _Doc, path: Path, *, every_row: bool = False) -> str:
     parts = [provenance(doc, path), throughput_table(doc)]
     if _rows(doc, "latency"):
         parts.append(latency_table(doc))
     if _rows(doc, "ceiling"):
-        parts.append(ceiling_table(doc))
+        parts.append(ceiling_table(doc, every_row=every_row))
+    if _rows(doc, "targets"):
+        parts.append(targets_table(doc))
+    more = extras(doc)
+    if more:
+        parts.append(more)
     return "\n\n".join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.readme_table", description=__doc__)
     parser.add_argument("results", type=Path, help="a bench/results/*.json file")
+    parser.add_argument(
+        "--every-row",
+        action="store_true",
+        help="every pipelined row against the bound (default: the Future-per-message rows)",
+    )
     args = parser.parse_args(argv)
     doc = json.loads(args.results.read_text())
     if not isinstance(doc, dict):
         parser.error(f"{args.results}: not a results document")
-    print(render(doc, args.results))
+    print(render(doc, args.results, every_row=args.every_row))
     return 0
 
 

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.readme_table import ceiling_table, latency_table, main, throughput_table
+from bench.readme_table import (
+    ceiling_table,
+    extras,
+    latency_table,
+    main,
+    targets_table,
+    throughput_table,
+)
 
 
 def _comparison(
@@ -70,6 +77,48 @@ def test_a_share_just_under_the_goal_does_not_read_as_met() -> None:
     ]
 
 
+def test_the_bound_table_shows_the_future_rows_unless_asked_for_every_row() -> None:
+    row = {"workload": "publish_async", "value_size": 100, "of_bound": 0.9, "met": True}
+    doc = {
+        "ceiling": [
+            {**row, "setting": "LEADER window=1024"},
+            {**row, "setting": "LEADER window=1024 handler, future=False"},
+            {**row, "setting": "LEADER window=1024 publish_many_async, batch=100"},
+        ]
+    }
+    assert len(ceiling_table(doc).splitlines()) == 3  # header, rule, one row
+    assert "LEADER window=1024," in ceiling_table(doc).splitlines()[2]
+    assert len(ceiling_table(doc, every_row=True).splitlines()) == 5
+
+
+def test_other_targets_read_met_only_at_their_goal() -> None:
+    doc = {
+        "targets": [
+            {
+                "setting": "fetch(500)",
+                "value_size": 100,
+                "against": "SDK subscribe handler",
+                "ratio": 0.8998,
+                "goal": 0.9,
+            },
+            {
+                "setting": "subscribe earliest TLS",
+                "value_size": 1024,
+                "against": "plaintext",
+                "ratio": 0.8,
+                "goal": 0.8,
+            },
+        ]
+    }
+    rows = [
+        [c.strip() for c in line.split("|")[1:-1]] for line in targets_table(doc).splitlines()[2:]
+    ]
+    assert rows == [
+        ["fetch(500), 100 B", "SDK subscribe handler", "0.89", "≥ 0.9", "**not met**"],
+        ["subscribe earliest TLS, 1 KiB", "plaintext", "0.80", "≥ 0.8", "met"],
+    ]
+
+
 def test_a_p99_ratio_just_over_the_goal_does_not_read_as_met() -> None:
     doc = {
         "latency": [
@@ -123,3 +172,28 @@ def test_main_refuses_a_file_that_is_not_a_results_document(tmp_path: Path) -> N
     with pytest.raises(SystemExit) as raised:
         main([str(results)])
     assert raised.value.code == 2
+
+
+def test_extras_quote_memory_and_cluster_reads_from_the_file() -> None:
+    doc = {
+        "rss": {
+            "messages": 1_000_000,
+            "window": 1024,
+            "peak_rss_mb": 49.87,
+            "peak_rss_mb_before": 47.4,
+        },
+        "results": [
+            {
+                "workload": "get RF=3",
+                "setting": "leader",
+                "variant": "sdk",
+                "metrics": {"p50_ms": {"median": 2.93}, "p99_ms": {"median": 10.9}},
+            }
+        ],
+    }
+    assert extras(doc).splitlines() == [
+        "- 1,000,000 pipelined publishes over gRPC (window 1024): peak resident memory 50 MB"
+        " (47 MB before the first).",
+        "- `get` by offset on the 3-node cluster (RF=3), from the leader:"
+        " p50 2.93 ms, p99 10.90 ms.",
+    ]
