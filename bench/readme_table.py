@@ -11,9 +11,11 @@ print as ``-`` so a partial run still reads.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 _Doc = Mapping[str, object]
@@ -257,9 +259,12 @@ def provenance(doc: _Doc, path: Path) -> str:
     )
     duration = _number(doc.get("duration_s"))
     minutes = "" if duration is None else f", {duration / 60:.0f} min"
-    return (
-        f"`{command}`, started {doc.get('started_at')}{minutes}, {cores} cores; `{path.as_posix()}`"
-    )
+    started = doc.get("started_at")
+    when = str(started)
+    if isinstance(started, str):
+        with contextlib.suppress(ValueError):
+            when = datetime.fromisoformat(started).astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return f"`{command}`, started {when}{minutes}, {cores} cores; `{path.as_posix()}`"
 
 
 def render(doc: _Doc, path: Path, *, every_row: bool = False) -> str:

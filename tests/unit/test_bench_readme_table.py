@@ -13,6 +13,7 @@ from bench.readme_table import (
     extras,
     latency_table,
     main,
+    provenance,
     targets_table,
     throughput_table,
 )
@@ -161,7 +162,7 @@ def test_main_prints_the_run_it_was_given(
     assert main([str(results)]) == 0
     out = capsys.readouterr().out
     assert out.startswith(
-        "`python -m bench --only nats`, started 2099-01-01T00:00:00+00:00, 10 min, 2 cores;"
+        "`python -m bench --only nats`, started 2099-01-01 00:00 UTC, 10 min, 2 cores;"
     )
     assert "| `NatsStreamPublisher.publish`, one at a time" in out and "1.01 |" in out
 
@@ -197,3 +198,20 @@ def test_extras_quote_memory_and_cluster_reads_from_the_file() -> None:
         "- `get` by offset on the 3-node cluster (RF=3), from the leader:"
         " p50 2.93 ms, p99 10.90 ms.",
     ]
+
+
+def test_the_readme_quotes_the_kept_run_as_printed() -> None:
+    """README.md's performance tables are bench/readme_run.json printed by
+    this module, not figures typed from several runs."""
+    root = Path(__file__).resolve().parents[2]
+    kept = json.loads((root / "bench" / "readme_run.json").read_text())
+    readme = (root / "README.md").read_text()
+    for part in (
+        provenance(kept, Path("bench/readme_run.json")),
+        throughput_table(kept),
+        latency_table(kept),
+        ceiling_table(kept),
+        targets_table(kept),
+        extras(kept),
+    ):
+        assert part and part in readme
