@@ -215,3 +215,15 @@ def test_the_readme_quotes_the_kept_run_as_printed() -> None:
         extras(kept),
     ):
         assert part and part in readme
+
+
+def test_the_performance_notes_quote_the_same_run_with_every_row() -> None:
+    root = Path(__file__).resolve().parents[2]
+    kept = json.loads((root / "bench" / "readme_run.json").read_text())
+    notes = (root / "bench" / "README_PERFORMANCE.md").read_text()
+    latest = notes[notes.index("## Latest full run") :]
+    assert latest.startswith(
+        "## Latest full run\n\n" + provenance(kept, Path("bench/readme_run.json"))
+    )
+    for part in (throughput_table(kept), latency_table(kept), ceiling_table(kept, every_row=True)):
+        assert part in latest
