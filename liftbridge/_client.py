@@ -58,14 +58,14 @@ class Core:
     ack_timer: AckTimer
 
 
-def attach(client: object, owner: Closeable) -> Core:
-    """The core of ``client`` for ``owner``, a feature made with it (the NATS
-    stream publisher), which the client's :meth:`~Client.close` closes before
-    it stops the ack timer ``owner`` registers deadlines on.
+def core_of(client: object) -> Core:
+    """The core of ``client`` for a feature made with it (the NATS stream
+    publisher). Takes nothing: the feature builds itself on it, then
+    :func:`attach` registers it for the client's close.
 
-    This is the one seam through which a feature built outside the client
-    reaches the client's parts; it lives here so no other module touches the
-    client's privates.
+    With :func:`attach`, this is the one seam through which a feature built
+    outside the client reaches the client's parts; it lives here so no other
+    module touches the client's privates.
 
     Raises:
         ArgumentTypeError: ``client`` is not a :class:`Client`.
@@ -75,8 +75,21 @@ def attach(client: object, owner: Closeable) -> Core:
         raise ArgumentTypeError(f"client must be a liftbridge.Client, got {type(client).__name__}")
     with client._state_lock:
         client._check_open()
-        client._attached.add(owner)
     return Core(client._router, client._timer)
+
+
+def attach(client: Client, owner: Closeable) -> None:
+    """Has the client's :meth:`~Client.close` close ``owner``, a feature made
+    with it, before it stops the ack timer ``owner`` registers deadlines on.
+    ``owner`` must be closable from then on (its ``close()`` copes with steps
+    not taken yet: it is called when its making is interrupted too).
+
+    Raises:
+        ClientClosedError: the client is closing or closed.
+    """
+    with client._state_lock:
+        client._check_open()
+        client._attached.add(owner)
 
 
 class Client(ReadMethods, PublishMethods, GroupMethods):

@@ -200,21 +200,21 @@ class AckTimer:
             if queue in self._queues:
                 self._queues.remove(queue)  # type: ignore[arg-type]
 
-    def watch(self, poll: Callable[[float], float | None], *, wait: float) -> Watched:
-        """Has the timer call ``poll(now)`` on every turn, and again by the
-        time it returns (``time.monotonic()``; None: nothing pending).
+    def watch(self, watched: Watched) -> None:
+        """Has the timer call ``watched.poll(now)`` on every turn, and again by
+        the time it returns (``time.monotonic()``; None: nothing pending),
+        until :meth:`unwatch`. The owner makes ``watched`` first, so an
+        interrupt (Ctrl-C) anywhere here leaves it something to unwatch.
 
         ``poll`` runs on the timer thread: it expires the owner's items due by
         ``now`` (quickly, no user code) and returns the next one's deadline.
-        Items added while nothing is pending must be due ``wait`` seconds
-        later at the earliest (the timer looks at least that often).
+        Items added while nothing is pending must be due ``watched.wait``
+        seconds later at the earliest (the timer looks at least that often).
         The thread starts here.
         """
-        watched = Watched(poll, wait)
         with self._lock:
             self._watched.append(watched)
             self._start()
-        return watched
 
     def unwatch(self, watched: Watched) -> None:
         """Stops calling a poll from :meth:`watch` (its owner closed). Idempotent."""

@@ -33,8 +33,9 @@ no third-party NATS client), behind a synchronous, thread-safe API. Five kinds o
   handler never holds up the NATS connection, ack matching or timeouts.
 
 The client's :meth:`~liftbridge.Client.close` closes the publisher first
-(its deadlines are on the client's timer); :func:`liftbridge._client.attach`
-is how it gets the client's router and timer.
+(its deadlines are on the client's timer); :func:`liftbridge._client.core_of`
+is how it gets the client's router and timer, :func:`liftbridge._client.attach`
+how the client learns of it.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from concurrent.futures import Future
 from time import monotonic
 from typing import Literal, Unpack, overload
 
-from liftbridge._client import Client, attach
+from liftbridge._client import Client, attach, core_of
 from liftbridge._core import _validate
 from liftbridge._core._acks import Ack, AckPolicy
 from liftbridge._core._callbacks import CallbackRunner
@@ -182,8 +183,7 @@ class NatsStreamPublisher(NatsBatchMethods, NatsEvents):
         if tls is not None or url.startswith("tls://"):
             check_tls_required(url, connect_timeout)
         self._callbacks = CallbackRunner()  # the liftbridge-callbacks thread, started on first use
-        # The client closes this publisher first when it closes (before its ack timer).
-        core = attach(client, self)
+        core = core_of(client)  # taking nothing (attach, below, does)
         self._router = core.router
         self._timer = core.ack_timer
         self._crc = crc
@@ -220,6 +220,9 @@ class NatsStreamPublisher(NatsBatchMethods, NatsEvents):
         # What is taken from here on, close() gives back, also what was not
         # taken yet: whatever fails or is interrupted (Ctrl-C), nothing is left.
         try:
+            # The client closes this publisher first when it closes (before its ack timer).
+            attach(client, self)
+            self._window.watch()  # the ack timer expires late publishes
             # Publishes awaiting a partition leader found down fail at once, on
             # the ack timer (the listener runs on liftbridge-broker-watch).
             self._router.on_broker_down(self._broker_down)

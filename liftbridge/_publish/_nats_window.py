@@ -53,7 +53,7 @@ from google.protobuf.message import DecodeError
 
 from liftbridge._core._acks import Ack, AckPolicy, ack_of_wire, ack_outcome
 from liftbridge._core._callbacks import CallbackRunner
-from liftbridge._core._deadlines import AckTimer
+from liftbridge._core._deadlines import AckTimer, Watched
 from liftbridge._core._envelope import (
     HEADER_LENGTH,
     PLAIN_ACK_HEADER,
@@ -85,7 +85,7 @@ class AckWindow:
         max_inflight: publishes awaiting acks at most.
         ack_timeout: the default timeout: such publishes expire in admission
             order, others on the timer's heap.
-        timer: the client's ack timer.
+        timer: the client's ack timer, looking at the deadlines from :meth:`watch` on.
         runner: where ack handlers and done-callbacks run.
         inbox: the ack inbox, for log messages.
     """
@@ -120,7 +120,7 @@ class AckWindow:
         # docstring); appended by the I/O thread, popped by publishing threads.
         # Never more than max_inflight of them; flush() and close empty it.
         self._spent = Spent()
-        self._watched = timer.watch(self._expire_due, wait=ack_timeout)
+        self._watched = Watched(self._expire_due, ack_timeout)  # by the timer once watch()ed
         # The class of the publishes' Futures (self.future).
         self._raw = runner.future_made_on_read(bytes, ack_of_wire)
         self.future: Callable[[], Future[Ack | None]] = self._raw
@@ -150,9 +150,14 @@ class AckWindow:
         if refusal is not None:
             raise refusal()
 
+    def watch(self) -> None:
+        """Has the timer look at this window's deadlines (until :meth:`release_timer`)."""
+        self._timer.watch(self._watched)
+
     def release_timer(self) -> None:
-        """Stops the timer looking at this window's deadlines and lets go of
-        the settled futures it kept (closing)."""
+        """Stops the timer looking at this window's deadlines (also when
+        :meth:`watch` was not called, or interrupted) and lets go of the
+        settled futures it kept (closing)."""
         self._timer.unwatch(self._watched)
         self._spent.clear()
 

@@ -55,10 +55,14 @@ def acquire_returns(frame: FrameType, event: str, arg: object) -> bool:
     )
 
 
-def interrupted_at(n: int, action: Callable[[], object], point: Point) -> str | None:
+def interrupted_at(
+    n: int, action: Callable[[], object], point: Point, *, kept: list[BaseException] | None = None
+) -> str | None:
     """Runs ``action`` on this thread, raising :class:`Interrupted` at its
     n-th (from 0) ``point``. Returns the name of the function interrupted, or
-    None when ``action`` had fewer points and ran whole."""
+    None when ``action`` had fewer points and ran whole. The interrupt goes
+    to ``kept`` when given: its traceback keeps the frames it ran through
+    alive (with what they made), as a notebook does with the last one."""
     seen = 0
     where: list[str] = []
 
@@ -74,8 +78,10 @@ def interrupted_at(n: int, action: Callable[[], object], point: Point) -> str | 
     sys.setprofile(profile)
     try:
         action()
-    except Interrupted:
+    except Interrupted as e:
         assert where, "an Interrupted not raised here"
+        if kept is not None:
+            kept.append(e)
         return where[0]
     finally:
         sys.setprofile(None)

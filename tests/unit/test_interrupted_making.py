@@ -1,8 +1,11 @@
 """Ctrl-C while a constructor runs: wherever it lands, what the constructor
-took (threads, sockets, listeners) is given back before the interrupt goes
-on. Before, a ``NatsStreamPublisher`` interrupted once connected (as it took
-its ``max_payload`` or started ``liftbridge-nats-acks``) left its
-``liftbridge-nats-io`` thread and socket running for good.
+took (threads, sockets, listeners, registrations) is given back before the
+interrupt goes on. Before, a ``NatsStreamPublisher`` interrupted once
+connected (as it took its ``max_payload`` or started ``liftbridge-nats-acks``)
+left its ``liftbridge-nats-io`` thread and socket running for good; one
+interrupted as it registered with its client left itself there half made
+(the client's ``close()`` then failed) and its ack window on the client's
+timer.
 
 The interrupt is raised at each point of a constructor where an interrupt's
 handler runs, in the SDK's frames and in ``Thread.start`` run on the
@@ -21,6 +24,7 @@ import pytest
 
 import liftbridge
 from bench.publish_cg import STREAM, AckingBroker
+from liftbridge._publish._nats_events import State
 from tests.unit.fake_broker import serving
 from tests.unit.hostile_nats import FakeNats
 from tests.unit.interrupts import in_sdk_or_thread_start, interrupted_at, sweep_whole
@@ -28,6 +32,7 @@ from tests.unit.interrupts import in_sdk_or_thread_start, interrupted_at, sweep_
 MOST = 3000  # interrupt points of one constructor, at most (a bound on each sweep)
 BOUND = 30.0  # seconds a thread left may take to end (a loaded machine)
 WHOLE = 3  # a sweep ends after this many runs in a row had no point left to interrupt
+CLOSED = State.CLOSED
 
 
 @pytest.fixture
@@ -79,14 +84,18 @@ def test_a_nats_stream_publisher_interrupted_as_it_is_made_leaves_nothing(
             with liftbridge.NatsStreamPublisher(client, nats.url, ack_wait=BOUND) as first:
                 assert isinstance(first.publish(STREAM, b"v"), liftbridge.Ack)
             before_listeners = list(listeners)
+            watched = client._timer._watched  # the ack windows the client's timer looks at
+            before_watched = list(watched)
 
             def run(n: int) -> str | None:
                 before = set(threading.enumerate())
                 made: list[liftbridge.NatsStreamPublisher] = []
+                kept: list[BaseException] = []  # a notebook's last traceback
                 where = interrupted_at(
                     n,
                     lambda: made.append(liftbridge.NatsStreamPublisher(client, nats.url)),
                     in_sdk_or_thread_start,
+                    kept=kept,
                 )
                 if where is None:
                     (publisher,) = made
@@ -96,6 +105,10 @@ def test_a_nats_stream_publisher_interrupted_as_it_is_made_leaves_nothing(
                 # The fake server's thread for a connection ends once the client closed it.
                 _ended(set(), {"test-nats-conn"}, where)
                 assert listeners == before_listeners, f"a listener was left (in {where})"
+                assert watched == before_watched, f"an ack window left on the timer (in {where})"
+                # The client's close() closes what it holds: nothing half made.
+                left = [o for o in list(client._attached) if getattr(o, "_state", 0) is not CLOSED]
+                assert not left, f"a publisher half made left on the client (in {where})"
                 return where
 
             interrupted = _sweep_unclosed(run)

@@ -17,7 +17,7 @@ import pytest
 
 from liftbridge._core._acks import Ack, ack_outcome
 from liftbridge._core._callbacks import CallbackRunner
-from liftbridge._core._deadlines import AckTimer
+from liftbridge._core._deadlines import AckTimer, Watched
 from liftbridge._core._envelope import EnvelopeType, ack_wire, encode_envelope
 from liftbridge._errors import (
     AckTimeoutError,
@@ -46,9 +46,11 @@ def parts() -> Iterator[tuple[AckTimer, CallbackRunner]]:
 
 def _window(parts: tuple[AckTimer, CallbackRunner], max_inflight: int = 8) -> AckWindow:
     timer, runner = parts
-    return AckWindow(
+    window = AckWindow(
         max_inflight=max_inflight, ack_timeout=TIMEOUT, timer=timer, runner=runner, inbox="in"
     )
+    window.watch()
+    return window
 
 
 def _pending(
@@ -160,6 +162,7 @@ def test_deadlines_expire_on_the_timer_in_order_and_by_heap(
 ) -> None:
     timer, runner = parts
     window = AckWindow(max_inflight=8, ack_timeout=0.05, timer=timer, runner=runner, inbox="in")
+    window.watch()
     default, custom = _pending(runner, "a", timeout=0.05), _pending(runner, "b", timeout=0.1)
     window.admit(default)  # expired in admission order
     window.admit(custom)  # the heap
@@ -306,7 +309,8 @@ def test_a_watched_poll_that_raises_is_logged_and_polled_again(
         polled.set()
         return None
 
-    watched = timer.watch(poll, wait=0.01)
+    watched = Watched(poll, 0.01)
+    timer.watch(watched)
     try:
         assert polled.wait(TIMEOUT)
         assert "the ack timer failed on an expiry" in caplog.text

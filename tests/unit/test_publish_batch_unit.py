@@ -340,6 +340,7 @@ def nats_window() -> Iterator[Callable[..., AckWindow]]:
                 runner,
             )
         )
+        made[-1][0].watch()
         return made[-1][0]
 
     yield window
