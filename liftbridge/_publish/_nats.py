@@ -192,20 +192,16 @@ class NatsPublisher:
         if not isinstance(max_payload, int) or max_payload <= 0:
             max_payload = _DEFAULT_MAX_PAYLOAD
         self._max_payload = max_payload
-        self._nats = self._connect(url, connect_timeout)
+        self._connecting = _pynats.Connecting(
+            self._pynats2, url, connect_timeout, self._inbox, self._on_ack, self._where
+        )
+        self._nats = self._connecting.client
+        try:  # whatever fails or is interrupted (Ctrl-C), close() stops what started
+            self._connecting.connect()
+        except BaseException:
+            self.close()
+            raise
         logger.debug("NATS publisher connected to %s, ack inbox %s", self._where, self._inbox)
-
-    def _connect(self, url: str, timeout: float) -> Any:
-        client = self._pynats2.NATSClient(url, name="liftbridge-python", socket_timeout=timeout)
-        try:
-            client.connect()
-            client.subscribe(self._inbox, callback=self._on_ack)
-        except (OSError, self._pynats2.NATSError) as e:
-            _pynats.stop_pynats2(self._pynats2, client, self._where, connection_lost=True)
-            raise UnavailableError(
-                f"cannot connect to the NATS server at {self._where}: {e!r}"
-            ) from e
-        return client
 
     @property
     def ack_inbox(self) -> str:
@@ -416,9 +412,7 @@ class NatsPublisher:
                     )
             with self._lock:
                 connection_lost = self._connection_lost
-            _pynats.stop_pynats2(
-                self._pynats2, self._nats, self._where, connection_lost=connection_lost
-            )
+            self._connecting.stop(connection_lost=connection_lost)
             # Runs the done-callbacks of those failures, unless called from one of them.
             self._runner.close(monotonic() + _pynats.CLOSE_TIMEOUT)
             with self._lock:

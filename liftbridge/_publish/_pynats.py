@@ -1,7 +1,8 @@
 """pynats2, the third-party NATS client :class:`~liftbridge._publish._nats.NatsPublisher`
 stands on: imported only when a publisher is made (the ``nats`` extra), its
-URL checked, and its close bounded (it blocks for ever once its connection
-is lost). See :mod:`liftbridge._publish._nats` for the edges this works around.
+URL checked, its connect run whole on a thread of its own (:class:`Connecting`),
+and its close bounded (it blocks for ever once its connection is lost). See
+:mod:`liftbridge._publish._nats` for the edges this works around.
 """
 
 from __future__ import annotations
@@ -10,12 +11,19 @@ import contextlib
 import logging
 import threading
 import warnings
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 from liftbridge._core import _validate
 from liftbridge._core._nats_connection import DEFAULT_PORT
-from liftbridge._errors import ArgumentTypeError, InvalidArgumentError, MissingDependencyError
+from liftbridge._errors import (
+    ArgumentTypeError,
+    InvalidArgumentError,
+    MissingDependencyError,
+    UnavailableError,
+)
+from liftbridge._locks import start_thread
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +81,100 @@ def stop_pynats2(pynats2: Any, client: Any, where: str, *, connection_lost: bool
     closer.join(CLOSE_TIMEOUT)
     if closer.is_alive():
         logger.error("NATS client for %s did not stop; leaving its threads behind", where)
+
+
+class Connecting:
+    """A pynats2 client, connected and subscribed to the ack inbox on a
+    ``liftbridge-nats-connect`` thread: an interrupt (Ctrl-C), which lands on
+    the main thread only, never cuts pynats2's connect short, where what it
+    started (its reader and pinger threads, its socket) could not be found
+    to stop. pynats2's threads, started there, are daemon threads.
+
+    Args:
+        pynats2: the module (:func:`import_pynats2`).
+        url: the server's URL (:func:`parse_url`).
+        timeout: pynats2's socket timeout, seconds.
+        inbox: the ack inbox to subscribe to.
+        on_ack: the subscription's callback (on pynats2's worker threads).
+        where: ``host:port``, for messages.
+    """
+
+    def __init__(
+        self,
+        pynats2: Any,
+        url: str,
+        timeout: float,
+        inbox: str,
+        on_ack: Callable[[Any], None],
+        where: str,
+    ) -> None:
+        self.client = pynats2.NATSClient(url, name="liftbridge-python", socket_timeout=timeout)
+        self._pynats2 = pynats2
+        self._timeout = timeout
+        self._inbox = inbox
+        self._on_ack = on_ack
+        self._where = where
+        self._lock = threading.Lock()  # guards _began and _stopped
+        self._began = False  # the thread began to connect (stop() waits for it)
+        self._stopped = False  # stop() was called (a thread not begun does nothing)
+        self._error: BaseException | None = None  # why connecting failed
+        # The thread ended (or ends without connecting); waited on rather than
+        # join()ed: a join interrupted as it takes the thread's lock keeps it for good.
+        self._ended = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="liftbridge-nats-connect", daemon=True
+        )
+
+    def connect(self) -> None:
+        """Connects and subscribes, waiting for the thread that does (its
+        TCP connect, the server's INFO and the restart of pynats2's reader as
+        it subscribes each wait up to ``timeout``). Call :meth:`stop` after,
+        also when this raised (or was interrupted).
+
+        Raises:
+            UnavailableError: the server cannot be reached, or did not take
+                the connection in time.
+        """
+        start_thread(self._thread)
+        if not self._ended.wait(3 * self._timeout):
+            raise UnavailableError(
+                f"the NATS server at {self._where} did not take the connection "
+                f"within {3 * self._timeout:.0f}s"
+            )
+        if self._error is not None:
+            raise self._error
+
+    def stop(self, *, connection_lost: bool) -> None:
+        """Stops pynats2's client (:func:`stop_pynats2`), whatever part of
+        connecting was done: once a connect under way has ended. Bounded as
+        :func:`stop_pynats2` is."""
+        with self._lock:
+            self._stopped = True
+            began = self._began
+        hangs = began and not self._ended.wait(CLOSE_TIMEOUT)
+        # A connect that failed, or still hangs, leaves a socket to close first.
+        lost = connection_lost or hangs or self._error is not None
+        stop_pynats2(self._pynats2, self.client, self._where, connection_lost=lost)
+        if hangs and not self._ended.wait(CLOSE_TIMEOUT):
+            logger.error("connecting to NATS at %s did not stop", self._where)
+
+    def _run(self) -> None:
+        """liftbridge-nats-connect's: the connect, whole, unless stopped first."""
+        try:
+            with self._lock:
+                if self._stopped:
+                    return
+                self._began = True
+            self.client.connect()
+            self.client.subscribe(self._inbox, callback=self._on_ack)
+        except (OSError, self._pynats2.NATSError) as e:
+            error = UnavailableError(f"cannot connect to the NATS server at {self._where}: {e!r}")
+            error.__cause__ = e
+            self._error = error
+        except Exception as e:  # a bug (pynats2's or ours): raised by connect()
+            self._error = e
+        finally:
+            self._ended.set()
 
 
 def parse_url(url: Any) -> tuple[str, int, str]:

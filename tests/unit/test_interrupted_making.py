@@ -5,7 +5,8 @@ connected (as it took its ``max_payload`` or started ``liftbridge-nats-acks``)
 left its ``liftbridge-nats-io`` thread and socket running for good; one
 interrupted as it registered with its client left itself there half made
 (the client's ``close()`` then failed) and its ack window on the client's
-timer.
+timer; a ``NatsPublisher`` interrupted in pynats2's connect left pynats2's
+threads and socket running.
 
 The interrupt is raised at each point of a constructor where an interrupt's
 handler runs, in the SDK's frames and in ``Thread.start`` run on the
@@ -19,6 +20,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
+from types import FrameType
 
 import pytest
 
@@ -143,3 +145,50 @@ def test_a_client_interrupted_as_it_is_made_leaves_no_thread(broker: AckingBroke
 
     interrupted = _sweep_unclosed(run)
     assert "start_thread" in interrupted  # the watch's start
+
+
+# ------------------------------------------------------------- NatsPublisher --
+
+
+_CONDITION_WAIT = threading.Condition.wait.__code__
+
+
+def _or_waiting(frame: FrameType, event: str, arg: object) -> bool:
+    """:func:`in_sdk_or_thread_start`, and a wait on a Condition (an Event's
+    too) as its lock's acquire returns: where Ctrl-C lands on a blocked thread."""
+    return in_sdk_or_thread_start(frame, event, arg) or (
+        event == "c_return" and frame.f_code is _CONDITION_WAIT
+    )
+
+
+def test_a_nats_publisher_interrupted_as_it_is_made_leaves_nothing() -> None:
+    """Before, one interrupted in pynats2's connect (as it started its reader
+    or pinger thread) left pynats2's threads (not daemons: the interpreter
+    waits for them at exit) and its socket running for good."""
+    nats = FakeNats()
+    try:
+        # What the first one does once (importing pynats2) is not among the points.
+        with liftbridge.NatsPublisher(nats.url, ack_wait=BOUND) as first:
+            assert isinstance(first.publish("orders", b"v"), liftbridge.Ack)
+
+        def run(n: int) -> str | None:
+            before = set(threading.enumerate())
+            made: list[liftbridge.NatsPublisher] = []
+            where = interrupted_at(
+                n,
+                lambda: made.append(liftbridge.NatsPublisher(nats.url, ack_wait=BOUND)),
+                _or_waiting,
+            )
+            if where is None:
+                (publisher,) = made
+                assert isinstance(publisher.publish("orders", b"v"), liftbridge.Ack)
+                publisher.close()
+            # Every thread it started, pynats2's and the fake server's for its connection.
+            _ended(before, {t.name for t in set(threading.enumerate()) - before}, where)
+            return where
+
+        interrupted = _sweep_unclosed(run)
+    finally:
+        nats.close()
+    # Waiting for pynats2 to connect, which before ran on this thread.
+    assert {"start_thread", "wait"} <= interrupted

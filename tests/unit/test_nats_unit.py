@@ -34,6 +34,7 @@ from liftbridge._publish import _nats, _pynats
 from liftbridge._publish._nats import NatsPublisher
 from liftbridge._transport import _nats_info
 from liftbridge_api import api_pb2
+from tests.unit.hostile_nats import FakeNats
 
 Responder = Callable[[str, api_pb2.Message], "bytes | None"]
 
@@ -460,6 +461,41 @@ def test_connect_failure(clients: list[FakeClient], monkeypatch: pytest.MonkeyPa
     with pytest.raises(UnavailableError, match=r"^cannot connect to the NATS server at 127\."):
         NatsPublisher("nats://127.0.0.1:4333")
     assert clients[0].closed
+
+
+def test_a_connect_that_hangs_is_given_up_and_stopped(
+    clients: list[FakeClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pynats2's connect spins for ever on a peer that hangs up without a
+    greeting; the constructor gives up after three socket timeouts and close
+    ends it (closing the socket under it). Before, it waited for ever."""
+    monkeypatch.setattr(_pynats, "CLOSE_TIMEOUT", 0.1)
+
+    def hang(self: FakeClient) -> None:
+        self.socket_closed.wait(10)  # until the socket is closed under it
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    monkeypatch.setattr(FakeClient, "connect", hang)
+    with pytest.raises(UnavailableError, match=r"did not take the connection within 1s$"):
+        NatsPublisher("nats://127.0.0.1:4333", connect_timeout=0.3)
+    assert clients[0].socket_closed.is_set() and clients[0].closed
+
+
+def test_pynats2s_threads_are_daemons() -> None:
+    """They start on liftbridge-nats-connect, a daemon thread: a script that
+    never closes its publisher still exits. Before, they started on the
+    caller's thread (not a daemon) and the interpreter waited for them for
+    ever at exit. The real pynats2, against a fake NATS server."""
+    before = set(threading.enumerate())
+    nats = FakeNats()
+    try:
+        with NatsPublisher(nats.url) as publisher:
+            assert isinstance(publisher.publish("orders", b"v"), Ack)
+            theirs = [t for t in set(threading.enumerate()) - before if "test-" not in t.name]
+            assert theirs, "pynats2 started no thread"
+            assert all(t.daemon for t in theirs), [t.name for t in theirs if not t.daemon]
+    finally:
+        nats.close()
 
 
 def test_missing_pynats2_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
