@@ -86,11 +86,13 @@ class Subscription(SubscriptionOpening):
         resubscribe_wait: float,
         open_timeout: float,
         buffer: int = DEFAULT_BUFFER,
+        owner_restarts: Callable[[BaseException], bool] | None = None,
     ) -> None:
         self._router = router
         self._request = request
         self._resubscribe_wait = resubscribe_wait
         self._open_timeout = open_timeout
+        self._owner_restarts = owner_restarts
         # Without a handler: messages (then None, or the terminal error) for
         # the iterating thread, at most ``buffer`` of them.
         self._queue: Handoff[Message | BaseException | None] | None = None
@@ -407,7 +409,10 @@ class Subscription(SubscriptionOpening):
         if self._closed.is_set():
             return
         if notify:  # a handler's own exception was logged where it was caught
-            _log.warning(
+            # A give-up its owner cures (opening a new one) is no news to the user.
+            restarted = self._owner_restarts is not None and self._owner_restarts(error)
+            _log.log(
+                logging.DEBUG if restarted else logging.WARNING,
                 "subscription %s/%s gave up: %s: %s",
                 self._request.stream,
                 self._request.partition,
@@ -431,6 +436,7 @@ def start_subscription(
     open_timeout: float,
     buffer: int = DEFAULT_BUFFER,
     first_wait: float | None = None,
+    owner_restarts: Callable[[BaseException], bool] | None = None,
 ) -> Subscription:
     """Creates a subscription and opens it on the calling thread (errors such
     as NoSuchPartitionError raise here), then starts its thread. Interrupted
@@ -448,6 +454,10 @@ def start_subscription(
         buffer: messages an iterated subscription holds at most.
         first_wait: seconds the first opening may take in all (retries
             included); None for ``resubscribe_wait``.
+        owner_restarts: for a subscription its owner opens again after a
+            give-up (a consumer group's reading), the errors it does that
+            for: such a give-up is logged at DEBUG, not WARNING (the owner
+            logs the restart). None: every give-up is a WARNING.
     """
     subscription = Subscription(
         router,
@@ -456,6 +466,7 @@ def start_subscription(
         resubscribe_wait=resubscribe_wait,
         open_timeout=open_timeout,
         buffer=buffer,
+        owner_restarts=owner_restarts,
     )
     try:
         subscription._start(first_wait)

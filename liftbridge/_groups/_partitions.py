@@ -120,7 +120,10 @@ def open_reading(
 
     ``wait`` bounds the opening and any re-subscription after a broker
     failure: the group thread (the heartbeat) waits for the opening, and
-    restarts a reading that gave up from where it stopped.
+    restarts a reading that gave up from where it stopped. A give-up for a
+    :func:`transient` failure (a leader down longer than ``wait``) is
+    therefore logged at DEBUG, the restart at INFO; any other stays a WARNING
+    (and reaches the handler).
 
     Raises:
         LiftbridgeError: the subscription could not be opened (a fencing
@@ -134,6 +137,7 @@ def open_reading(
         handler,
         resubscribe_wait=wait,
         open_timeout=wait,
+        owner_restarts=transient,
     )
 
 

@@ -4,6 +4,7 @@ partition, a reader slower than the stream)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +18,9 @@ from liftbridge._consume._positions import subscribe_request
 from liftbridge._consume._subscription import Subscription, start_subscription
 from liftbridge._core._admin import Admin
 from liftbridge._core._router import BrokerId, Deadline, Leader, Replica
+from liftbridge._groups._partitions import open_reading
 from liftbridge._groups._session import GroupSession
+from liftbridge._groups._values import StreamPartition
 from liftbridge_api import api_pb2
 from tests.unit.fake_router import (
     FakeRouter,
@@ -222,6 +225,82 @@ def test_close_does_not_wait_per_stuck_handler(router: FakeRouter) -> None:
 
 
 # ------------------------------------------------------------- groups --
+
+
+def _leader_down_for_good(router: FakeRouter) -> None:
+    """Scripts a stream that breaks after offset 0, then a leader refusing
+    every re-opening (more than a short ``resubscribe_wait`` can use up)."""
+    router.streams.append(FakeStream([handshake(), message("s", 0), _lost()]))
+    router.streams.extend(FakeStream([_lost()]) for _ in range(500))
+
+
+def _give_ups(caplog: pytest.LogCaptureFixture) -> list[int]:
+    """Levels of the "gave up" lines logged."""
+    return [r.levelno for r in caplog.records if "gave up" in r.getMessage()]
+
+
+def _errors_to(errors: list[BaseException]) -> liftbridge.Handler:
+    """A handler keeping the errors it is told of."""
+
+    def handler(message: liftbridge.Message | None, error: BaseException | None) -> None:
+        if error is not None:
+            errors.append(error)
+
+    return handler
+
+
+def _group_reading(router: FakeRouter, errors: list[BaseException]) -> Subscription:
+    return open_reading(
+        router.as_router(),
+        StreamPartition("s", 0),
+        0,
+        api_pb2.Consumer(groupId="g", groupEpoch=1, consumerId="m"),
+        _errors_to(errors),
+        0.3,
+    )
+
+
+def test_a_group_reading_giving_up_on_a_down_leader_logs_no_warning(
+    router: FakeRouter, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its member reads the partition again and logs that (INFO): a WARNING
+    for each failover the SDK handled was noise. It was a WARNING."""
+    caplog.set_level(logging.DEBUG, logger="liftbridge._consume._subscription")
+    _leader_down_for_good(router)
+    errors: list[BaseException] = []
+    sub = _group_reading(router, errors)
+    assert sub.wait(10)
+    assert isinstance(sub.error, liftbridge.UnavailableError)
+    assert [type(e) for e in errors] == [liftbridge.UnavailableError]  # the member still hears it
+    assert _give_ups(caplog) == [logging.DEBUG]
+
+
+def test_a_group_reading_giving_up_for_good_still_warns(
+    router: FakeRouter, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failure the member does not cure by reading again (here the stream
+    was deleted) is reported as before: a WARNING, and the handler hears it."""
+    caplog.set_level(logging.DEBUG, logger="liftbridge._consume._subscription")
+    deleted = FakeRpcError(grpc.StatusCode.NOT_FOUND, "stream deleted")
+    router.streams.append(FakeStream([handshake(), message("s", 0), deleted]))
+    errors: list[BaseException] = []
+    sub = _group_reading(router, errors)
+    assert sub.wait(10)
+    assert [type(e) for e in errors] == [liftbridge.StreamDeletedError]
+    assert _give_ups(caplog) == [logging.WARNING]
+
+
+def test_a_plain_subscription_giving_up_on_a_down_leader_warns(
+    router: FakeRouter, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Nobody opens a plain subscription again: its give-up is its end."""
+    caplog.set_level(logging.DEBUG, logger="liftbridge._consume._subscription")
+    _leader_down_for_good(router)
+    errors: list[BaseException] = []
+    sub = _subscribe(router, handler=_errors_to(errors), wait=0.3)
+    assert sub.wait(10)
+    assert [type(e) for e in errors] == [liftbridge.UnavailableError]
+    assert _give_ups(caplog) == [logging.WARNING]
 
 
 def test_the_group_thread_makes_one_bounded_attempt_per_rpc() -> None:
