@@ -152,7 +152,9 @@ def test_fetch_partition_metadata(client: liftbridge.Client, stream: str) -> Non
     empty = client.fetch_partition_metadata(stream)
     assert (empty.high_watermark, empty.newest_offset) == (-1, -1)
     for i in range(3):
-        client.publish(stream, b"m%d" % i)
+        # ALL: the server sends it once the high watermark covers the message
+        # (a LEADER ack comes as the leader writes it, before the HW moves).
+        client.publish(stream, b"m%d" % i, ack_policy=liftbridge.AckPolicy.ALL)
     meta = client.fetch_partition_metadata(stream, 0)
     assert meta.newest_offset == 2
     assert meta.high_watermark == 2
