@@ -306,9 +306,10 @@ class GroupMember:
                 with self._lock:
                     since = [e.handling_since for e in self._held.values()]
                 wakeups.extend(s + pin_timeout for s in since if s is not None)
-                last_pull = None if self._pull is None else self._pull.last_pull()
-                if last_pull is not None:
-                    wakeups.append(last_pull + pin_timeout)
+                pull, pinned = self._pull, self._pin.pinned_since
+                at = None if pull is None else pull.idle_at(pin_timeout, pinned)
+                if at is not None:
+                    wakeups.append(at)
         return max(0.01, min(wakeups) - now)
 
     def _finish(self) -> None:
@@ -386,8 +387,8 @@ class GroupMember:
         if pin.state.pinned:
             with self._lock:
                 stuck = [str(e.tp) for e in self._held.values() if self._stuck(e)]
-            limit, pull = self._options.pin_timeout, self._pull
-            if stuck or (pull is not None and limit is not None and pull.idle_for(limit)):
+            limit, pull, since = self._options.pin_timeout, self._pull, pin.pinned_since
+            if stuck or (pull is not None and limit is not None and pull.idle_for(limit, since)):
                 _log.warning(
                     "%s gives up the pin of group %s: %s within pin_timeout (%gs)",
                     self._consumer_id,

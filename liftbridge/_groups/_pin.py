@@ -211,6 +211,7 @@ class PinElection:
         self._heart = Heartbeat(self._session, election, router.rpc_timeout)
         self._emit = emit
         self.state = PinState(False, "")
+        self.pinned_since: float | None = None  # time.monotonic() of the taking; group thread
         self._baseline = 0
         self._next_join = 0.0
         self._next_unpin_check = 0.0
@@ -323,12 +324,14 @@ class PinElection:
 
     def _pinned(self, consumer_id: str) -> None:
         self.state = PinState(True, consumer_id, secrets.token_hex(8), datetime.now(UTC))
+        self.pinned_since = time.monotonic()
         _log.info("%s holds the pin of group %s", consumer_id, self._group_id)
         self._event(PinEventKind.PINNED, None)
 
     def _unpinned(self, reason: UnpinReason) -> None:
         self._event(PinEventKind.UNPINNED, reason)
         self.state = PinState(False, self.state.consumer_id)
+        self.pinned_since = None
 
     def _event(self, kind: PinEventKind, reason: UnpinReason | None) -> None:
         state, now = self.state, datetime.now(UTC)

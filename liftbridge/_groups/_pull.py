@@ -77,16 +77,22 @@ class PullBuffer:
         self._closed.set()
         self._buffer.close()
 
-    def last_pull(self) -> float | None:
-        """``time.monotonic()`` when the last ``fetch``/``next`` ended (or the
-        buffer was made); None while one runs."""
-        return self._pulled_at
-
-    def idle_for(self, seconds: float) -> bool:
-        """True when no ``fetch``/``next`` ran for ``seconds`` (record 003:
-        a pinned member that stops pulling gives the pin up)."""
+    def idle_at(self, seconds: float, pinned_since: float | None) -> float | None:
+        """``time.monotonic()`` at which the member will have held the pin
+        ``seconds`` without a ``fetch``/``next`` (record 003: a pinned member
+        that stops pulling gives the pin up). Only pulls missed while pinned
+        count: a standby has nothing to pull. None while not pinned
+        (``pinned_since`` None, a ``time.monotonic()`` otherwise) or while a
+        pull runs."""
         last = self._pulled_at
-        return last is not None and time.monotonic() - last >= seconds
+        if last is None or pinned_since is None:
+            return None
+        return max(last, pinned_since) + seconds
+
+    def idle_for(self, seconds: float, pinned_since: float | None) -> bool:
+        """True once :meth:`idle_at` has passed."""
+        at = self.idle_at(seconds, pinned_since)
+        return at is not None and time.monotonic() >= at
 
     def done(self) -> None:
         """Marks every message handed out so far as handled."""

@@ -4,6 +4,8 @@ and overflow rules, member ids, refusal texts, start positions, commits."""
 from __future__ import annotations
 
 import threading
+import time
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import grpc
@@ -18,9 +20,11 @@ from liftbridge._core._router import Deadline, Leader
 from liftbridge._errors import Refusal
 from liftbridge._groups._consumer import Consumer
 from liftbridge._groups._describe import AssignmentReplay, pin_holder
+from liftbridge._groups._member import GroupMember
+from liftbridge._groups._options import MemberOptions
 from liftbridge._groups._partitions import Assigned, StartPlan, backoff, plan_start, transient
-from liftbridge._groups._pin import PinState
-from liftbridge._groups._pull import PullBuffer, next_message
+from liftbridge._groups._pin import PinState, UnpinReason
+from liftbridge._groups._pull import PullBuffer, next_message, pull_errors
 from liftbridge._groups._values import (
     AutoOffset,
     Backlog,
@@ -749,3 +753,50 @@ def test_pull_buffer_hands_many_messages_over_in_order_in_batches_of_any_size() 
     assert taken == list(range(count))
     buffer.done()
     assert entry.progress() == count - 1
+
+
+class _ScriptedPin:
+    """A pin election that gives the member the pin at its first turn."""
+
+    def __init__(self) -> None:
+        self.state = PinState(False, "m")
+        self.pinned_since: float | None = None
+        self.due = float("inf")
+        self.resigned: list[UnpinReason] = []
+
+    def tend(self, consumer_id: str, may_join: bool) -> UnpinReason | None:
+        if not self.state.pinned:
+            self.state = PinState(True, consumer_id, "0" * 16, datetime.now(UTC))
+            self.pinned_since = time.monotonic()
+        return None
+
+    def resign(self, reason: UnpinReason, *, leave: bool = True) -> None:
+        self.resigned.append(reason)
+        self.state = PinState(False, self.state.consumer_id)
+        self.pinned_since = None
+
+
+def test_a_pinned_puller_counts_the_pulls_it_missed_from_when_it_took_the_pin() -> None:
+    # Record 003: a pinned member that makes no fetch/next for pin_timeout
+    # gives the pin up. A standby has nothing to pull: a member that stood by
+    # without pulling for longer than pin_timeout gave up the pin at its first
+    # turn after taking it (the pin then flapped between the standbys, ~10 times
+    # a second), and its group thread woke every 10 ms while it stood by.
+    router = FakeRouter().as_router()
+    options = MemberOptions(
+        "g", None, AutoOffset.EARLIEST, None, None, None, 5.0, pinned=True, pin_timeout=30.0
+    )
+    pull = PullBuffer(size=10)
+    member = GroupMember(router, Cursors(router), options, "m", ("s",), pull_errors(pull), pull)
+    pull._pulled_at = time.monotonic() - 60  # made a minute ago, never pulled since
+    pin = _ScriptedPin()
+    member._pin = pin  # type: ignore[assignment]
+    assert member._idle_time() > 0.5  # standing by: no pin_timeout to wake for
+    member._tend_pin(pin)  # type: ignore[arg-type]
+    assert pin.state.pinned
+    member._tend_pin(pin)  # type: ignore[arg-type]
+    assert pin.resigned == [] and pin.state.pinned
+    assert pin.pinned_since is not None
+    pin.pinned_since -= 30.0  # held the pin for pin_timeout without a pull
+    member._tend_pin(pin)  # type: ignore[arg-type]
+    assert pin.resigned == [UnpinReason.TIMEOUT]
