@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 
+from liftbridge._core import _retry
 from liftbridge._core import _validate as check
 from liftbridge._core._metadata import (
     Metadata,
@@ -29,6 +30,7 @@ from liftbridge._errors import (
     NoSuchStreamError,
     NotLeaderError,
     StreamExistsError,
+    UnavailableError,
     naming,
 )
 from liftbridge_api import api_pb2
@@ -221,8 +223,26 @@ class Admin:
             raise named from e
 
     def fetch_metadata(self, deadline: Deadline) -> Metadata:
-        """The cluster's metadata, fetched now (the cache is refreshed with it)."""
-        return self._router.refresh(deadline)
+        """The cluster's metadata, fetched now (the cache is refreshed with it).
+
+        A pass over the brokers that none answered is made again (after the
+        retry policy's wait) while the deadline lasts: during a failover the
+        live brokers of server v1.9.0 answer FetchMetadata only at the
+        request's deadline (their survey of the cluster waits for the dead
+        peer), and at once the next time (they cached what they heard).
+        """
+        router = self._router
+
+        def worth_retrying(error: BaseException) -> bool:
+            return router.retrying and isinstance(error, (UnavailableError, DeadlineExceededError))
+
+        return _retry.call(
+            router.retry_policy,
+            lambda: router.refresh(deadline),
+            retry_if=worth_retrying,
+            describe="FetchMetadata",
+            deadline=deadline.expires,
+        )
 
     def fetch_partition_metadata(
         self, stream: str, partition: int, deadline: Deadline

@@ -33,6 +33,7 @@ class Broker(FakeBroker):
         self.refusals: list[grpc.StatusCode] = []
         self.served: list[str] = []
         self.metadata_hang = 0.0  # seconds this broker's FetchMetadata takes on top
+        self.metadata_hangs = -1  # how many of the next FetchMetadata calls hang so; -1: all
         self._lock = threading.Lock()
 
     def _refuse(self, method: str, context: grpc.ServicerContext) -> None:
@@ -48,7 +49,9 @@ class Broker(FakeBroker):
     ) -> api_pb2.FetchMetadataResponse:
         with self._lock:
             self.served.append("FetchMetadata")
-        time.sleep(self.cluster.metadata_delay + self.metadata_hang)
+            hang = self.metadata_hang if self.metadata_hangs else 0.0
+            self.metadata_hangs -= self.metadata_hangs > 0
+        time.sleep(self.cluster.metadata_delay + hang)
         return self.cluster.metadata()
 
     def CreateStream(
@@ -252,6 +255,25 @@ def test_a_hung_broker_leaves_the_refresh_time_for_the_next(cluster: Cluster) ->
         assert cluster.brokers["b"].served.count("FetchMetadata") == asked_b + 1
     finally:
         cluster.brokers["a"].metadata_hang = 0.0
+        router.close()
+
+
+def test_fetch_metadata_asks_again_while_its_deadline_lasts(cluster: Cluster) -> None:
+    # During a failover a live v1.9.0 broker answers FetchMetadata only at the
+    # request's deadline (its survey waits for the dead peer), and at once the
+    # next time. fetch_metadata raised after one pass over the brokers, each
+    # timing out, with most of its deadline left (seen failing a failover test).
+    router = _router(cluster, rpc_timeout=0.5)
+    asked = sum(b.served.count("FetchMetadata") for b in cluster.brokers.values())
+    for broker in cluster.brokers.values():
+        broker.metadata_hang, broker.metadata_hangs = 5.0, 1
+    try:
+        metadata = Admin(router).fetch_metadata(Deadline(20))
+        assert {b.id for b in metadata.brokers} == {"a", "b"}
+        assert sum(b.served.count("FetchMetadata") for b in cluster.brokers.values()) == asked + 3
+    finally:
+        for broker in cluster.brokers.values():
+            broker.metadata_hang, broker.metadata_hangs = 0.0, -1
         router.close()
 
 
