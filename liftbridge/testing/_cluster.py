@@ -35,9 +35,9 @@ from liftbridge.testing._process import (
 )
 from liftbridge.testing._readiness import (
     Expectation,
+    FreshStartError,
     NotReadyError,
     PortTakenError,
-    PromotionTimedOutError,
     wait_for,
 )
 from liftbridge.testing._server import LIFTBRIDGE_BIN_ENV, START_ATTEMPTS
@@ -245,9 +245,10 @@ class LocalCluster:
     def start(self) -> LocalCluster:
         """Starts the nats-server and every node, and waits until all are ready.
 
-        A node that crashes because its promotion to metadata leader timed
-        out (a one-node cluster on a busy machine) has the cluster started
-        again on fresh data, up to three times in all within ``startup_timeout``.
+        A node that crashes for want of time on a busy machine (its promotion
+        to metadata leader timed out in a one-node cluster, or a peer's Raft
+        vote request came before its bootstrap) has the cluster started again
+        on fresh data, up to three times in all within ``startup_timeout``.
 
         Returns:
             ``self``.
@@ -262,7 +263,7 @@ class LocalCluster:
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
                 self._start_all(deadline)
-            except PromotionTimedOutError as err:
+            except FreshStartError as err:
                 crashed = next((n._runner for n in self._nodes if not n.running), None)
                 failure = (
                     ServerStartError(str(err)) if crashed is None else crashed.start_failure(err)
@@ -534,7 +535,7 @@ class LocalCluster:
                     raise runner.start_failure(err) from None
                 self._configure(runner)
                 runner.process.start()
-            except PromotionTimedOutError:
+            except FreshStartError:
                 raise  # start() starts the cluster again
             except NotReadyError as err:
                 raise runner.start_failure(err) from None
@@ -555,7 +556,7 @@ class LocalCluster:
                 continue
             try:
                 node._runner.wait_metadata(expect, deadline)
-            except PromotionTimedOutError:
+            except FreshStartError:
                 raise  # start() starts the cluster again
             except NotReadyError as err:
                 raise node._runner.start_failure(err) from None

@@ -16,10 +16,12 @@ from liftbridge.testing._process import (
     LOOPBACK,
     ManagedProcess,
     address_in_use,
+    bootstrap_raced,
     promotion_timed_out,
     tail,
 )
 from liftbridge.testing._readiness import (
+    BootstrapRaceError,
     Expectation,
     NotReadyError,
     PortTakenError,
@@ -103,6 +105,8 @@ class NodeRunner:
             PortTakenError: it exited because its port was taken.
             PromotionTimedOutError: it crashed when its promotion to metadata
                 leader timed out (a busy machine).
+            BootstrapRaceError: it crashed when a peer's vote request came
+                before its Raft bootstrap (a cluster node slower than its peers).
             NotReadyError: it exited for another reason.
         """
         code = self.process.returncode
@@ -115,6 +119,11 @@ class NodeRunner:
             raise PromotionTimedOutError(
                 f"{self.process.name} crashed while starting (status {code}): its promotion "
                 "to metadata leader timed out, as it does on a busy machine"
+            )
+        if bootstrap_raced(output):
+            raise BootstrapRaceError(
+                f"{self.process.name} crashed while starting (status {code}): a peer's Raft "
+                "vote request came before its bootstrap, as on a busy machine"
             )
         raise NotReadyError(f"{self.process.name} exited with status {code} while starting")
 

@@ -364,6 +364,12 @@ def promotion_timed_out(output: str) -> bool:
     return _PROMOTION_TIMED_OUT.search(output) is not None
 
 
+def bootstrap_raced(output: str) -> bool:
+    """Tells whether a cluster node's output says it crashed because a peer's
+    vote request came before its Raft bootstrap (see :class:`BootstrapRaceError`)."""
+    return "bootstrap only works on new clusters" in output
+
+
 # Everything the harness started and has not cleaned up yet, for the exit hook.
 _REGISTRY_LOCK = threading.Lock()  # guards _LIVE and _DIRS
 _LIVE: set[ManagedProcess] = set()

@@ -52,9 +52,21 @@ class PortTakenError(NotReadyError):
     """The server exited because another process took its port first."""
 
 
-class PromotionTimedOutError(NotReadyError):
+class FreshStartError(NotReadyError):
+    """The server crashed in its start-up for want of time (a busy machine);
+    a new start on fresh data may succeed."""
+
+
+class PromotionTimedOutError(FreshStartError):
     """The server crashed in its start-up: its promotion to metadata leader
-    timed out (a busy machine); a new start on fresh data may succeed."""
+    timed out."""
+
+
+class BootstrapRaceError(FreshStartError):
+    """A cluster node crashed in its start-up: a peer's Raft vote request
+    reached it between the start of its Raft node and its bootstrap, which
+    then refused ("bootstrap only works on new clusters"; server v1.9.0's
+    setupMetadataRaft panics), as when it starts slower than its peers."""
 
 
 @dataclass(frozen=True)

@@ -200,6 +200,35 @@ def test_a_one_node_cluster_whose_promotion_timed_out_is_started_again(tmp_path:
         assert brokers(fetch_metadata(address)) == {"a": address}
 
 
+# What a Liftbridge v1.9.0 cluster node writes when a peer's Raft vote request
+# comes between the start of its Raft node and its bootstrap (seen starting a
+# LocalCluster(3) under a loaded suite run).
+BOOTSTRAP_CRASH = (
+    'level=info msg="Starting Liftbridge server on 127.0.0.1:1..."\n'
+    'level=info msg="Shutting down..."\n'
+    "panic: failed to start Raft node: bootstrap only works on new clusters\n"
+)
+
+
+def test_a_cluster_whose_node_lost_the_bootstrap_race_is_started_again(tmp_path: Path) -> None:
+    # Node c's first start crashes so (the nodes start at once: c alone is scripted).
+    real = resolve_binary(None, env_var="LIFTBRIDGE_SERVER_BIN", name="liftbridge")
+    starts, said = tmp_path / "starts", tmp_path / "output"
+    said.write_text(BOOTSTRAP_CRASH)
+    binary = tmp_path / "liftbridge"
+    binary.write_text(
+        "#!/bin/sh\n"
+        f"echo \"$2\" >> '{starts}'\n"
+        f'if [ "$(grep -c /c/ \'{starts}\')" -le 1 ] && [ "${{2#*/c/}}" != "$2" ]; then '
+        f"cat '{said}'; exit 2; fi\n"
+        f"exec '{real}' \"$@\"\n"
+    )
+    binary.chmod(0o755)
+    with LocalCluster(3, binary=binary) as cluster:
+        assert count_lines(starts) == 6  # three nodes, twice
+        assert set(brokers(fetch_metadata(cluster.addresses[0]))) == {"a", "b", "c"}
+
+
 def test_missing_server_binary_says_how_to_get_one(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
