@@ -267,10 +267,12 @@ def test_default_ack_timeouts_expire_in_order_on_the_clients_timer(
 ) -> None:
     # Publishes with the publisher's ack_timeout go on the client's ack
     # timer's in-order queue; one with a timeout of its own on its heap.
+    # Seconds of ack_wait: the stored publish waits under it too, and a loaded
+    # machine can take longer than a fraction of a second to ack it.
     name = orphan(server, client, unique_name + "-orphan")
-    with NatsStreamPublisher(client, server.nats_url, ack_wait=0.3) as publisher:
+    with NatsStreamPublisher(client, server.nats_url, ack_wait=2.0) as publisher:
         lost = [publisher.publish_async(name, b"lost %d" % i) for i in range(3)]
-        later = publisher.publish_async(name, b"lost later", timeout=0.6)
+        later = publisher.publish_async(name, b"lost later", timeout=4.0)
         acked = publisher.publish_async(stream, b"stored")
         for future in [*lost, later]:
             with pytest.raises(AckTimeoutError, match="no ack within"):
@@ -304,7 +306,8 @@ def test_without_a_future_outcomes_reach_the_handler_alone(
 
         return handler
 
-    with NatsStreamPublisher(client, server.nats_url, ack_wait=0.5) as publisher:
+    # ack_wait is the stored publishes' bound too: seconds, for a loaded machine.
+    with NatsStreamPublisher(client, server.nats_url, ack_wait=2.0) as publisher:
         for i in range(20):
             value = b"stored %d" % i
             assert publisher.publish_async(stream, value, handler_for(value), future=False) is None
