@@ -325,6 +325,7 @@ class Consumer:
             ClientClosedError: the consumer or the client was closed.
         """
         names = stream_list(streams)
+        member: GroupMember | None = None
         check.callback(handler, arg="handler", shape="(message, error)")
         with self._lock:
             if self.closed or self._router.closed:
@@ -360,9 +361,12 @@ class Consumer:
             if closing:  # close() came while joining: leave again
                 member.stop(abandon=False, wait=_WAIT)
                 raise ClientClosedError("the consumer was closed while subscribing")
-        except BaseException:
+        except BaseException:  # a failure or an interrupt (Ctrl-C): nothing is left
             with self._lock:
                 self._state = _State.CLOSED
+            if member is not None:  # joined maybe: its thread leaves (started if need be)
+                member.start()
+                member.stop(abandon=False, wait=_WAIT)
             raise
 
     def checkpoint(self, *, timeout: float | None = None) -> None:

@@ -114,6 +114,13 @@ class Heartbeat:
                 _log.info("join of group %s failed (%s); retrying", self._group_id, e)
                 if stopped.wait(JOIN_RETRY if refusal is Refusal.ALREADY_MEMBER else 0.05):
                     raise ClientClosedError("the consumer was closed while joining") from e
+            except BaseException:  # interrupted (Ctrl-C): the join may have been taken
+                if self.membership is None:  # else the member's thread leaves
+                    try:
+                        self._session.leave(consumer_id, self._rpc_timeout)
+                    except LiftbridgeError as e:
+                        _log.debug("leaving group %s after an interrupt: %s", self._group_id, e)
+                raise
 
     def join(self, consumer_id: str) -> LiftbridgeError | None:
         """One join attempt.

@@ -45,6 +45,7 @@ from liftbridge._groups._values import (
     classify,
     new_consumer_id,
 )
+from liftbridge._locks import start_thread
 from liftbridge_api import api_pb2
 
 _log = logging.getLogger(__name__)
@@ -105,7 +106,8 @@ class GroupMember:
             self._held_now,
         )
         self._overflow = options.overflow  # replaced whole by set_overflow(), read by the loop
-        self._events: PinEvents | None = None  # started with the group thread
+        # Pin events for on_pin, on a thread the first one starts (group thread).
+        self._events = None if options.on_pin is None else PinEvents(self._group_id, options.on_pin)
         self._pin = (
             PinElection(router, cursors, options.group_id, streams[0], self._emit)
             if options.pinned
@@ -161,10 +163,8 @@ class GroupMember:
         )
 
     def start(self) -> None:
-        """Starts the group thread (and the pin-event thread, if any)."""
-        if self._options.on_pin is not None:
-            self._events = PinEvents(self._group_id, self._options.on_pin)
-        self._thread.start()
+        """Starts the group thread, whole and once (called again: a no-op)."""
+        start_thread(self._thread)
 
     def stop(self, *, abandon: bool, wait: float) -> None:
         """Ends the group thread: it stops reading, commits and leaves (or,

@@ -149,19 +149,23 @@ PinCallback = Callable[[PinEvent], None]
 class PinEvents:
     """Delivers pin events to a callback on a thread of their own, in order.
 
-    Thread-safety: ``emit`` and ``close`` may be called from any thread.
+    Thread-safety: ``emit`` and ``close`` are the group thread's; ``on_thread``
+    may be called from any thread.
     """
 
     def __init__(self, group_id: str, callback: PinCallback) -> None:
         self._callback = callback
         self._queue: queue.SimpleQueue[PinEvent | None] = queue.SimpleQueue()
+        # Started by the first event, on the group thread (no interrupt, Ctrl-C,
+        # lands there): made as a subscribe starts the member, this takes nothing.
         self._thread = threading.Thread(
             target=self._run, name=f"liftbridge-pin-{group_id}", daemon=True
         )
-        self._thread.start()
 
     def emit(self, event: PinEvent) -> None:
-        """Queues an event for the callback."""
+        """Queues an event for the callback (its thread started first)."""
+        if self._thread.ident is None:
+            self._thread.start()
         self._queue.put(event)
 
     def on_thread(self) -> bool:
@@ -172,7 +176,7 @@ class PinEvents:
         """Delivers what is queued, then ends the thread (waits at most 5 s,
         not at all from the callback)."""
         self._queue.put(None)
-        if self.on_thread():
+        if self.on_thread() or self._thread.ident is None:  # or never started: no event
             return
         self._thread.join(_EVENTS_JOIN)
         if self._thread.is_alive():

@@ -1,7 +1,8 @@
 """Ctrl-C while a subscription, a pull consumer or a group consumer closes:
 whatever point of ``close()`` the interrupt lands on, a second ``close()``
 finishes the job (its threads end, its streams are cancelled, a group member
-leaves), and a third is harmless.
+leaves), and a third is harmless. And while a group consumer subscribes:
+wherever the interrupt lands, what it took is given back with no ``close()``.
 
 The interrupt is raised at each point of ``close()`` where an interrupt's
 handler runs, in the SDK's frames (:mod:`tests.unit.interrupts`), on
@@ -28,7 +29,7 @@ from liftbridge._core._router import ANY, Deadline, Target
 from liftbridge._groups._consumer import Consumer
 from liftbridge_api import api_pb2
 from tests.unit.fake_router import FakeRouter, FakeStream, handshake, message, metadata_with
-from tests.unit.interrupts import in_sdk, interrupted_at, sweep_whole
+from tests.unit.interrupts import in_sdk, in_sdk_or_thread_start, interrupted_at, sweep_whole
 from tests.unit.test_pull_unit import STREAM, FakeSource
 
 MOST = 400  # interrupt points one close has, at most (a bound on each sweep)
@@ -222,3 +223,43 @@ def test_a_group_consumer_close_interrupted_anywhere_is_finished_by_the_next(
     for router in routers:  # each member committed and left
         methods = [method for method, _, _ in router.calls]
         assert "LeaveConsumerGroup" in methods
+
+
+@pytest.mark.parametrize(
+    ("pulled", "pinned"),
+    [(False, False), (True, False), (False, True)],
+    ids=["handler", "pulled", "pinned"],
+)
+def test_a_group_subscribe_interrupted_anywhere_leaves_nothing(pulled: bool, pinned: bool) -> None:
+    """A group consumer's ``subscribe`` interrupted anywhere gives back what
+    it took, with no ``close()``: its threads end, its streams are
+    cancelled, and a member that joined leaves."""
+    before = set(threading.enumerate())
+
+    def handler(message: liftbridge.Message | None, error: BaseException | None) -> None:
+        pass
+
+    def run(n: int) -> str | None:
+        router = _GroupRouter()
+        consumer = Consumer(
+            router.as_router(),
+            Cursors(router.as_router()),
+            "g",
+            pinned=pinned,
+            on_pin=(lambda event: None) if pinned else None,
+        )
+        where = interrupted_at(
+            n,
+            lambda: consumer.subscribe(STREAM, None if pulled else handler),
+            in_sdk_or_thread_start,
+        )
+        if where is None:
+            consumer.close()
+        _ended(before, router.opened, where)
+        methods = [method for method, _, _ in router.calls]
+        if "JoinConsumerGroup" in methods:
+            assert "LeaveConsumerGroup" in methods, f"a member left joined (in {where})"
+        return where
+
+    interrupted = sweep_whole(run, WHOLE, MOST)
+    assert ("start" if pinned else "join_first") in interrupted
