@@ -8,8 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from liftbridge._core._envelope import EnvelopeType, encode_envelope
-from liftbridge._publish._bytes import PlainFrames, ack_inbox_field, message_bytes, varint
+from liftbridge._core._acks import AckPolicy
+from liftbridge._core._envelope import EnvelopeType, encode_envelope, new_message
+from liftbridge._publish._bytes import (
+    PlainFrames,
+    ack_inbox_field,
+    envelope_of,
+    message_bytes,
+    varint,
+)
 from liftbridge_api import api_pb2
 
 INBOX = "_INBOX.0123456789abcdef0123456789abcdef"
@@ -146,3 +153,38 @@ def test_plain_frames_past_the_shapes_kept_are_still_whole() -> None:
         expected = b"PUB s %d\r\n%s\r\n" % (len(envelope), envelope)
         assert frames.frame(b"PUB s ", data, b"0123456789ab-7", 0) == expected
         assert frames.frame(b"PUB s ", data, b"0123456789ab-7", 0) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    value=st.one_of(st.binary(max_size=300), st.binary(max_size=20).map(bytearray)),
+    key=st.one_of(st.none(), st.binary(max_size=10)),
+    headers=st.one_of(st.none(), st.dictionaries(st.text(max_size=5), st.binary(max_size=5))),
+    inbox=st.sampled_from(["", INBOX]),
+    correlation_id=st.text(alphabet="0123456789abcdefx-", min_size=1, max_size=40),
+    policy=st.sampled_from(list(AckPolicy)),
+    offset=st.one_of(st.none(), st.integers(min_value=0, max_value=2**40)),
+    crc=st.booleans(),
+)
+def test_the_nats_publishers_envelope_is_new_messages(
+    value: bytes | bytearray,
+    key: bytes | None,
+    headers: dict[str, bytes] | None,
+    inbox: str,
+    correlation_id: str,
+    policy: AckPolicy,
+    offset: int | None,
+    crc: bool,
+) -> None:
+    """NatsPublisher's envelope (written out for the commonest publish) is
+    new_message's, byte for byte, for every publish."""
+    arguments = {
+        "key": key,
+        "headers": headers,
+        "ack_inbox": inbox,
+        "correlation_id": correlation_id,
+        "ack_policy": policy,
+        "expected_offset": offset,
+        "crc": crc,
+    }
+    assert envelope_of(value, **arguments) == new_message(value, **arguments)  # type: ignore[arg-type]
