@@ -14,7 +14,7 @@ import argparse
 import contextlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -79,26 +79,27 @@ def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _rate(value: object) -> str:
+def _shown(value: object, render: Callable[[float], str], missing: str = "-") -> str:
     number = _number(value)
-    return "" if number is None else f"{number:,.0f}"
+    return missing if number is None else render(number)
+
+
+def _rate(value: object) -> str:
+    return _shown(value, lambda n: f"{n:,.0f}", missing="")
 
 
 def _ratio(value: object) -> str:
-    number = _number(value)
-    return "-" if number is None else f"{number:.2f}"
+    return _shown(value, lambda n: f"{n:.2f}")
 
 
 def _share(value: object) -> str:
     """Rounded down (a goal of at least 0.8): 0.7998 reads 0.79, not a met 0.80."""
-    number = _number(value)
-    return "-" if number is None else f"{math.floor(number * 100 + 1e-9) / 100:.2f}"
+    return _shown(value, lambda n: f"{math.floor(n * 100 + 1e-9) / 100:.2f}")
 
 
 def _at_most(value: object) -> str:
     """Rounded up (a goal of at most 1.2): 1.2004 reads 1.21, not a met 1.20."""
-    number = _number(value)
-    return "-" if number is None else f"{math.ceil(number * 100 - 1e-9) / 100:.2f}"
+    return _shown(value, lambda n: f"{math.ceil(n * 100 - 1e-9) / 100:.2f}")
 
 
 def _size(size: object) -> str:
@@ -216,8 +217,7 @@ def _result(doc: _Doc, workload: str, setting: str) -> Mapping[str, object]:
 
 def _median(metrics: Mapping[str, object], name: str) -> str:
     spread = metrics.get(name)
-    value = _number(spread.get("median")) if isinstance(spread, Mapping) else None
-    return "-" if value is None else f"{value:.2f}"
+    return _ratio(spread.get("median") if isinstance(spread, Mapping) else None)
 
 
 def extras(doc: _Doc) -> str:
