@@ -62,7 +62,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 from liftbridge._core._acks import Ack, ack_of_checked
 from liftbridge._core._callbacks import CallbackRunner
@@ -370,6 +370,8 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
             pending.done = True
             if self._pending.pop(pending.correlation_id, None) is not None:
                 self._window.give()
+            if pending.future is not None:  # for flush() until it is settled
+                self._kept.append(pending.future)
             if self._flushers:
                 self._claimed.notify_all()
             return True
@@ -392,6 +394,7 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
             settled, members, unknown = claim_responses(
                 responses, self._pending.pop, wire_acks=True
             )
+            self._kept.extend(settled)  # Spent.keep: in the lock, so flush() sees them unsettled
             claimed = len(settled) + len(members)
             if claimed:
                 self._window.give(claimed)
@@ -403,7 +406,6 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
             _log.debug("outcome for unknown or timed-out publish %r: %s", correlation_id, error)
         if members:
             settle_members(members)  # SDK code, no user code
-        self._spent.kept.extend(settled)  # Spent.keep, a call less a read; before they resolve
         self._callbacks.settle_run(settled)
 
     # ------------------------------------------------------ ack dispatcher --
@@ -560,13 +562,13 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
             True when all of them are resolved, False when the timeout passed first.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            left = list(self._pending.values())
-        for pending in left:
+        with self._lock:  # unresolved: pending, or claimed and kept until settled
+            left: list[tuple[Pending | None, Any]] = [(p, p.future) for p in self._pending.values()]
+            left += [(None, e[0] if type(e) is tuple else e) for e in self._kept.copy()]
+        for pending, future in left:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            future = pending.future  # None: no Future, or resolved and let go
-            if future is None:
-                if not self._wait_claimed(pending, remaining):
+            if future is None:  # no Future: wait for the claim
+                if pending is not None and not self._wait_claimed(pending, remaining):
                     return False
                 continue
             try:

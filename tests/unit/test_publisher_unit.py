@@ -712,6 +712,37 @@ def test_flush_waits_only_for_what_was_pending_when_called() -> None:
     p.close(_soon())
 
 
+def test_flush_waits_for_futures_claimed_but_not_yet_settled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The acks thread claims a read's publishes (taking them out of the
+    pending table) in the lock and settles their Futures after it: flush()
+    called in between waits for those Futures too. It returned True at once
+    with them not done (seen in make test: test_flush_waits_for_everything)."""
+    server = FakeServer()
+    server.ack = False
+    server.hold = True
+    p = make(server, ack_wait=30.0)
+    future = p.submit(request(0), None, None)
+    entered, go_on = threading.Event(), threading.Event()
+    settle_run = CallbackRunner.settle_run
+
+    def held(runner: CallbackRunner, settled: list[object]) -> None:
+        entered.set()
+        go_on.wait(10)
+        settle_run(runner, settled)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(CallbackRunner, "settle_run", held)
+    server.release(1)
+    assert entered.wait(5)  # its ack is read: the publish is claimed, not settled
+    assert not future.done()
+    assert not p.flush(0.3)  # waits for it, and times out while it is held
+    go_on.set()
+    assert p.flush(10)
+    assert future.done()
+    p.close(_soon())
+
+
 def test_a_stream_that_answers_nothing_is_given_up_for_another() -> None:
     """A hung broker: publishes time out and nothing at all comes back on the
     stream for two ack timeouts; the stream is cancelled and reopened (on the
