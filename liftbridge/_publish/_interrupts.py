@@ -15,16 +15,17 @@ they raise to :meth:`Interrupts._withdraw` and :meth:`Interrupts._withdraw_rest`
 
 from __future__ import annotations
 
+import collections
 import functools
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 
 from liftbridge._core._acks import Ack
 from liftbridge._core._deadlines import AckTimer
 from liftbridge._errors import LiftbridgeError
 from liftbridge._locks import Waiters
-from liftbridge._publish._batch import settle_members
-from liftbridge._publish._pending import Pending
+from liftbridge._publish._pending import Pending, settle_gathered
 from liftbridge._publish._window import Window
 
 
@@ -41,6 +42,7 @@ class Interrupts:
     _window: Window
     _flushers: int
     _claimed: Waiters  # on _lock: a flush waits on it for claims
+    _kept: collections.deque[object]  # Spent.kept: claimed, for flush() until settled
 
     def _withdraw(self, pending: Pending) -> None:
         """After ``submit`` raised (say an interrupt, Ctrl-C, anywhere in it): a
@@ -66,6 +68,7 @@ class Interrupts:
         deadline, and one resolved is left alone."""
         out: list[Pending] = []
         sent: list[Pending] = []
+        gathered: Future[None] = Future()  # set once they are settled: flush() waits for it
         with self._handover_lock, self._lock:  # no sender hands one over meanwhile
             registered, window = self._pending, self._window
             for pending in rest:
@@ -79,10 +82,12 @@ class Interrupts:
                     window.give()
                 pending.done = True
                 out.append(pending)
-            if out and self._flushers:
-                self._claimed.notify_all()
+            if out:
+                self._kept.append(gathered)
+                if self._flushers:
+                    self._claimed.notify_all()
         if out:
-            settle_members([(pending, None, error) for pending in out])
+            settle_gathered([(pending, None, error) for pending in out], gathered)
         if sent:  # their deadline maybe not scheduled yet (twice: the second finds them done)
             expire = functools.partial(expire_each, self._expire, sent)
             self._timer.schedule(sent[0].deadline, expire)

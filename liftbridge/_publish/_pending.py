@@ -203,8 +203,24 @@ def claimed_outcomes(
         else:
             members.append(claim)
     if members:
-        settle_members(members)
+        try:
+            settle_members(members)
+        finally:  # Publisher._claim's stand-in for flush(), if it made one
+            for claim in members:
+                if claim[0].future is not None:
+                    claim[0].future.set_result(None)
     return settled
+
+
+def settle_gathered(members: list[Claim], gathered: Future[None]) -> None:
+    """:func:`settle_members` for batch members claimed under the
+    publisher's lock, then resolves ``gathered``: kept (``Spent.kept``) in
+    that lock, it has ``flush()`` wait until they are counted in their
+    batches (their publishes are out of the pending table by then)."""
+    try:
+        settle_members(members)
+    finally:
+        gathered.set_result(None)
 
 
 def fail_all(

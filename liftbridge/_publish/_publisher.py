@@ -79,7 +79,6 @@ from liftbridge._errors import (
 )
 from liftbridge._handover import Handover
 from liftbridge._locks import Waiters, start_thread
-from liftbridge._publish._batch import settle_members
 from liftbridge._publish._batch_submit import BatchSubmit
 from liftbridge._publish._interrupts import Interrupts
 from liftbridge._publish._leaders import LeaderCheck
@@ -92,6 +91,7 @@ from liftbridge._publish._pending import (
     claimed_outcomes,
     fail_all,
     new_pending,
+    settle_gathered,
 )
 from liftbridge._publish._request_bytes import Request
 from liftbridge._publish._sending import Sending, Unsent, resume_free, sender_step
@@ -370,6 +370,8 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
             pending.done = True
             if self._pending.pop(pending.correlation_id, None) is not None:
                 self._window.give()
+            if pending.future is None and pending.batch is not None:  # see claimed_outcomes
+                pending.future = Future()
             if pending.future is not None:  # for flush() until it is settled
                 self._kept.append(pending.future)
             if self._flushers:
@@ -395,6 +397,8 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
                 responses, self._pending.pop, wire_acks=True
             )
             self._kept.extend(settled)  # Spent.keep: in the lock, so flush() sees them unsettled
+            if members:  # settled into their batches after the lock: flush() waits for that
+                self._kept.append(gathered := Future[None]())
             claimed = len(settled) + len(members)
             if claimed:
                 self._window.give(claimed)
@@ -405,7 +409,7 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
         for correlation_id, error in unknown:
             _log.debug("outcome for unknown or timed-out publish %r: %s", correlation_id, error)
         if members:
-            settle_members(members)  # SDK code, no user code
+            settle_gathered(members, gathered)  # SDK code, no user code
         self._callbacks.settle_run(settled)
 
     # ------------------------------------------------------ ack dispatcher --

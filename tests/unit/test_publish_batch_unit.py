@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,7 @@ from liftbridge._errors import (
     PublishWindowFullError,
     ServerError,
 )
+from liftbridge._publish import _pending
 from liftbridge._publish._batch import Batch, settle_members
 from liftbridge._publish._nats_pending import Pending
 from liftbridge._publish._nats_window import AckWindow
@@ -439,3 +441,37 @@ def test_a_run_of_acks_freeing_slots_at_once_wakes_a_waiter_per_slot_below_the_m
     for thread in threads:
         thread.join(WAIT)
     assert sorted(took) == ["p1", "p2"] and window.used == 7
+
+
+@pytest.mark.parametrize("how", ["acked", "timed out"])
+def test_flush_waits_for_batch_members_claimed_but_not_yet_settled(
+    how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's publishes are claimed in the publisher's lock (out of the
+    pending table) and settled into their batch after it: flush() called in
+    between waits for that too (as for a single publish's Future). It
+    returned True with the batch's Future not done."""
+    server = FakeServer()
+    server.ack = False
+    server.hold = how == "acked"
+    p = make(server, ack_wait=30.0 if how == "acked" else 0.2)
+    entered, go_on = threading.Event(), threading.Event()
+    settle = settle_members  # _pending calls it by its own name
+
+    def held(outcomes: list[tuple[Any, Any, Any]]) -> None:
+        entered.set()
+        go_on.wait(WAIT)
+        settle(outcomes)
+
+    monkeypatch.setattr(_pending, "settle_members", held)
+    batch = _batch(1)
+    p.submit_many([request(0)], batch, None, one_partition=True)
+    if how == "acked":
+        server.release(1)
+    assert entered.wait(WAIT)  # claimed: out of the pending table, not settled
+    assert not batch.future.done()
+    assert not p.flush(0.3)  # waits for it, and times out while it is held
+    go_on.set()
+    assert p.flush(WAIT)
+    assert batch.future.done()
+    p.close(_soon())
