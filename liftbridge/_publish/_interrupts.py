@@ -16,10 +16,11 @@ they raise to :meth:`Interrupts._withdraw` and :meth:`Interrupts._withdraw_rest`
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 
 from liftbridge._core._acks import Ack
 from liftbridge._core._deadlines import AckTimer
@@ -35,7 +36,6 @@ class Interrupts:
     _timer: AckTimer
     _pending: dict[str, Pending]
     _handover_lock: threading.Lock
-    _claim: Callable[[Pending], bool]
     _complete: Callable[[Pending, Ack | None, LiftbridgeError | None], None]
     _expire: Callable[[Pending], None]
     _lock: threading.Lock  # the publisher's: guards _pending, _window and _flushers
@@ -48,16 +48,44 @@ class Interrupts:
         """After ``submit`` raised (say an interrupt, Ctrl-C, anywhere in it): a
         publish registered but not handed to a sender is withdrawn, its slot
         freed, its outcome an error (a flush may wait on it); one handed over
-        stays, with its deadline, and its outcome comes as usual."""
-        with self._handover_lock:  # no sender hands it over meanwhile
-            if self._pending.get(pending.correlation_id) is not pending:
-                return  # resolved, or never registered (and no slot taken)
-            withdrawn = pending.generation < 0 and self._claim(pending)  # frees its slot
-        if withdrawn:
-            error = f"publish {pending.correlation_id} was interrupted and withdrawn"
-            self._complete(pending, None, LiftbridgeError(f"{error}; not sent, or as it was"))
-        else:  # sent, its deadline maybe not set yet (set twice: the second finds it done)
-            self._timer.schedule(pending.deadline, functools.partial(self._expire, pending))
+        stays, with its deadline, and its outcome comes as usual.
+
+        A second interrupt (Ctrl-C pressed twice) may land here too: the
+        withdrawal is claimed with no call between its steps (out of the
+        table, its slot freed, done), and its Future, kept for ``flush()``
+        from then on, fails even if the interrupt cuts its settling short
+        (its handler may then miss its call, as in ``fail_all``)."""
+        future, withdrawn = pending.future, False
+        error = LiftbridgeError(
+            f"publish {pending.correlation_id} was interrupted and withdrawn; "
+            "not sent, or as it was"
+        )
+        try:
+            with self._handover_lock, self._lock:  # no sender hands it over meanwhile
+                registered, window = self._pending, self._window
+                if registered.get(pending.correlation_id) is not pending or pending.done:
+                    return  # resolved, or never registered (and no slot taken)
+                if pending.generation < 0:
+                    # The calls first: an interrupt among them changes nothing
+                    # (a waiter woken early waits again).
+                    if future is not None:
+                        self._kept.append(future)  # for flush() until it is settled
+                    if self._flushers:
+                        self._claimed.notify_all()
+                    window.wake(1)
+                    # Then no call, where an interrupt lands, to the end of the claim.
+                    del registered[pending.correlation_id]
+                    window.used -= 1
+                    pending.done = withdrawn = True
+            if withdrawn:
+                self._complete(pending, None, error)
+            else:  # sent, its deadline maybe not set yet (set twice: the second finds it done)
+                self._timer.schedule(pending.deadline, functools.partial(self._expire, pending))
+        except BaseException:  # interrupted again: the Future claimed still ends
+            if withdrawn and future is not None and not future.done():
+                with contextlib.suppress(InvalidStateError):  # settled meanwhile
+                    future.set_exception(error)
+            raise
 
     def _withdraw_rest(self, rest: list[Pending], error: LiftbridgeError) -> None:
         """After ``submit_many`` raised (the window stayed full, the publisher

@@ -79,6 +79,13 @@ class Window:
         if self._waiters and self.used <= self._resume_at:
             self._free.notify(min(count, self._resume_at - self.used + 1))
 
+    def wake(self, count: int) -> None:
+        """Wakes the waiters :meth:`give` would for ``count`` slots about to
+        be freed without it (the caller then lowers ``used``, with no call
+        between: an interrupt, Ctrl-C, lands only at a call)."""
+        if self._waiters and self.used - count <= self._resume_at:
+            self._free.notify(min(count, self._resume_at - self.used + count + 1))
+
     def close(self) -> None:
         """Wakes every waiter with :class:`ClientClosedError`."""
         self._closed = True

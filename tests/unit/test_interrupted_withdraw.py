@@ -1,0 +1,62 @@
+"""A second Ctrl-C while an interrupted publish is withdrawn.
+
+A publish interrupted in ``Publisher.submit`` before a sender took it is
+withdrawn (:meth:`~liftbridge._publish._interrupts.Interrupts._withdraw`):
+claimed, its window slot freed, its Future failed. A second interrupt can
+land there too (Ctrl-C pressed twice), between the claim and the failing of
+its Future: the Future, kept for ``flush()`` by the claim, was then left
+unresolved for good, and every later ``flush()`` without a timeout waited
+for it forever. Each point of the withdrawal is interrupted in turn
+(:func:`~tests.unit.interrupts.sweep`); after each, the publish ends, and
+``flush`` returns True.
+"""
+
+from __future__ import annotations
+
+import functools
+from concurrent.futures import Future
+
+import pytest
+
+from liftbridge._core._acks import Ack
+from liftbridge._publish._publisher import Publisher
+from tests.unit.interrupts import in_sdk, interrupted_at
+from tests.unit.test_publisher_unit import (
+    FakeServer,
+    _close_client_threads,  # noqa: F401 (autouse: closes the runners and timers made)
+    _soon,
+    make,
+    request,
+)
+
+BOUND = 10.0  # seconds a flush may take (a publish left in times out in ACK_WAIT)
+ACK_WAIT = 0.5
+MOST = 300  # points of one withdrawal, at most
+
+
+def _unsent(p: Publisher, with_future: bool) -> Future[Ack | None] | None:
+    """A publish queued on a publisher with no stream (never sent), with a
+    handler, and a Future or not."""
+    return p.submit(request(0), lambda ack, error: None, None, with_future)
+
+
+@pytest.mark.parametrize("with_future", [True, False], ids=["future", "handler alone"])
+def test_a_withdrawal_interrupted_anywhere_ends_its_publish(with_future: bool) -> None:
+    interrupted: set[str] = set()
+    for n in range(MOST):
+        server = FakeServer()
+        server.up = False  # no stream: the publish stays queued, unsent
+        p = make(server, ack_wait=ACK_WAIT)
+        future = _unsent(p, with_future)
+        pending = p._pending["c0"]
+        where = interrupted_at(n, functools.partial(p._withdraw, pending), in_sdk)
+        assert p.flush(BOUND), f"flush() waits for good, interrupted at {n} ({where})"
+        assert future is None or future.done(), f"interrupted at {n} ({where})"
+        assert p._window.used == 0 and not p._pending, f"interrupted at {n} ({where})"
+        p.close(_soon())
+        if where is None:
+            break
+        interrupted.add(where)
+    else:
+        raise AssertionError(f"a withdrawal still had interrupt points after {MOST}")
+    assert {"_withdraw", "_complete", "settle_run"} <= interrupted, interrupted
