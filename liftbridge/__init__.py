@@ -45,6 +45,7 @@ from liftbridge._core._partitioner import PartitionByKey, PartitionByRoundRobin,
 from liftbridge._core._retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from liftbridge._core._router import TLSConfig
 from liftbridge._errors import (
+    AckMismatchError,
     AckTimeoutError,
     ArgumentTypeError,
     ClientClosedError,
@@ -102,6 +103,7 @@ __all__ = [
     "DEFAULT_RETRY_POLICY",
     "Ack",
     "AckHandler",
+    "AckMismatchError",
     "AckPolicy",
     "AckTimeoutError",
     "ActivityEvent",

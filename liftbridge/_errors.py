@@ -107,6 +107,32 @@ class AckTimeoutError(DeadlineExceededError):
     maybe_applied = True
 
 
+class AckMismatchError(LiftbridgeError):
+    """The server answered a publish with another publish's ack.
+
+    A publish with an ``ack_inbox`` is answered with the first ack the
+    server reads on that NATS subject: while other publishes use the same
+    inbox, that can be theirs (another correlation id). The SDK never hands
+    a publish an ack that is not its own: its own outcome is unknown, and
+    the message may or may not have been stored. Give publishes in flight at
+    the same time their own inbox.
+
+    Attributes:
+        other_correlation_id: the correlation id the ack was for.
+        other_offset: the offset that ack gave (the other message's).
+    """
+
+    retriable = False
+    maybe_applied = True
+
+    def __init__(
+        self, message: str, other_correlation_id: str = "", other_offset: int = -1
+    ) -> None:
+        super().__init__(message)
+        self.other_correlation_id = other_correlation_id
+        self.other_offset = other_offset
+
+
 class PullTimeoutError(DeadlineExceededError):
     """``PullConsumer.next`` found no message within its timeout."""
 

@@ -241,6 +241,9 @@ class PublishMethods(BatchMethods, ClientBase):
 
         Raises:
             AckTimeoutError: no ack within the timeout (maybe stored).
+            AckMismatchError: with an ``ack_inbox`` and a ``correlation_id``,
+                the server answered with another publish's ack, read on an
+                inbox they share (maybe stored).
         """
         self._check_open()
         return self._publishing.publish_to_subject(

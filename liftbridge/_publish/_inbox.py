@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from liftbridge._core._acks import Ack, ack_from_proto
 from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._errors import (
+    AckMismatchError,
     AckTimeoutError,
     ClientClosedError,
     DeadlineExceededError,
@@ -59,6 +60,8 @@ def publish(invoke: Invoke, request: api_pb2.PublishRequest, wait: float) -> Ack
 
     Raises:
         AckTimeoutError: no ack in time (the message may have been stored).
+        AckMismatchError: the server answered with another publish's ack
+            (read on an ack inbox they share), never handed on as this one's.
         LiftbridgeError: the server refused the message, or the call failed.
     """
     try:
@@ -70,10 +73,25 @@ def publish(invoke: Invoke, request: api_pb2.PublishRequest, wait: float) -> Ack
         ) from e
     if request.ackPolicy == api_pb2.NONE or not response.HasField("ack"):
         return None
+    if response.ack.correlationId != request.correlationId:  # another publish's
+        raise mismatch(request.correlationId, request.stream, request.ackInbox, response.ack)
     ack = ack_from_proto(response.ack)
     if ack.error is not None:
         raise ack.error
     return ack
+
+
+def mismatch(correlation_id: str, to: str, inbox: str, other: api_pb2.Ack) -> AckMismatchError:
+    """The error of publish ``correlation_id`` (to stream or subject ``to``)
+    answered with ``other``, another publish's ack read on the ``inbox`` they
+    share (server v1.9.0 answers with the first ack it reads there)."""
+    return AckMismatchError(
+        f"the server answered publish {correlation_id!r} to {to!r} with the ack of publish "
+        f"{other.correlationId!r} (offset {other.offset}), read on the ack inbox {inbox!r} it "
+        "shares with other publishes in flight; the message may or may not have been stored",
+        other.correlationId,
+        other.offset,
+    )
 
 
 WORKERS = 8

@@ -465,6 +465,12 @@ class Publishing:
             ) from e
         if ack_policy is AckPolicy.NONE or not response.HasField("ack"):
             return None
+        if (
+            ack_inbox
+            and request.correlationId
+            and request.correlationId != response.ack.correlationId
+        ):
+            raise _inbox.mismatch(request.correlationId, subject, ack_inbox, response.ack)
         ack, error = ack_outcome(response.ack)
         if error is not None:
             raise error

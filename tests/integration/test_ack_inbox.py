@@ -120,12 +120,63 @@ def test_many_inbox_publishes_share_a_bounded_pool(
 
     futures = [client.publish_async(stream, b"%d" % i, ack_inbox=inbox_subject) for i in range(200)]
     threads = {t.name for t in threading.enumerate() if t.name.startswith("liftbridge-inbox")}
-    acks = [f.result(timeout=DEADLINE) for f in futures]
-    assert all(a is not None for a in acks)
-    # Not their offsets (each may carry another publish's), and all 200 stored
-    # within the deadline, not at once.
+    for future in futures:  # each its own Ack, or AckMismatchError (see the next test)
+        assert future.exception(timeout=DEADLINE) is None or isinstance(
+            future.exception(), liftbridge.AckMismatchError
+        )
+    # All 200 stored within the deadline, not at once (a publish can be
+    # answered with another's ack before its own message is stored).
     assert newest_offset_reaching(client, stream, 199) == 199
     assert 1 <= len(threads) <= WORKERS
+
+
+def _own_ack_or_mismatch(outcome: Future[liftbridge.Ack | None], correlation_id: str) -> bool:
+    """Whether a publish sharing an ack inbox got its own Ack (True) or
+    AckMismatchError (False); anything else fails the test."""
+    error = outcome.exception(timeout=DEADLINE)
+    if error is None:
+        ack = outcome.result()
+        assert ack is not None and ack.correlation_id == correlation_id, (ack, correlation_id)
+        return True
+    assert isinstance(error, liftbridge.AckMismatchError), error
+    assert error.other_correlation_id != correlation_id
+    return False
+
+
+def test_publishes_sharing_an_inbox_never_get_another_publishes_ack(
+    client: liftbridge.Client, stream: str, inbox_subject: str
+) -> None:
+    """Publishes in flight on one ack inbox: the v1.9.0 server answers each
+    with the first ack it reads there, often another's (a Future resolved
+    to an Ack with another correlation id and offset). Each one now gets
+    its own Ack or fails with AckMismatchError (maybe stored), blocking
+    publishes and publish_to_subject (one thread each) and publish_async
+    alike; every message is stored."""
+    ids = [f"shared-{i}" for i in range(100)]
+    futures = [
+        client.publish_async(stream, b"v", ack_inbox=inbox_subject, correlation_id=cid)
+        for cid in ids
+    ]
+    blocking: list[Future[liftbridge.Ack | None]] = [Future() for _ in range(24)]
+
+    def publish(n: int) -> None:  # 16 publish, 8 publish_to_subject (the stream's subject)
+        send = client.publish if n < 16 else client.publish_to_subject
+        try:
+            blocking[n].set_result(
+                send(stream, b"b", ack_inbox=inbox_subject, correlation_id=f"blocking-{n}")
+            )
+        except BaseException as e:
+            blocking[n].set_exception(e)
+
+    threads = [threading.Thread(target=publish, args=(n,)) for n in range(len(blocking))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(DEADLINE)
+    own = [_own_ack_or_mismatch(f, cid) for f, cid in zip(futures, ids, strict=True)]
+    own += [_own_ack_or_mismatch(f, f"blocking-{n}") for n, f in enumerate(blocking)]
+    assert any(own)
+    assert newest_offset_reaching(client, stream, 123) == 123
 
 
 def test_inbox_publishes_share_the_clients_publish_window(
@@ -238,3 +289,11 @@ def test_acks_of_a_wildcard_stream_carry_the_partition(
     assert ack is not None and (ack.stream, ack.partition) == (unique_name, 0)
     ack = client.publish_to_subject(f"{unique_name}.x.1", b"v")
     assert ack is not None and (ack.stream, ack.partition) == (unique_name, 1)
+
+
+def test_publish_to_subject_with_an_inbox_and_no_correlation_id_gets_its_ack(
+    client: liftbridge.Client, stream: str, inbox_subject: str
+) -> None:
+    """Nothing to match an ack by: it is returned as the server gives it."""
+    ack = client.publish_to_subject(stream, b"v", ack_inbox=inbox_subject)
+    assert ack is not None and (ack.offset, ack.ack_inbox) == (0, inbox_subject)

@@ -70,7 +70,12 @@ def test_retriable_flags() -> None:
 
 @pytest.mark.parametrize(
     "cls",
-    [liftbridge.AckTimeoutError, liftbridge.ConnectionLostError, liftbridge.LeaderLostError],
+    [
+        liftbridge.AckTimeoutError,
+        liftbridge.AckMismatchError,
+        liftbridge.ConnectionLostError,
+        liftbridge.LeaderLostError,
+    ],
 )
 def test_a_lost_answer_may_have_been_applied_and_is_not_safe_to_retry(
     cls: type[liftbridge.LiftbridgeError],
