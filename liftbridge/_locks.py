@@ -23,6 +23,7 @@ import threading
 
 _log = logging.getLogger(__name__)
 _starting = threading.Lock()  # held by a starter thread (start_thread) while it starts one
+_BLOCKING = (True,)  # lock.acquire's argument, for map (Waiters.wait)
 
 
 def drop(lock: threading.RLock) -> bool:
@@ -85,11 +86,19 @@ class Waiters:
     the caller, inside its ``with lock``, not holding the lock, and the
     ``with`` then lets go of a lock it does not hold (``RuntimeError``, or
     another thread's hold let go of: two threads in the lock). Here the lock
-    is let go of inside the ``try`` and taken back by one C call in its
-    ``finally``, and the waiter leaves the list whatever happens. Left as it
-    is in ``Condition``: a second interrupt while that take blocks on a lock
-    another thread holds (the take fails; nothing can tell it from one that
-    landed as the take returned).
+    is let go of inside the ``try`` and taken back in its ``finally``, and
+    the waiter leaves the list whatever happens.
+
+    Taking it back is where an owner-blind lock bites: an interrupt landing
+    while that take blocks on a lock another thread holds makes the take
+    fail (the lock not taken), and one landing as it returns leaves it taken,
+    and a plain lock cannot tell its holder which. So the take records its
+    own success in the same C call (``taken.extend(map(lock.acquire, ...))``:
+    nothing runs between the lock taken and ``taken`` growing), and is tried
+    again until ``taken`` says so; the first interrupt is raised once the
+    lock is held. Left: an interrupt landing in the handful of instructions
+    between a failed take and the next try (a second signal within a
+    microsecond of the first).
 
     Args:
         lock: the owner's lock, held by every caller of these methods.
@@ -103,7 +112,8 @@ class Waiters:
 
     def wait(self, timeout: float | None) -> None:
         """Lets go of the lock until notified or ``timeout`` seconds (None:
-        no bound) passed, then takes it back (also when interrupted)."""
+        no bound) passed, then takes it back (also when interrupted: the
+        interrupt is raised with the lock held)."""
         waiter = threading.Lock()  # a one-shot signal: notify lets go of it
         waiter.acquire()
         waiting, lock = self._waiting, self._lock
@@ -116,7 +126,18 @@ class Waiters:
                 else:
                     waiter.acquire(True, max(0.0, timeout))
             finally:
-                lock.acquire()
+                # Written out here: a call to a function of its own could be
+                # interrupted as it starts, before its try.
+                taken: list[bool] = []  # [True] once this thread holds the lock again
+                interrupt: BaseException | None = None
+                while not taken:
+                    try:
+                        taken.extend(map(lock.acquire, _BLOCKING))
+                    except BaseException as e:  # not taken, or taken as the call returned
+                        if interrupt is None:
+                            interrupt = e
+                if interrupt is not None:
+                    raise interrupt
         finally:
             if waiter in waiting:  # not notified (no call between: the lock is held)
                 waiting.remove(waiter)
