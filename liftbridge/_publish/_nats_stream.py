@@ -219,6 +219,11 @@ class NatsStreamPublisher(NatsBatchMethods, NatsEvents):
         self._nats = open_nats(self._where, self._inbox, self._deliver, self._on_closed)
         # What is taken from here on, close() gives back, also what was not
         # taken yet: whatever fails or is interrupted (Ctrl-C), nothing is left.
+        # The client's close (another thread, once attached) waits for the
+        # making to end: closing it halfway, the rest started after the close.
+        self._maker = threading.current_thread()
+        self._made = threading.Event()
+        self._making_bound = connect_timeout + _CLOSE_TIMEOUT  # how long close waits for it
         try:
             # The client closes this publisher first when it closes (before its ack timer).
             attach(client, self)
@@ -243,6 +248,8 @@ class NatsStreamPublisher(NatsBatchMethods, NatsEvents):
         except BaseException:
             self.close()
             raise
+        finally:
+            self._made.set()
 
     # -------------------------------------------------------------- public --
 
@@ -531,6 +538,8 @@ class NatsStreamPublisher(NatsBatchMethods, NatsEvents):
         outstanding acks. May be called from an ack handler.
         """
         me = threading.current_thread()
+        if me is not self._maker:  # another thread's close (the client's) as it is made
+            self._made.wait(self._making_bound)
         run = False
         try:
             with self._lock:
