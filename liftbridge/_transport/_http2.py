@@ -93,6 +93,14 @@ _LOCK_BUSY_WAIT = 0.05
 """Seconds a reader with bytes to send waits for readable data while the
 sender holds the socket (the sender writes what is queued before it lets go)."""
 _KEEPALIVE_PAYLOAD = b"lb-alive"
+REPLY_WAIT = 0.05
+"""Seconds the answers a holding reader queued (a grpc-go server's BDP PING's,
+about one a read at 10,000 msgs/s) wait for a request to carry them, while
+the call's publishers write often: one ``send`` the less on the reading
+thread, most reads. Past it, or if they come to more than ``REPLY_HELD_BYTES``
+(a PING flood), the reader writes them itself."""
+REPLY_HELD_BYTES = 64
+"""The most bytes of answers that may wait so (a PING's answer is 17)."""
 
 
 class Http2Call(Http2Connection, ReadyResponses[T]):
@@ -181,6 +189,9 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
             self._held_ms = HELD_MS if keepalive is None else min(HELD_MS, self._keepalive_ms)
             self._end: BaseException | None = None  # raised once _ready is empty
             self._ping_sent = 0.0  # when our unanswered keepalive PING went; 0.0: none
+            # time.monotonic() by which answers this reader queued while holding
+            # (a PING's) must be written; 0.0: none waits (see _read).
+            self._reply_by = 0.0
             self._pongs = 0  # PING acks seen when it went
 
             block = hpack.Encoder().encode(
@@ -357,6 +368,16 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
                 except BlockingIOError:  # silent for the keepalive interval (SO_RCVTIMEO)
                     count = None
                 can_read = count is None and self._until_readable(silent=True)
+            elif self._held and self._reply_by and not self._ping_sent:
+                # Answers queued wait for a request to carry them, until _reply_by.
+                millis = int((self._reply_by - time.monotonic()) * 1000)
+                if millis > 0 and self._poll(millis):
+                    can_read = True
+                else:  # none came: written now, and bytes stay held
+                    self._reply_by = 0.0
+                    if self._pending:
+                        self._flush()
+                    can_read = self._until_readable()
             elif self._held and not self._pending and not self._ping_sent:
                 # _until_readable's first wait, written out: liftbridge-acks waits
                 # so for nearly every read (a Python call the less a read).
@@ -397,7 +418,17 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
         if self._ping_sent and reader.pongs != self._pongs:  # our keepalive PING answered
             self._ping_sent = 0.0
         if self._pending:
-            self._flush()
+            # A holding reader (liftbridge-acks) leaves its few answers to the
+            # next request written (a publisher's own write or the sender's
+            # run takes the queue first), until REPLY_WAIT: see its wait above.
+            if not self._held or self._finished or len(self._pending) > REPLY_HELD_BYTES:
+                self._flush()
+            elif not self._reply_by:
+                self._reply_by = time.monotonic() + REPLY_WAIT
+            elif time.monotonic() >= self._reply_by:
+                self._flush()
+        else:
+            self._reply_by = 0.0
         if self._finished:
             self._shutdown()
             self._end = self._ending()

@@ -107,6 +107,61 @@ def test_a_bdp_ping_after_a_response_comes_in_the_next_response_s_read(
     assert isinstance(reader.finish(), StopIteration)
 
 
+@pytest.fixture
+def replies_wait_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A holding reader's answers wait longer than any test for a request."""
+    monkeypatch.setattr(_http2, "REPLY_WAIT", WAIT * 10)
+
+
+def test_a_holding_reader_s_ping_answer_goes_out_with_the_next_request(
+    connection: Connection, held_long: None, replies_wait_long: None
+) -> None:
+    call, peer, requests = connection.open()
+    # The SETTINGS ack, queued in the read that brought the first response, waits too.
+    reader = _responding(call, peer, settings() + peer.response_headers())
+    peer.write(_BDP_PAIR + frame(DATA, 0, STREAM, grpc_message(b"second")))
+    # Read with the response, answered by nobody yet: it waits for a request.
+    assert not peer.pending(wait=0.2)
+    assert reader.responses == [b"first", b"second"]
+    assert call.write_now(request(b"carrier"))  # a publisher's own write takes them first
+    assert peer.read_frame().kind == SETTINGS
+    assert peer.read_frame().kind == PING
+    peer.read_until(DATA)
+    assert bytes(peer.data) == grpc_message(request(b"carrier").SerializeToString())
+    requests.put(None)
+    peer.read_until(DATA, END_STREAM)
+    peer.write(peer.trailers(0))
+    assert isinstance(reader.finish(), StopIteration)
+
+
+def test_a_holding_reader_answers_itself_when_no_request_comes_and_keeps_holding(
+    connection: Connection, held_long: None
+) -> None:
+    call, peer, requests = connection.open()
+    reader = _responding(call, peer, settings() + peer.response_headers())
+    peer.read_until(SETTINGS, ACK)
+    peer.write(_BDP_PAIR + frame(DATA, 0, STREAM, grpc_message(b"second")))
+    assert peer.read_until(PING, ACK).payload == b"bdp-ping"  # within REPLY_WAIT
+    # Still holding: a lone pair after it wakes nobody.
+    peer.write(_BDP_PAIR)
+    assert not peer.pending(wait=0.2)
+    assert reader.responses == [b"first", b"second"]
+    requests.put(None)
+    peer.read_until(DATA, END_STREAM)
+    peer.write(peer.trailers(0))
+    assert isinstance(reader.finish(), StopIteration)
+
+
+def test_a_holding_reader_answers_many_pings_at_once(
+    connection: Connection, held_long: None, replies_wait_long: None
+) -> None:
+    call, peer, _ = connection.open()
+    _responding(call, peer, settings() + peer.response_headers())  # its SETTINGS ack waits
+    pings = [b"ping-%03d" % i for i in range(_http2.REPLY_HELD_BYTES // 17 + 1)]
+    peer.write(b"".join(frame(PING, 0, 0, p) for p in pings))
+    assert [peer.read_until(PING, ACK).payload for _ in pings] == pings
+
+
 def test_held_bytes_with_no_response_after_them_are_read_within_the_bound(
     connection: Connection,
 ) -> None:
