@@ -10,13 +10,18 @@ thread (a thread waking for work, or waiting for the GIL, counts one), and the
 share of publishes their own thread wrote (``_write``, no hand-over to the
 stream's sender).
 
-Run: ``python -m bench.e2e_probe [--rates 1000,5000,10000] [--secs 3] [--size 100]``.
+``--switch-interval S`` sets ``sys.setswitchinterval(S)`` in the probe's
+process (the GIL's hand-off interval, 5 ms by default; the SDK never sets it).
+
+Run: ``python -m bench.e2e_probe [--rates 1000,5000,10000] [--secs 3] [--size 100]
+[--switch-interval S]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -123,7 +128,15 @@ def main() -> None:
     parser.add_argument("--secs", type=float, default=3.0)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument(
+        "--switch-interval",
+        type=float,
+        help="seconds: sys.setswitchinterval for this process (a measurement of the GIL's "
+        "hand-off; the SDK never sets it)",
+    )
     args = parser.parse_args()
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     each_rate(
         args.rates,
         args.reps,
