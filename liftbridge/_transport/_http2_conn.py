@@ -42,7 +42,7 @@ from liftbridge._transport._http2_wire import (
     frame_bytes,
     frame_header,
 )
-from liftbridge._transport._nowait import send_nowait
+from liftbridge._transport._nowait import send_nowait, send_released
 from liftbridge._transport._status import from_rpc_error
 from liftbridge._transport._stream import Serializable
 
@@ -124,6 +124,10 @@ class Http2Connection:
         # waiting can let go of it (_drop_read); nobody takes it twice.
         self._read_lock = threading.RLock()
         self._closed = False  # the socket is closed
+        # write_now is under way (its send lets go of the GIL): the socket stays
+        # open (_close_when_idle) until it ends, and then closes it if the call
+        # ended meanwhile. Set under _flow_lock with the call not ended.
+        self._own_writing = False
         # Bytes below HELD_BYTES may wait in the kernel (a sending call on a
         # plain socket, until its sending half ends or its reader writes too);
         # _held: they do now; _holder: the thread that read when they began to.
@@ -296,6 +300,7 @@ class Http2Connection:
                 if not self._take_window(size):
                     return False
                 done = 1
+                self._own_writing = True
             write_lock = self._write_lock
             # acquire(False), not blocking=False: a keyword makes the call build a
             # dict and parse it (~960 instructions an acquire under callgrind).
@@ -308,7 +313,9 @@ class Http2Connection:
                 try:  # the usual own write: nobody else writes, nothing queued to go first
                     if not self._pending:
                         done = 2
-                        sent = send_nowait(self._sock, frame)
+                        # The GIL let go of for the system call: the readers run
+                        # meanwhile (_nowait.send_released says why).
+                        sent = send_released(self._sock, frame)
                         if sent < size + 9:  # the rest, before anything queued meanwhile
                             with self._out_lock:
                                 self._pending[0:0] = frame[sent:]
@@ -347,6 +354,11 @@ class Http2Connection:
             elif done == 2:
                 self._write_failed()
             raise
+        finally:
+            if done:
+                self._own_writing = False
+                if self._finished:  # ended meanwhile: its closer left the socket to this thread
+                    self._close_when_idle()
 
     def _write_failed(self) -> None:
         """An interrupt (Ctrl-C) cut a frame's write short, some of it maybe
@@ -486,10 +498,11 @@ class Http2Connection:
             self._sock.shutdown(socket.SHUT_RDWR)
 
     def _close_when_idle(self) -> None:
-        """Closes the socket once the call ended and neither the sender nor
-        a reader uses it (closing a socket another thread is in could let a
-        new one reuse its descriptor under that thread). Never called by a
-        thread holding ``_read_lock``.
+        """Closes the socket once the call ended and neither the sender, a
+        reader nor :meth:`write_now` uses it (closing a socket another thread
+        is in could let a new one reuse its descriptor under that thread: a
+        send that lets go of the GIL reads the descriptor after it did).
+        Never called by a thread holding ``_read_lock``.
 
         A reader is in the socket only while it holds ``_read_lock``, so the
         socket is closed under that lock, taken without waiting. When another
@@ -498,7 +511,7 @@ class Http2Connection:
         this call (the GIL orders the threads' steps; ``_finished`` changes
         once, and ``_sending`` goes up only before it, both under ``_flow``,
         then down once), a closer saw them itself."""
-        if self._closed or not self._finished or self._sending:
+        if self._closed or not self._finished or self._sending or self._own_writing:
             return
         read_lock = self._read_lock
         try:
@@ -509,7 +522,7 @@ class Http2Connection:
             raise
         try:
             with self._flow:
-                if self._closed:
+                if self._closed or self._own_writing:  # see write_now's send
                     return
                 self._closed = True
             self._sock.close()

@@ -27,7 +27,7 @@ from liftbridge._errors import LiftbridgeError
 from liftbridge._transport import _http2_conn, _http2_wire
 from liftbridge._transport._http2 import Http2Call
 from liftbridge._transport._http2_wire import Keepalive, StreamError
-from liftbridge._transport._nowait import send_nowait
+from liftbridge._transport._nowait import send_released
 from liftbridge._transport._status import from_rpc_error
 from liftbridge_api import api_pb2
 from tests.unit.h2_peer import (
@@ -794,11 +794,11 @@ def test_an_own_write_the_socket_takes_in_part_goes_whole_before_frames_queued_m
     peer.read_until(SETTINGS, ACK)
 
     def in_part(sock: socket.socket, data: bytes) -> int:
-        monkeypatch.setattr(_http2_conn, "send_nowait", send_nowait)
+        monkeypatch.setattr(_http2_conn, "send_released", send_released)
         call._queue(frame(PING, ACK, 0, b"queued!!"))  # as a reader would, while this writes
-        return send_nowait(sock, data[:10])
+        return send_released(sock, data[:10])
 
-    monkeypatch.setattr(_http2_conn, "send_nowait", in_part)
+    monkeypatch.setattr(_http2_conn, "send_released", in_part)
     own = request(b"a" * 200)
     assert call.write_now(own)
     peer.read_until(PING, ACK)
@@ -808,6 +808,33 @@ def test_an_own_write_the_socket_takes_in_part_goes_whole_before_frames_queued_m
     peer.write(peer.trailers(0))
     assert isinstance(reader.finish(), StopIteration)
     requests.put(None)
+
+
+def test_a_call_ending_during_an_own_write_keeps_its_socket_open_until_the_send_returned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """write_now's send lets go of the GIL and reads the socket's descriptor
+    after it did: a reader that sees the call end meanwhile must not close
+    the socket under it (a new socket could take the descriptor and get the
+    frame). The writer closes it once its send returned."""
+    ours, theirs = socket.socketpair()
+    with theirs:
+        conn = _http2_conn.Http2Connection(ours, None, iter(()), sending=False)
+        conn._peer.stream = conn._peer.conn = 1 << 20
+        seen: list[tuple[bool, int]] = []
+
+        def ending(sock: socket.socket, data: bytes) -> int:
+            conn._finish(StreamError(grpc.StatusCode.UNAVAILABLE, "the peer went away"))
+            conn._close_when_idle()  # as the reading thread does once the call ended
+            seen.append((conn._closed, sock.fileno()))
+            return send_released(sock, data)
+
+        monkeypatch.setattr(_http2_conn, "send_released", ending)
+        sent = request(b"a" * 100)
+        assert conn.write_now(sent)
+        assert seen and not seen[0][0] and seen[0][1] >= 0, "closed under the send"
+        assert conn._closed and ours.fileno() == -1  # closed by the writer, after its send
+        assert len(theirs.recv(1024)) == 9 + 5 + sent.ByteSize()  # the frame went whole
 
 
 def test_a_window_shrunk_below_what_was_sent_waits_to_be_positive(

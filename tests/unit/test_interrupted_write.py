@@ -152,10 +152,13 @@ def test_a_write_interrupted_as_its_send_returns_goes_whole_or_ends_the_call(
         write = conn._flush
     else:
         write = lambda: conn.write_now(_Request(chunk))  # noqa: E731
+    # write_now's send lets go of the GIL (send_released), _flush's keeps it.
     monkeypatch.setattr(_http2_conn, "send_nowait", _interrupted_send)
+    monkeypatch.setattr(_http2_conn, "send_released", _interrupted_send)
     with pytest.raises(Interrupted):
         write()
     monkeypatch.setattr(_http2_conn, "send_nowait", send_nowait)
+    monkeypatch.setattr(_http2_conn, "send_released", send_nowait)
     got = pair.received()
     if conn._finished:
         assert conn._error is not None and conn._error.code() is grpc.StatusCode.UNAVAILABLE

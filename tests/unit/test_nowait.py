@@ -9,11 +9,12 @@ import select
 import socket
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from liftbridge._transport import _nowait
-from liftbridge._transport._nowait import Inbox, send_nowait
+from liftbridge._transport._nowait import Inbox, send_nowait, send_released
 
 
 @pytest.fixture(params=["libc", "socket"])
@@ -97,3 +98,53 @@ def test_a_reset_connection_fails(way: str, pair: tuple[socket.socket, socket.so
     with pytest.raises(OSError):
         for _ in range(1000):  # the first write may still go; a later one meets the reset
             send_nowait(client, b"after the reset")
+
+
+class _Recording(socket.socket):
+    """A socket that records the flags of its own ``send`` calls."""
+
+    flags: list[int]
+
+    def send(self, data: Any, flags: int = 0, /) -> int:
+        self.flags.append(flags)
+        return super().send(data, flags)
+
+
+def test_a_released_send_is_the_sockets_own_send_that_does_not_wait(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    """send_released goes through the socket's own ``send`` (which lets go of
+    the GIL for the system call), with MSG_DONTWAIT where there is one."""
+    client, server = pair
+    recording = _Recording(fileno=client.detach())
+    recording.flags = []
+    with recording:
+        assert send_released(recording, b"hello, liftbridge") == 17
+        assert recording.flags == ([_nowait._FLAGS] if _nowait._FLAGS else [])
+        got = b""
+        while len(got) < 17:
+            select.select([server], [], [], 10)  # bytes there (bounded wait)
+            got += server.recv(64)
+        assert got == b"hello, liftbridge"
+
+
+def test_a_released_send_to_a_full_buffer_takes_nothing_more(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    if not _nowait._FLAGS:
+        pytest.skip("no MSG_DONTWAIT here: the send waits like sendall")
+    client, _ = pair
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    chunk = b"x" * 65536
+    written = [send_released(client, chunk) for _ in range(1000)]  # far past both buffers
+    assert written[0] > 0
+    assert written[-1] == 0
+
+
+def test_a_released_send_on_a_closed_socket_fails(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    client, _ = pair
+    client.close()
+    with pytest.raises(OSError):
+        send_released(client, b"late")
