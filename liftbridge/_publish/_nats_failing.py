@@ -8,7 +8,9 @@ Futures and batches resolved on the calling thread, ack handlers handed to
 the publisher's ``liftbridge-callbacks`` runner as one job.
 
 Each is taken out of the window's table under its lock and resolved after
-it, exactly once: whoever takes it out resolves it.
+it, exactly once: whoever takes it out resolves it. The publishes taken out
+in one round of the lock are a claim round, open (for ``flush()`` to wait
+on) until they are resolved.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ class Failing:
     _pending: dict[str, Pending]
     _ack_timeout: float
     _runner: CallbackRunner
-    _release: Callable[[int], None]
+    _open_round: Callable[[], int]
+    _close_round: Callable[[int, int], None]
 
     # ------------------------------------------------ a publishing thread --
 
@@ -58,8 +61,8 @@ class Failing:
             mine = [e for e in entries[start:end] if pending.get(e.correlation_id) is e]
             for entry in mine:
                 del pending[entry.correlation_id]
-        self._deliver([(entry, None, withdrawn(entry)) for entry in mine])
-        self._release(len(mine))
+            token = self._open_round()
+        self._fail(token, mine, withdrawn)
         return end
 
     # --------------------------------------------- liftbridge-nats-acks --
@@ -67,12 +70,11 @@ class Failing:
     def settle(self, entry: Pending, error: BaseException) -> None:
         """Fails one publish with ``error``, if it is still pending."""
         with self._lock:
-            mine = self._pending.get(entry.correlation_id) is entry
-            if mine:
-                del self._pending[entry.correlation_id]
-        if mine:
-            self._deliver([(entry, None, error)])
-            self._release(1)
+            if self._pending.get(entry.correlation_id) is not entry:
+                return
+            del self._pending[entry.correlation_id]
+            token = self._open_round()
+        self._fail(token, [entry], lambda _: error)
 
     def fail_subject(self, subject: str, error: Callable[[Pending], BaseException]) -> None:
         """Fails the pending publishes to ``subject`` with ``error(entry)``
@@ -81,16 +83,16 @@ class Failing:
             entries = [e for e in self._pending.values() if e.subject == subject]
             for entry in entries:
                 del self._pending[entry.correlation_id]
-        self._deliver([(entry, None, error(entry)) for entry in entries])
-        self._release(len(entries))
+            token = self._open_round()
+        self._fail(token, entries, error)
 
     def fail_all(self, error: Callable[[Pending], BaseException]) -> None:
         """Fails every pending publish with ``error(entry)``."""
         with self._lock:
             entries = list(self._pending.values())
             self._pending.clear()
-        self._deliver([(entry, None, error(entry)) for entry in entries])
-        self._release(len(entries))
+            token = self._open_round()
+        self._fail(token, entries, error)
 
     # ------------------------------------------- liftbridge-ack-timer --
 
@@ -101,28 +103,23 @@ class Failing:
             entries = [e for e in self._pending.values() if e.leader == address]
             for entry in entries:
                 del self._pending[entry.correlation_id]
+            token = self._open_round()
         if entries:
             logger.warning(
                 "partition leader %s is down; failing %d NATS publish(es) awaiting its acks",
                 address,
                 len(entries),
             )
-        self._deliver(
-            [
-                (
-                    entry,
-                    None,
-                    LeaderLostError(
-                        f"the leader of {entry.subject!r} ({address}) went down before the "
-                        f"ack (correlation id {entry.correlation_id!r}) came; the message may "
-                        "or may not have been stored",
-                        address,
-                    ),
-                )
-                for entry in entries
-            ]
+        self._fail(
+            token,
+            entries,
+            lambda entry: LeaderLostError(
+                f"the leader of {entry.subject!r} ({address}) went down before the "
+                f"ack (correlation id {entry.correlation_id!r}) came; the message may "
+                "or may not have been stored",
+                address,
+            ),
         )
-        self._release(len(entries))
 
     def _expire_due(self, now: float) -> float | None:
         """Fails the publishes with the default timeout whose deadline passed;
@@ -139,11 +136,12 @@ class Failing:
                     upcoming = entry.deadline
                     break
                 due.append(entry)
+            if not due:
+                return upcoming
             for entry in due:
                 del self._pending[entry.correlation_id]
-        if due:
-            self._deliver([(entry, None, timeout_error(entry)) for entry in due])
-            self._release(len(due))
+            token = self._open_round()
+        self._fail(token, due, timeout_error)
         return upcoming
 
     def _expire(self, entries: list[Pending]) -> None:
@@ -151,13 +149,25 @@ class Failing:
         (one, or a batch's part), those still pending (on the timer's heap)."""
         with self._lock:
             due = [e for e in entries if self._pending.get(e.correlation_id) is e]
+            if not due:
+                return
             for entry in due:
                 del self._pending[entry.correlation_id]
-        if due:
-            self._deliver([(entry, None, timeout_error(entry)) for entry in due])
-            self._release(len(due))
+            token = self._open_round()
+        self._fail(token, due, timeout_error)
 
     # ------------------------------------------------------- internals --
+
+    def _fail(
+        self, token: int, entries: list[Pending], error: Callable[[Pending], BaseException]
+    ) -> None:
+        """Delivers ``error(entry)`` to each of ``entries``, taken out of the
+        table in claim round ``token`` (:meth:`AckWindow._open_round`), then
+        closes that round, freeing their slots, even if interrupted."""
+        try:
+            self._deliver([(entry, None, error(entry)) for entry in entries])
+        finally:
+            self._close_round(token, len(entries))
 
     def _deliver(self, outcomes: list[Outcome]) -> None:
         """Resolves futures and batches; hands the handlers to the callbacks

@@ -100,7 +100,8 @@ class AckWindow(Failing):
         self._runner = runner
         self._inbox = inbox
         self._lock = threading.Lock()
-        # _lock guards _refusal, _inflight, _admitted, _flushing, _short and _pending.
+        # _lock guards _refusal, _inflight, _admitted, _flushing, _short, _pending,
+        # _claims and _rounds.
         self._settled = threading.Condition(self._lock)  # notified as the window frees up
         self._refusal: Callable[[], BaseException] | None = None  # makes admit() raise
         self._inflight = 0
@@ -110,6 +111,11 @@ class AckWindow(Failing):
         # In admission order: for publishes with the default ack_timeout
         # (admitted under _lock) that is deadline order.
         self._pending: dict[str, Pending] = {}
+        # Claim rounds open: publishes taken out of _pending in one round of
+        # _lock, not all resolved yet (by the round's number, from _rounds).
+        # flush() waits on those open once no publish it covers is pending.
+        self._claims: dict[int, None] = {}
+        self._rounds = 0
         # Publishes settled by acks, let go of one per admit() (see the module
         # docstring); appended by the I/O thread, popped by publishing threads.
         # Never more than max_inflight of them; flush() and close empty it.
@@ -282,7 +288,11 @@ class AckWindow(Failing):
 
     def flush(self, deadline: float | None) -> bool:
         """Waits until every publish admitted before the call has its outcome,
-        until ``deadline`` (``time.monotonic()``; None: no limit).
+        until ``deadline`` (``time.monotonic()``; None: no limit): none of
+        them pending, and every claim round open when that was first so
+        (each may hold some of them, taken out but not resolved yet; a
+        round opened later holds none) closed. Any number of threads may
+        flush at once.
 
         Returns:
             False when the deadline passed first.
@@ -291,10 +301,18 @@ class AckWindow(Failing):
             last = self._admitted
             self._flushing += 1
             try:
-                # _pending keeps admission order: its first entry is the oldest.
-                while (oldest := next(iter(self._pending.values()), None)) is not None:
-                    if oldest.seq > last:
-                        break
+                rounds: list[int] | None = None  # the claim rounds to wait for, once known
+                while True:
+                    if rounds is None:
+                        # _pending keeps admission order: its first entry is the oldest.
+                        oldest = next(iter(self._pending.values()), None)
+                        if oldest is None or oldest.seq > last:
+                            rounds = list(self._claims)
+                    if rounds is not None:
+                        claims = self._claims
+                        rounds = [r for r in rounds if r in claims]
+                        if not rounds:
+                            break
                     left = None if deadline is None else deadline - monotonic()
                     if left is not None and left <= 0:
                         return False
@@ -338,54 +356,73 @@ class AckWindow(Failing):
         with self._lock:
             pop = self._pending.pop
             entries: list[Pending | None] = [pop(correlation_id, None) for correlation_id in ids]
-        settled = 0
-        calls: list[tuple[AckHandler, Ack | None, BaseException | None]] = []
-        members: list[Outcome] = []
-        kept: list[object] = []  # for the publishing threads to free (see the module docstring)
-        raw = self._raw
-        for index in range(len(entries)):  # _deliver, inlined: once per publish
-            entry = entries[index]
-            if entry is None:
-                logger.debug("Dropping an ack for %r: timed out already", ids[index])
-                continue
-            entries[index] = None  # let go of as it settles (see the module docstring)
-            settled += 1
-            ack: Ack | None = None
-            error = refused.get(index) if refused else None
-            future = entry.future
-            if future.__class__ is raw and entry.handler is None and entry.batch is None:
-                # A Future alone, the commonest: given the wire, it makes the Ack when read.
-                kept.append(entry)  # with its Future: this thread made neither
+            claimed = len(entries) - entries.count(None)
+            self._rounds = token = self._rounds + 1  # _open_round, inline: a call less a read
+            self._claims[token] = None
+        try:
+            calls: list[tuple[AckHandler, Ack | None, BaseException | None]] = []
+            members: list[Outcome] = []
+            kept: list[object] = []  # for the publishing threads to free (see the module docstring)
+            raw = self._raw
+            for index in range(len(entries)):  # _deliver, inlined: once per publish
+                entry = entries[index]
+                if entry is None:
+                    logger.debug("Dropping an ack for %r: timed out already", ids[index])
+                    continue
+                entries[index] = None  # let go of as it settles (see the module docstring)
+                ack: Ack | None = None
+                error = refused.get(index) if refused else None
+                future = entry.future
+                if future.__class__ is raw and entry.handler is None and entry.batch is None:
+                    # A Future alone, the commonest: given the wire, it makes the Ack when read.
+                    kept.append(entry)  # with its Future: this thread made neither
+                    if error is None:
+                        future.set_result(wires[index])
+                    else:
+                        future.set_exception(error)
+                    continue
                 if error is None:
-                    future.set_result(wires[index])
-                else:
-                    future.set_exception(error)
-                continue
-            if error is None:
-                ack = ack_of_wire(wires[index])
-            if entry.batch is not None:  # gathered below, as one run per batch
-                members.append((entry, ack, error))
-                continue
-            if future is not None:
-                kept.append(future)
-                if error is None:
-                    future.set_result(ack)
-                else:
-                    future.set_exception(error)
-            if entry.handler is not None:
-                calls.append((entry.handler, ack, error))
-        self._spent.keep(kept)
-        if members:
-            settle_members(members)
-        if calls:
-            self._runner.submit(call_handlers, calls)
-        self._release(settled)
+                    ack = ack_of_wire(wires[index])
+                if entry.batch is not None:  # gathered below, as one run per batch
+                    members.append((entry, ack, error))
+                    continue
+                if future is not None:
+                    kept.append(future)
+                    if error is None:
+                        future.set_result(ack)
+                    else:
+                        future.set_exception(error)
+                if entry.handler is not None:
+                    calls.append((entry.handler, ack, error))
+            self._spent.keep(kept)
+            if members:
+                settle_members(members)
+            if calls:
+                self._runner.submit(call_handlers, calls)
+        finally:  # the round closed, its slots freed, even if interrupted
+            self._close_round(token, claimed)
 
     # ------------------------------------------------------- internals --
 
     def release(self, count: int) -> None:
         """Gives back ``count`` slots of :meth:`admit_unacked`."""
         self._release(count)
+
+    def _open_round(self) -> int:
+        """With ``_lock`` held, as publishes are taken out of ``_pending``:
+        opens a claim round for them (see :meth:`flush`) and returns its number."""
+        self._rounds = token = self._rounds + 1
+        self._claims[token] = None
+        return token
+
+    def _close_round(self, token: int, count: int) -> None:
+        """Once the publishes of claim round ``token`` are resolved: closes
+        it and frees their ``count`` slots, waking who waits on either."""
+        with self._lock:
+            del self._claims[token]
+            self._inflight -= count
+            if (self._short and self._inflight <= self._resume_at) or self._flushing:
+                self._settled.notify_all()
 
     def _release(self, count: int) -> None:
         if not count:
