@@ -15,7 +15,6 @@ they raise to :meth:`Interrupts._withdraw` and :meth:`Interrupts._withdraw_rest`
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
 import threading
@@ -42,7 +41,7 @@ class Interrupts:
     _window: Window
     _flushers: int
     _claimed: Waiters  # on _lock: a flush waits on it for claims
-    _kept: collections.deque[object]  # Spent.kept: claimed, for flush() until settled
+    _unsettled: dict[object, object]  # Spent.unsettled: claimed, for flush() until settled
 
     def _withdraw(self, pending: Pending) -> None:
         """After ``submit`` raised (say an interrupt, Ctrl-C, anywhere in it): a
@@ -68,8 +67,8 @@ class Interrupts:
                 if pending.generation < 0:
                     # The calls first: an interrupt among them changes nothing
                     # (a waiter woken early waits again).
-                    if future is not None:
-                        self._kept.append(future)  # for flush() until it is settled
+                    if future is not None:  # for flush() until it is settled (_complete)
+                        self._unsettled[future] = future
                     if self._flushers:
                         self._claimed.notify_all()
                     window.wake(1)
@@ -85,6 +84,8 @@ class Interrupts:
             if withdrawn and future is not None and not future.done():
                 with contextlib.suppress(InvalidStateError):  # settled meanwhile
                     future.set_exception(error)
+            if future is not None:
+                self._unsettled.pop(future, None)
             raise
 
     def _withdraw_rest(self, rest: list[Pending], error: LiftbridgeError) -> None:
@@ -111,11 +112,11 @@ class Interrupts:
                 pending.done = True
                 out.append(pending)
             if out:
-                self._kept.append(gathered)
+                self._unsettled[gathered] = gathered
                 if self._flushers:
                     self._claimed.notify_all()
         if out:
-            settle_gathered([(pending, None, error) for pending in out], gathered)
+            settle_gathered([(pending, None, error) for pending in out], gathered, self._unsettled)
         if sent:  # their deadline maybe not scheduled yet (twice: the second finds them done)
             expire = functools.partial(expire_each, self._expire, sent)
             self._timer.schedule(sent[0].deadline, expire)

@@ -7,7 +7,8 @@ the window's lock: the ack (on ``liftbridge-nats-io``), its deadline (on
 the client's ``liftbridge-ack-timer``), a write NATS refused, the connection
 given up, or close. Futures and ack handlers are resolved here and their
 user code handed to the publisher's ``liftbridge-callbacks`` runner, the
-handlers of one batch of outcomes as one job.
+handlers of one batch of outcomes as one job. The ways other than an ack
+are in :mod:`~liftbridge._publish._nats_failing`.
 
 The table keeps admission order, which for publishes with the default ack
 timeout is deadline order: the timer looks at its oldest entries
@@ -60,26 +61,19 @@ from liftbridge._core._envelope import (
     ack_from_string,
     ack_wire,
 )
-from liftbridge._errors import (
-    AckTimeoutError,
-    EnvelopeError,
-    LeaderLostError,
-    LiftbridgeError,
-    PublishWindowFullError,
-)
+from liftbridge._errors import EnvelopeError, LiftbridgeError, PublishWindowFullError
 from liftbridge._publish._batch import settle_members
+from liftbridge._publish._nats_failing import Failing, Outcome, call_handlers
 from liftbridge._publish._nats_pending import AckHandler, Pending
 from liftbridge._publish._pending import Spent
 from liftbridge_api import api_pb2
 
 logger = logging.getLogger(__name__)
 
-# An outcome to deliver: the publish, its ack or its error.
-_Outcome = tuple[Pending, Ack | None, BaseException | None]
 
-
-class AckWindow:
+class AckWindow(Failing):
     """Pending acks, their deadlines and the in-flight window. Thread-safe.
+    Publishes no ack settles are failed as :class:`Failing` says.
 
     Args:
         max_inflight: publishes awaiting acks at most.
@@ -106,7 +100,8 @@ class AckWindow:
         self._runner = runner
         self._inbox = inbox
         self._lock = threading.Lock()
-        # _lock guards _refusal, _inflight, _admitted, _flushing, _short and _pending.
+        # _lock guards _refusal, _inflight, _admitted, _flushing, _short, _pending,
+        # _claims and _rounds.
         self._settled = threading.Condition(self._lock)  # notified as the window frees up
         self._refusal: Callable[[], BaseException] | None = None  # makes admit() raise
         self._inflight = 0
@@ -116,6 +111,11 @@ class AckWindow:
         # In admission order: for publishes with the default ack_timeout
         # (admitted under _lock) that is deadline order.
         self._pending: dict[str, Pending] = {}
+        # Claim rounds open: publishes taken out of _pending in one round of
+        # _lock, not all resolved yet (by the round's number, from _rounds).
+        # flush() waits on those open once no publish it covers is pending.
+        self._claims: dict[int, None] = {}
+        self._rounds = 0
         # Publishes settled by acks, let go of one per admit() (see the module
         # docstring); appended by the I/O thread, popped by publishing threads.
         # Never more than max_inflight of them; flush() and close empty it.
@@ -288,7 +288,11 @@ class AckWindow:
 
     def flush(self, deadline: float | None) -> bool:
         """Waits until every publish admitted before the call has its outcome,
-        until ``deadline`` (``time.monotonic()``; None: no limit).
+        until ``deadline`` (``time.monotonic()``; None: no limit): none of
+        them pending, and every claim round open when that was first so
+        (each may hold some of them, taken out but not resolved yet; a
+        round opened later holds none) closed. Any number of threads may
+        flush at once.
 
         Returns:
             False when the deadline passed first.
@@ -297,10 +301,18 @@ class AckWindow:
             last = self._admitted
             self._flushing += 1
             try:
-                # _pending keeps admission order: its first entry is the oldest.
-                while (oldest := next(iter(self._pending.values()), None)) is not None:
-                    if oldest.seq > last:
-                        break
+                rounds: list[int] | None = None  # the claim rounds to wait for, once known
+                while True:
+                    if rounds is None:
+                        # _pending keeps admission order: its first entry is the oldest.
+                        oldest = next(iter(self._pending.values()), None)
+                        if oldest is None or oldest.seq > last:
+                            rounds = list(self._claims)
+                    if rounds is not None:
+                        claims = self._claims
+                        rounds = [r for r in rounds if r in claims]
+                        if not rounds:
+                            break
                     left = None if deadline is None else deadline - monotonic()
                     if left is not None and left <= 0:
                         return False
@@ -309,28 +321,6 @@ class AckWindow:
                 self._flushing -= 1
         self._spent.clear()
         return True
-
-    def withdraw(self, entries: list[Pending], start: int = 0) -> int:
-        """After a publish (or a batch from ``entries[start]``) raised on its
-        caller's thread, an interrupt (Ctrl-C) say: those admitted and still
-        pending are taken out, their slots freed, their outcome a
-        :class:`LiftbridgeError` (a flush may wait on them; the frame may or
-        may not have gone out, and its ack is then dropped).
-
-        Returns:
-            The index of the first entry from ``start`` never admitted.
-        """
-        with self._lock:
-            end = start
-            while end < len(entries) and entries[end].seq:  # admitted: seq set
-                end += 1
-            pending = self._pending
-            mine = [e for e in entries[start:end] if pending.get(e.correlation_id) is e]
-            for entry in mine:
-                del pending[entry.correlation_id]
-        self._deliver([(entry, None, _withdrawn(entry)) for entry in mine])
-        self._release(len(mine))
-        return end
 
     # --------------------------- liftbridge-nats-io, liftbridge-nats-acks --
 
@@ -366,169 +356,73 @@ class AckWindow:
         with self._lock:
             pop = self._pending.pop
             entries: list[Pending | None] = [pop(correlation_id, None) for correlation_id in ids]
-        settled = 0
-        calls: list[tuple[AckHandler, Ack | None, BaseException | None]] = []
-        members: list[_Outcome] = []
-        kept: list[object] = []  # for the publishing threads to free (see the module docstring)
-        raw = self._raw
-        for index in range(len(entries)):  # _deliver, inlined: once per publish
-            entry = entries[index]
-            if entry is None:
-                logger.debug("Dropping an ack for %r: timed out already", ids[index])
-                continue
-            entries[index] = None  # let go of as it settles (see the module docstring)
-            settled += 1
-            ack: Ack | None = None
-            error = refused.get(index) if refused else None
-            future = entry.future
-            if future.__class__ is raw and entry.handler is None and entry.batch is None:
-                # A Future alone, the commonest: given the wire, it makes the Ack when read.
-                kept.append(entry)  # with its Future: this thread made neither
+            claimed = len(entries) - entries.count(None)
+            self._rounds = token = self._rounds + 1  # _open_round, inline: a call less a read
+            self._claims[token] = None
+        try:
+            calls: list[tuple[AckHandler, Ack | None, BaseException | None]] = []
+            members: list[Outcome] = []
+            kept: list[object] = []  # for the publishing threads to free (see the module docstring)
+            raw = self._raw
+            for index in range(len(entries)):  # _deliver, inlined: once per publish
+                entry = entries[index]
+                if entry is None:
+                    logger.debug("Dropping an ack for %r: timed out already", ids[index])
+                    continue
+                entries[index] = None  # let go of as it settles (see the module docstring)
+                ack: Ack | None = None
+                error = refused.get(index) if refused else None
+                future = entry.future
+                if future.__class__ is raw and entry.handler is None and entry.batch is None:
+                    # A Future alone, the commonest: given the wire, it makes the Ack when read.
+                    kept.append(entry)  # with its Future: this thread made neither
+                    if error is None:
+                        future.set_result(wires[index])
+                    else:
+                        future.set_exception(error)
+                    continue
                 if error is None:
-                    future.set_result(wires[index])
-                else:
-                    future.set_exception(error)
-                continue
-            if error is None:
-                ack = ack_of_wire(wires[index])
-            if entry.batch is not None:  # gathered below, as one run per batch
-                members.append((entry, ack, error))
-                continue
-            if future is not None:
-                kept.append(future)
-                if error is None:
-                    future.set_result(ack)
-                else:
-                    future.set_exception(error)
-            if entry.handler is not None:
-                calls.append((entry.handler, ack, error))
-        self._spent.keep(kept)
-        if members:
-            settle_members(members)
-        if calls:
-            self._runner.submit(_call_handlers, calls)
-        self._release(settled)
-
-    def settle(self, entry: Pending, error: BaseException) -> None:
-        """Fails one publish with ``error``, if it is still pending."""
-        with self._lock:
-            mine = self._pending.get(entry.correlation_id) is entry
-            if mine:
-                del self._pending[entry.correlation_id]
-        if mine:
-            self._deliver([(entry, None, error)])
-            self._release(1)
-
-    def fail_subject(self, subject: str, error: Callable[[Pending], BaseException]) -> None:
-        """Fails the pending publishes to ``subject`` with ``error(entry)``
-        (the NATS server refused publishes there)."""
-        with self._lock:
-            entries = [e for e in self._pending.values() if e.subject == subject]
-            for entry in entries:
-                del self._pending[entry.correlation_id]
-        self._deliver([(entry, None, error(entry)) for entry in entries])
-        self._release(len(entries))
-
-    def fail_all(self, error: Callable[[Pending], BaseException]) -> None:
-        """Fails every pending publish with ``error(entry)``."""
-        with self._lock:
-            entries = list(self._pending.values())
-            self._pending.clear()
-        self._deliver([(entry, None, error(entry)) for entry in entries])
-        self._release(len(entries))
-
-    # ------------------------------------------- liftbridge-ack-timer --
-
-    def fail_led_by(self, address: str) -> None:
-        """Fails the publishes awaiting acks from the partition leader at
-        ``address``, now found down: their acks can no longer come."""
-        with self._lock:
-            entries = [e for e in self._pending.values() if e.leader == address]
-            for entry in entries:
-                del self._pending[entry.correlation_id]
-        if entries:
-            logger.warning(
-                "partition leader %s is down; failing %d NATS publish(es) awaiting its acks",
-                address,
-                len(entries),
-            )
-        self._deliver(
-            [
-                (
-                    entry,
-                    None,
-                    LeaderLostError(
-                        f"the leader of {entry.subject!r} ({address}) went down before the "
-                        f"ack (correlation id {entry.correlation_id!r}) came; the message may "
-                        "or may not have been stored",
-                        address,
-                    ),
-                )
-                for entry in entries
-            ]
-        )
-        self._release(len(entries))
-
-    def _expire_due(self, now: float) -> float | None:
-        """Fails the publishes with the default timeout whose deadline passed;
-        returns the next one's deadline (None: none pending). The timer's
-        poll (:meth:`AckTimer.watch`): quick, no user code."""
-        default = self._ack_timeout
-        due: list[Pending] = []
-        upcoming = None
-        with self._lock:
-            for entry in self._pending.values():
-                if entry.timeout != default:
-                    continue  # on the timer's heap
-                if entry.deadline > now:
-                    upcoming = entry.deadline
-                    break
-                due.append(entry)
-            for entry in due:
-                del self._pending[entry.correlation_id]
-        if due:
-            self._deliver([(entry, None, _timeout_error(entry)) for entry in due])
-            self._release(len(due))
-        return upcoming
-
-    def _expire(self, entries: list[Pending]) -> None:
-        """Fails publishes with a timeout of their own whose deadline passed
-        (one, or a batch's part), those still pending (on the timer's heap)."""
-        with self._lock:
-            due = [e for e in entries if self._pending.get(e.correlation_id) is e]
-            for entry in due:
-                del self._pending[entry.correlation_id]
-        if due:
-            self._deliver([(entry, None, _timeout_error(entry)) for entry in due])
-            self._release(len(due))
+                    ack = ack_of_wire(wires[index])
+                if entry.batch is not None:  # gathered below, as one run per batch
+                    members.append((entry, ack, error))
+                    continue
+                if future is not None:
+                    kept.append(future)
+                    if error is None:
+                        future.set_result(ack)
+                    else:
+                        future.set_exception(error)
+                if entry.handler is not None:
+                    calls.append((entry.handler, ack, error))
+            self._spent.keep(kept)
+            if members:
+                settle_members(members)
+            if calls:
+                self._runner.submit(call_handlers, calls)
+        finally:  # the round closed, its slots freed, even if interrupted
+            self._close_round(token, claimed)
 
     # ------------------------------------------------------- internals --
-
-    def _deliver(self, outcomes: list[_Outcome]) -> None:
-        """Resolves futures and batches; hands the handlers to the callbacks
-        thread as one job."""
-        calls: list[tuple[AckHandler, Ack | None, BaseException | None]] = []
-        members: list[_Outcome] = []
-        for entry, ack, error in outcomes:
-            if entry.batch is not None:
-                members.append((entry, ack, error))
-                continue
-            future = entry.future
-            if future is not None:
-                if error is None:
-                    future.set_result(ack)
-                else:
-                    future.set_exception(error)
-            if entry.handler is not None:
-                calls.append((entry.handler, ack, error))
-        if members:
-            settle_members(members)
-        if calls:
-            self._runner.submit(_call_handlers, calls)
 
     def release(self, count: int) -> None:
         """Gives back ``count`` slots of :meth:`admit_unacked`."""
         self._release(count)
+
+    def _open_round(self) -> int:
+        """With ``_lock`` held, as publishes are taken out of ``_pending``:
+        opens a claim round for them (see :meth:`flush`) and returns its number."""
+        self._rounds = token = self._rounds + 1
+        self._claims[token] = None
+        return token
+
+    def _close_round(self, token: int, count: int) -> None:
+        """Once the publishes of claim round ``token`` are resolved: closes
+        it and frees their ``count`` slots, waking who waits on either."""
+        with self._lock:
+            del self._claims[token]
+            self._inflight -= count
+            if (self._short and self._inflight <= self._resume_at) or self._flushing:
+                self._settled.notify_all()
 
     def _release(self, count: int) -> None:
         if not count:
@@ -560,28 +454,3 @@ def _bad(error: Exception) -> Exception:
     if isinstance(error, DecodeError):
         return EnvelopeError(f"envelope payload is not a valid Ack protobuf: {error}")
     return error
-
-
-def _timeout_error(entry: Pending) -> AckTimeoutError:
-    return AckTimeoutError(
-        f"no ack within {entry.timeout:g}s for the message published on "
-        f"{entry.subject!r} (correlation id {entry.correlation_id!r}); "
-        "it may or may not have been stored"
-    )
-
-
-def _withdrawn(entry: Pending) -> LiftbridgeError:
-    return LiftbridgeError(
-        f"the publish on {entry.subject!r} (correlation id {entry.correlation_id!r}) was "
-        "interrupted and withdrawn; not sent, or as it was"
-    )
-
-
-def _call_handlers(calls: list[tuple[AckHandler, Ack | None, BaseException | None]]) -> None:
-    """Runs a batch of ack handlers, in order, on ``liftbridge-callbacks``;
-    one that raises is logged and the next one runs."""
-    for handler, ack, error in calls:
-        try:
-            handler(ack, error)
-        except Exception:
-            logger.exception("ack handler %r raised; ignored", handler)

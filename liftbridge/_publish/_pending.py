@@ -212,15 +212,19 @@ def claimed_outcomes(
     return settled
 
 
-def settle_gathered(members: list[Claim], gathered: Future[None]) -> None:
+def settle_gathered(
+    members: list[Claim], gathered: Future[None], unsettled: dict[object, object]
+) -> None:
     """:func:`settle_members` for batch members claimed under the
-    publisher's lock, then resolves ``gathered``: kept (``Spent.kept``) in
-    that lock, it has ``flush()`` wait until they are counted in their
-    batches (their publishes are out of the pending table by then)."""
+    publisher's lock, then resolves ``gathered`` and takes it out of
+    ``unsettled`` (``Spent.unsettled``): put there in that lock, it has
+    ``flush()`` wait until they are counted in their batches (their
+    publishes are out of the pending table by then)."""
     try:
         settle_members(members)
     finally:
         gathered.set_result(None)
+        unsettled.pop(gathered, None)
 
 
 def fail_all(
@@ -251,15 +255,24 @@ class Spent:
     """Settled publishes kept for the publishing threads to free, one per
     publish (see the module docstring): the gRPC publisher keeps each
     outcome, the NATS window each Future (its Ack with it) or publish entry.
-    Thread-safe (deque operations)."""
+    And, apart from them, the gRPC publisher's claimed publishes not settled
+    yet, for ``flush()`` (:attr:`unsettled`). Thread-safe (deque and dict
+    operations)."""
 
-    __slots__ = ("kept",)
+    __slots__ = ("kept", "unsettled")
 
     def __init__(self) -> None:
         self.kept: collections.deque[object] = collections.deque()
         """Oldest first. A publishing thread's own loop may do what
         :meth:`free_one` does on it (a call the less per publish), the
         acks thread's what :meth:`keep` does (a call the less per read)."""
+        self.unsettled: dict[object, object] = {}
+        """Claimed publishes whose Futures are not all settled yet, for
+        ``flush()`` to wait on: a Future (by itself), or a read's outcomes
+        (by the list's id). Put here in the publisher's lock as they are
+        claimed, taken out by whoever settles them once settled. Not
+        :attr:`kept`: another publishing thread frees (pops) those at any
+        time and ``flush()`` clears them, settled or not."""
 
     def keep(self, settled: Iterable[object]) -> None:
         """On the thread that settled them: keeps ``settled`` (each holding
@@ -283,6 +296,38 @@ class Spent:
         with contextlib.suppress(IndexError):  # another publishing thread took the last
             for _ in range(min(count, len(kept))):
                 kept.popleft()
+
+    def gather(self) -> Future[None]:
+        """In the publisher's lock, as a read's batch members are claimed: a
+        Future in :attr:`unsettled`, resolved and taken out once they are
+        settled into their batches (:func:`settle_gathered`). (What else
+        :meth:`Publisher._resolve` claims goes there by the list's id,
+        written out: no call a read.)"""
+        gathered: Future[None] = Future()
+        self.unsettled[gathered] = gathered
+        return gathered
+
+    def settle_claim(self, claim: Claim, settle: Callable[..., None]) -> None:
+        """Settles one publish claimed alone (its Future in :attr:`unsettled`
+        since the claim, if it has one): its outcome through ``settle``
+        (:meth:`CallbackRunner.settle`; a batch's publish goes to its batch),
+        then takes its Future out of :attr:`unsettled`, even if interrupted."""
+        future = claim[0].future  # None once claimed_outcomes lets go of it
+        try:
+            for settled in claimed_outcomes([claim]):  # none for a batch's publish
+                settle(*settled)
+        finally:
+            self.unsettled.pop(future, None)
+
+    def unsettled_futures(self) -> list[Future[object]]:
+        """In the publisher's lock: the Futures of :attr:`unsettled`, to wait on."""
+        futures: list[Future[object]] = []
+        for claimed in self.unsettled.copy().values():  # one C call: settlers take out
+            if type(claimed) is list:  # a read's outcomes: (Future or None, handler, ...)
+                futures += [outcome[0] for outcome in claimed if outcome[0] is not None]
+            else:
+                futures.append(claimed)  # type: ignore[arg-type]
+        return futures
 
     def clear(self) -> None:
         """Drops everything kept (flush, close): no Future outlives them."""

@@ -88,7 +88,6 @@ from liftbridge._publish._pending import (
     Pending,
     Spent,
     claim_responses,
-    claimed_outcomes,
     fail_all,
     new_pending,
     settle_gathered,
@@ -180,7 +179,7 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
         self._send_lock = threading.Lock()
         self._carry: collections.deque[Pending] = collections.deque()
         self._spent = Spent()  # settled Futures the publishing threads free
-        self._kept = self._spent.kept
+        self._kept, self._unsettled = self._spent.kept, self._spent.unsettled
         # _handover_lock makes a sender's "not resolved, same stream: mark it
         # sent" one step against the stream breaking, an ack timeout deciding
         # sent-or-not, and close. It is not _lock, which producers and the
@@ -372,8 +371,8 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
                 self._window.give()
             if pending.future is None and pending.batch is not None:  # see claimed_outcomes
                 pending.future = Future()
-            if pending.future is not None:  # for flush() until it is settled
-                self._kept.append(pending.future)
+            if pending.future is not None:  # for flush() until it is settled (_complete)
+                self._unsettled[pending.future] = pending.future
             if self._flushers:
                 self._claimed.notify_all()
             return True
@@ -384,8 +383,7 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
             self._complete(pending, ack, error)
 
     def _complete(self, pending: Pending, ack: Ack | None, error: LiftbridgeError | None) -> None:
-        for settled in claimed_outcomes([(pending, ack, error)]):  # none for a batch's publish
-            self._callbacks.settle(*settled)
+        self._spent.settle_claim((pending, ack, error), self._callbacks.settle)
 
     def _resolve(self, responses: list[api_pb2.PublishResponse]) -> None:
         """Resolves a run of responses in order: claims them in one round of
@@ -396,9 +394,9 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
             settled, members, unknown = claim_responses(
                 responses, self._pending.pop, wire_acks=True
             )
-            self._kept.extend(settled)  # Spent.keep: in the lock, so flush() sees them unsettled
-            if members:  # settled into their batches after the lock: flush() waits for that
-                self._kept.append(gathered := Future[None]())
+            self._kept.extend(settled)  # Spent.keep: in the lock, a call the less a read
+            self._unsettled[id(settled)] = settled  # Spent.unsettled: flush() waits till settled
+            gathered = self._spent.gather() if members else None  # and on the members' settling
             claimed = len(settled) + len(members)
             if claimed:
                 self._window.give(claimed)
@@ -408,9 +406,10 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
                 self._in_order.drop_done_held()
         for correlation_id, error in unknown:
             _log.debug("outcome for unknown or timed-out publish %r: %s", correlation_id, error)
-        if members:
-            settle_gathered(members, gathered)  # SDK code, no user code
+        if gathered is not None:
+            settle_gathered(members, gathered, self._unsettled)  # SDK code, no user code
         self._callbacks.settle_run(settled)
+        del self._unsettled[id(settled)]  # no finally: liftbridge-acks takes no Ctrl-C
 
     # ------------------------------------------------------ ack dispatcher --
 
@@ -566,9 +565,9 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
             True when all of them are resolved, False when the timeout passed first.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:  # unresolved: pending, or claimed and kept until settled
+        with self._lock:  # unresolved: pending, or claimed and not settled yet
             left: list[tuple[Pending | None, Any]] = [(p, p.future) for p in self._pending.values()]
-            left += [(None, e[0] if type(e) is tuple else e) for e in self._kept.copy()]
+            left += [(None, future) for future in self._spent.unsettled_futures()]
         for pending, future in left:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             if future is None:  # no Future: wait for the claim
