@@ -5,8 +5,9 @@ Writes never interleave: whoever writes holds ``_write_lock``. A thread that
 reads never waits to write: its frames (acks, window updates, PINGs, a lane's
 own request) are queued whole in ``_pending`` and written as far as the
 socket takes them at once (``_flush``); ``liftbridge-h2-send`` (``_send_loop``)
-writes the requests within the peer's flow-control windows, waiting in
-``sendall`` as long as it takes, and the queue with them. The call's end is
+writes the requests within the peer's flow-control windows (letting go of
+the GIL for each send, as ``write_now``), waiting in ``sendall`` as long as
+it takes, and the queue with them. The call's end is
 recorded once (``_finish``), wakes every thread on the socket (``_shutdown``),
 and the socket is closed only when no thread is in it (``_close_when_idle``):
 the sender says so in ``_sending``, a reader by holding ``_read_lock``.
@@ -455,9 +456,10 @@ class Http2Connection:
                         data = bytes(self._pending) + data
                         self._pending.clear()
                 while data:
-                    # What the socket takes at once goes without letting go
-                    # of the GIL (see _nowait.py); only the rest waits.
-                    sent = send_nowait(self._sock, data)
+                    # The GIL let go of for the system call, as write_now's
+                    # (_nowait.send_released); only what it did not take waits.
+                    # The socket stays open meanwhile: _sending is set.
+                    sent = send_released(self._sock, data)
                     if sent < len(data):
                         self._sock.sendall(data[sent:])
                     with self._out_lock:

@@ -837,6 +837,32 @@ def test_a_call_ending_during_an_own_write_keeps_its_socket_open_until_the_send_
         assert len(theirs.recv(1024)) == 9 + 5 + sent.ByteSize()  # the frame went whole
 
 
+def test_a_call_ending_during_the_senders_write_keeps_its_socket_open_until_the_send_returned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """liftbridge-h2-send's send lets go of the GIL too (send_released): a
+    reader that sees the call end meanwhile must not close the socket under
+    it (_sending keeps it open); the sender closes it once it is done."""
+    ours, theirs = socket.socketpair()
+    with theirs:
+        sent = request(b"a" * 100)
+        conn = _http2_conn.Http2Connection(ours, None, iter([sent]), sending=True)
+        conn._peer.stream = conn._peer.conn = 1 << 20
+        seen: list[tuple[bool, int]] = []
+
+        def ending(sock: socket.socket, data: bytes) -> int:
+            conn._finish(StreamError(grpc.StatusCode.UNAVAILABLE, "the peer went away"))
+            conn._close_when_idle()  # as the reading thread does once the call ended
+            seen.append((conn._closed, sock.fileno()))
+            return send_released(sock, data)
+
+        monkeypatch.setattr(_http2_conn, "send_released", ending)
+        conn._send_loop()  # as liftbridge-h2-send runs it
+        assert seen and not seen[0][0] and seen[0][1] >= 0, "closed under the send"
+        assert conn._closed and ours.fileno() == -1  # closed by the sender, after its send
+        assert len(theirs.recv(1024)) == 9 + 5 + sent.ByteSize()  # the frame went whole
+
+
 def test_a_window_shrunk_below_what_was_sent_waits_to_be_positive(
     connection: Connection,
 ) -> None:
