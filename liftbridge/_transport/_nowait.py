@@ -89,13 +89,7 @@ def send_nowait(sock: socket.socket, data: bytes) -> int:
         sent: int = _LIBC[0](sock.fileno(), data, len(data), _FLAGS)
         if sent >= 0:
             return sent
-    elif not _FLAGS:
-        sock.sendall(data)
-        return len(data)
-    try:
-        return sock.send(data, _FLAGS)
-    except BlockingIOError:
-        return 0
+    return send_released(sock, data)  # no libc, or its error raised by the socket's own send
 
 
 def send_released(sock: socket.socket, data: bytes) -> int:
