@@ -12,12 +12,12 @@ from collections.abc import Callable
 
 import pytest
 
-from liftbridge._core._callbacks import CallbackRunner
 from liftbridge._publish._publisher import Publisher
 from tests.unit.test_publisher_unit import (  # noqa: F401 (_close_client_threads: autouse)
     FakeServer,
     _close_client_threads,
     _soon,
+    hold_settle_run,
     make,
     request,
 )
@@ -49,15 +49,7 @@ def test_flush_waits_for_a_claimed_future_whatever_other_threads_free(
     server.hold = how == "acked"
     p = make(server, ack_wait=30.0 if how == "acked" else 0.2)
     future = p.submit(request(0), None, None)
-    entered, go_on = threading.Event(), threading.Event()
-    settle_run = CallbackRunner.settle_run
-
-    def held(runner: CallbackRunner, settled: list[object]) -> None:
-        entered.set()
-        go_on.wait(WAIT)
-        settle_run(runner, settled)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(CallbackRunner, "settle_run", held)
+    entered, go_on = hold_settle_run(monkeypatch, WAIT)
     if how == "acked":
         server.release(1)
     try:
@@ -83,15 +75,7 @@ def test_two_threads_flushing_at_once_both_wait_for_a_claimed_future(
     server.hold = True
     p = make(server, ack_wait=30.0)
     future = p.submit(request(0), None, None)
-    entered, go_on = threading.Event(), threading.Event()
-    settle_run = CallbackRunner.settle_run
-
-    def held(runner: CallbackRunner, settled: list[object]) -> None:
-        entered.set()
-        go_on.wait(WAIT)
-        settle_run(runner, settled)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(CallbackRunner, "settle_run", held)
+    entered, go_on = hold_settle_run(monkeypatch, WAIT)
     server.release(1)
     results: list[bool] = []
     flushers = [threading.Thread(target=lambda: results.append(p.flush(WAIT))) for _ in range(2)]

@@ -712,6 +712,24 @@ def test_flush_waits_only_for_what_was_pending_when_called() -> None:
     p.close(_soon())
 
 
+def hold_settle_run(
+    monkeypatch: pytest.MonkeyPatch, wait: float
+) -> tuple[threading.Event, threading.Event]:
+    """Holds the acks thread's settling of a read's claimed publishes
+    (``CallbackRunner.settle_run``): ``entered`` is set once it is held there,
+    and it goes on when ``go_on`` is set (or after ``wait`` seconds)."""
+    entered, go_on = threading.Event(), threading.Event()
+    settle_run = CallbackRunner.settle_run
+
+    def held(runner: CallbackRunner, settled: list[object]) -> None:
+        entered.set()
+        go_on.wait(wait)
+        settle_run(runner, settled)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(CallbackRunner, "settle_run", held)
+    return entered, go_on
+
+
 def test_flush_waits_for_futures_claimed_but_not_yet_settled(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -724,15 +742,7 @@ def test_flush_waits_for_futures_claimed_but_not_yet_settled(
     server.hold = True
     p = make(server, ack_wait=30.0)
     future = p.submit(request(0), None, None)
-    entered, go_on = threading.Event(), threading.Event()
-    settle_run = CallbackRunner.settle_run
-
-    def held(runner: CallbackRunner, settled: list[object]) -> None:
-        entered.set()
-        go_on.wait(10)
-        settle_run(runner, settled)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(CallbackRunner, "settle_run", held)
+    entered, go_on = hold_settle_run(monkeypatch, 10)
     server.release(1)
     assert entered.wait(5)  # its ack is read: the publish is claimed, not settled
     assert not future.done()
