@@ -810,16 +810,21 @@ def test_an_own_write_the_socket_takes_in_part_goes_whole_before_frames_queued_m
     requests.put(None)
 
 
-def test_a_call_ending_during_an_own_write_keeps_its_socket_open_until_the_send_returned(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("writer", ["write_now", "liftbridge-h2-send"])
+def test_a_call_ending_during_a_write_keeps_its_socket_open_until_the_send_returned(
+    writer: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """write_now's send lets go of the GIL and reads the socket's descriptor
-    after it did: a reader that sees the call end meanwhile must not close
-    the socket under it (a new socket could take the descriptor and get the
-    frame). The writer closes it once its send returned."""
+    """write_now's send and liftbridge-h2-send's let go of the GIL and read
+    the socket's descriptor after they did: a reader that sees the call end
+    meanwhile must not close the socket under them (a new socket could take
+    the descriptor and get the frame; _own_writing and _sending keep it
+    open). The writer closes it once its send returned."""
     ours, theirs = socket.socketpair()
     with theirs:
-        conn = _http2_conn.Http2Connection(ours, None, iter(()), sending=False)
+        sent = request(b"a" * 100)
+        sender = writer == "liftbridge-h2-send"
+        requests = iter([sent] if sender else ())
+        conn = _http2_conn.Http2Connection(ours, None, requests, sending=sender)
         conn._peer.stream = conn._peer.conn = 1 << 20
         seen: list[tuple[bool, int]] = []
 
@@ -830,36 +835,12 @@ def test_a_call_ending_during_an_own_write_keeps_its_socket_open_until_the_send_
             return send_released(sock, data)
 
         monkeypatch.setattr(_http2_conn, "send_released", ending)
-        sent = request(b"a" * 100)
-        assert conn.write_now(sent)
+        if sender:
+            conn._send_loop()  # as liftbridge-h2-send runs it
+        else:
+            assert conn.write_now(sent)
         assert seen and not seen[0][0] and seen[0][1] >= 0, "closed under the send"
         assert conn._closed and ours.fileno() == -1  # closed by the writer, after its send
-        assert len(theirs.recv(1024)) == 9 + 5 + sent.ByteSize()  # the frame went whole
-
-
-def test_a_call_ending_during_the_senders_write_keeps_its_socket_open_until_the_send_returned(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """liftbridge-h2-send's send lets go of the GIL too (send_released): a
-    reader that sees the call end meanwhile must not close the socket under
-    it (_sending keeps it open); the sender closes it once it is done."""
-    ours, theirs = socket.socketpair()
-    with theirs:
-        sent = request(b"a" * 100)
-        conn = _http2_conn.Http2Connection(ours, None, iter([sent]), sending=True)
-        conn._peer.stream = conn._peer.conn = 1 << 20
-        seen: list[tuple[bool, int]] = []
-
-        def ending(sock: socket.socket, data: bytes) -> int:
-            conn._finish(StreamError(grpc.StatusCode.UNAVAILABLE, "the peer went away"))
-            conn._close_when_idle()  # as the reading thread does once the call ended
-            seen.append((conn._closed, sock.fileno()))
-            return send_released(sock, data)
-
-        monkeypatch.setattr(_http2_conn, "send_released", ending)
-        conn._send_loop()  # as liftbridge-h2-send runs it
-        assert seen and not seen[0][0] and seen[0][1] >= 0, "closed under the send"
-        assert conn._closed and ours.fileno() == -1  # closed by the sender, after its send
         assert len(theirs.recv(1024)) == 9 + 5 + sent.ByteSize()  # the frame went whole
 
 
