@@ -12,7 +12,8 @@ import grpc
 import pytest
 
 from chaos import fuzz_http2
-from liftbridge._transport._http2_reader import RECEIVE_WINDOW, FrameReader, PeerWindows
+from liftbridge._transport._http2_reader import FrameReader
+from liftbridge._transport._http2_windows import RECEIVE_WINDOW, PeerWindows
 from liftbridge._transport._http2_wire import StreamError
 from tests.unit.h2_peer import DATA, END_STREAM, PADDED, PRIORITY, STREAM, frame, grpc_message
 
