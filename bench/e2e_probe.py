@@ -87,7 +87,9 @@ def run(client: liftbridge.Client, stream: str, size: int, rate: float, count: i
         for i in range(count):
             wait_for(start + i / rate)
             client.publish_async(stream, stamped_value(size))
+        published = time.perf_counter() - start
         arrivals.all_in.wait(_WAIT)
+        handled = time.perf_counter() - start
         split = _per_message(cpu, thread_cpu(), count)
         after = thread_wakes()
     finally:
@@ -100,7 +102,9 @@ def run(client: liftbridge.Client, stream: str, size: int, rate: float, count: i
     ms = sorted(x * 1e3 for x in arrivals.latencies)
     return (
         f"{rate:,.0f} msgs/s: p50 {percentile(ms, 50):.2f} p99 {percentile(ms, 99):.2f} ms, "
-        f"own writes {written[0] / count:.2f}\n  CPU us/msg: {split}\n  wake-ups/msg: {woke}"
+        f"own writes {written[0] / count:.2f}\n"
+        f"  msgs/s published {count / published:,.0f}, handled {count / handled:,.0f}\n"
+        f"  CPU us/msg: {split}\n  wake-ups/msg: {woke}"
     )
 
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import hpack
 
 from chaos.fuzz import Finding, FuzzReport, drive_reader, mutate, same_when_cut
-from liftbridge._transport._http2_reader import FrameReader, PeerWindows
+from liftbridge._transport._http2_reader import FrameReader
+from liftbridge._transport._http2_windows import PeerWindows
 from liftbridge._transport._http2_wire import StreamError
 
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = (

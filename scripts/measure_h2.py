@@ -23,7 +23,8 @@ import h2.events
 import h2.settings
 import hpack
 
-from liftbridge._transport._http2_reader import FrameReader, PeerWindows
+from liftbridge._transport._http2_reader import FrameReader
+from liftbridge._transport._http2_windows import PeerWindows
 from liftbridge._transport._http2_wire import MESSAGE_PREFIX, frame_bytes
 
 MSG = b"m" * 95

@@ -50,14 +50,9 @@ from google.protobuf.message import Message
 
 from liftbridge._locks import start_thread
 from liftbridge._transport._http2_conn import HELD_MS, Http2Connection
-from liftbridge._transport._http2_reader import (
-    DEFAULT_MAX_MESSAGE,
-    MAX_HEADER_LIST,
-    PEER_WINDOW,
-    RECEIVE_WINDOW,
-    FrameReader,
-)
+from liftbridge._transport._http2_reader import DEFAULT_MAX_MESSAGE, MAX_HEADER_LIST, FrameReader
 from liftbridge._transport._http2_tls import TlsClosed, TlsLayer, TlsSettings
+from liftbridge._transport._http2_windows import PEER_WINDOW, RECEIVE_WINDOW
 from liftbridge._transport._http2_wire import (
     DATA,
     END_HEADERS,

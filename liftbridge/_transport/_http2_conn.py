@@ -27,19 +27,17 @@ from typing import Any
 import grpc
 
 from liftbridge._locks import drop
-from liftbridge._transport._http2_reader import (
-    ENHANCE_YOUR_CALM,
-    MAX_PENDING_REPLIES,
-    PeerWindows,
-    connection_error,
-)
+from liftbridge._transport._http2_reader import MAX_PENDING_REPLIES
 from liftbridge._transport._http2_tls import TlsLayer
+from liftbridge._transport._http2_windows import PeerWindows
 from liftbridge._transport._http2_wire import (
     DATA,
     END_STREAM,
+    ENHANCE_YOUR_CALM,
     GOAWAY,
     STREAM,
     StreamError,
+    connection_error,
     frame_bytes,
     frame_header,
 )

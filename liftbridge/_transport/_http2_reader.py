@@ -33,22 +33,29 @@ from urllib.parse import unquote
 import grpc
 import hpack
 
+from liftbridge._transport._http2_windows import RECEIVE_WINDOW, REOPEN_AT, PeerWindows
 from liftbridge._transport._http2_wire import (
     ACK,
+    COMPRESSION_ERROR,
     CONTINUATION,
     DATA,
     END_HEADERS,
     END_STREAM,
+    FLOW_CONTROL_ERROR,
     FRAME_AND_PREFIX,
     FRAME_HEAD,
+    FRAME_SIZE_ERROR,
     GOAWAY,
     HEADERS,
     HTTP_STATUS,
     MAX_FRAME_IN,
+    MAX_WINDOW,
     MESSAGE_PREFIX,
     PADDED,
     PING,
     PRIORITY,
+    PROTOCOL_ERROR,
+    REFUSED_STREAM,
     RESET_STATUS,
     RST_STREAM,
     SETTINGS,
@@ -59,6 +66,7 @@ from liftbridge._transport._http2_wire import (
     WINDOW_UPDATE,
     StreamError,
     compressed_error,
+    connection_error,
     frame_bytes,
     grpc_status,
 )
@@ -66,23 +74,10 @@ from liftbridge._transport._http2_wire import (
 T = TypeVar("T")
 
 PRIORITY_FRAME, PUSH_PROMISE = 0x2, 0x5
-# HTTP/2 error codes (RFC 9113 §7) a connection error is sent with.
-PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0x1, 0x2, 0x3
-FRAME_SIZE_ERROR, REFUSED_STREAM, COMPRESSION_ERROR, ENHANCE_YOUR_CALM = 0x6, 0x7, 0x9, 0xB
-
-MAX_WINDOW = (1 << 31) - 1
-"""The largest a flow-control window may get (RFC 9113 §6.9.1)."""
 MAX_FRAME_SIZE_LIMIT = (1 << 24) - 1
 """The largest SETTINGS_MAX_FRAME_SIZE a peer may announce (§6.5.2)."""
-RECEIVE_WINDOW = 1 << 24
-"""Our stream's and connection's receive window: 16 MiB of responses may be
-on their way before the server waits for a WINDOW_UPDATE."""
-REOPEN_AT = RECEIVE_WINDOW // 4
-"""Bytes read before the windows are reopened by what was read."""
 _REOPEN_BELOW = RECEIVE_WINDOW - REOPEN_AT
 """The receive window left once REOPEN_AT bytes were read."""
-PEER_WINDOW = 65_535
-"""The peer's windows until its SETTINGS say otherwise (RFC 9113 §6.9.2)."""
 MAX_HEADER_LIST = 1 << 16
 """The largest header block we keep (compressed, CONTINUATIONs included) and
 the largest header list we decode (hpack's measure: names, values and 32
@@ -110,58 +105,6 @@ def _past_window() -> StreamError:
     return connection_error(
         FLOW_CONTROL_ERROR, "the server sent past the receive window we granted"
     )
-
-
-def connection_error(code: int, details: str, status: grpc.StatusCode | None = None) -> StreamError:
-    """A protocol violation by the peer that ends the whole connection: a
-    GOAWAY with ``code`` goes back; the call fails with INTERNAL (gRPC's
-    mapping of HTTP/2 errors) unless ``status`` says otherwise."""
-    return StreamError(status or grpc.StatusCode.INTERNAL, details, goaway=code)
-
-
-class PeerWindows:
-    """The peer's flow-control windows and frame size limit: what we may send.
-
-    Not locked itself: the call's ``_flow`` condition guards it.
-    """
-
-    def __init__(self) -> None:
-        self.stream = PEER_WINDOW
-        self.conn = PEER_WINDOW
-        self.initial = PEER_WINDOW
-        self.max_frame = 16_384
-        self.waiting = 0  # senders waiting on the condition for window (only they need a notify)
-
-    def settings(self, initial: int | None, max_frame: int | None) -> None:
-        """Applies a SETTINGS frame's values (already range-checked).
-
-        Raises:
-            StreamError: the new initial window takes the stream's past 2^31-1.
-        """
-        if initial is not None:
-            stream = self.stream + initial - self.initial
-            if stream > MAX_WINDOW:
-                raise connection_error(
-                    FLOW_CONTROL_ERROR, f"SETTINGS_INITIAL_WINDOW_SIZE {initial} overflows"
-                )
-            self.stream, self.initial = stream, initial
-        if max_frame is not None:
-            self.max_frame = max_frame
-
-    def update(self, stream: int, increment: int) -> None:
-        """Applies a WINDOW_UPDATE (non-zero, checked by the reader).
-
-        Raises:
-            StreamError: the window would pass 2^31-1 (§6.9.1).
-        """
-        if stream == 0:
-            if self.conn + increment > MAX_WINDOW:
-                raise connection_error(FLOW_CONTROL_ERROR, "the connection window overflowed")
-            self.conn += increment
-        else:
-            if self.stream + increment > MAX_WINDOW:
-                raise connection_error(FLOW_CONTROL_ERROR, "the stream window overflowed")
-            self.stream += increment
 
 
 class FrameReader(Generic[T]):

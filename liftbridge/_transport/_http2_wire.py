@@ -1,8 +1,8 @@
 """The wire pieces of the SDK's HTTP/2 calls (:mod:`liftbridge._transport._http2`):
-frame types, flags and settings (RFC 9113), how an HTTP/2 ending maps to a
+frame types, flags, settings and error codes (RFC 9113), how an HTTP/2 ending maps to a
 gRPC status (gRPC's doc/PROTOCOL-HTTP2.md and http-grpc-status-mapping.md),
-the error a call ends with, the socket options of its connection and its
-keepalive PING settings.
+the error a call ends with (one ending the connection too), the socket
+options of its connection and its keepalive PING settings.
 """
 
 from __future__ import annotations
@@ -36,6 +36,11 @@ SETTINGS_ENABLE_PUSH = 0x2
 SETTINGS_INITIAL_WINDOW_SIZE = 0x4
 SETTINGS_MAX_FRAME_SIZE = 0x5
 STREAM = 1  # the connection's one stream
+# HTTP/2 error codes (RFC 9113 §7) a connection error is sent with.
+PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0x1, 0x2, 0x3
+FRAME_SIZE_ERROR, REFUSED_STREAM, COMPRESSION_ERROR, ENHANCE_YOUR_CALM = 0x6, 0x7, 0x9, 0xB
+MAX_WINDOW = (1 << 31) - 1
+"""The largest a flow-control window may get (RFC 9113 §6.9.1)."""
 
 KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_PROBES = 300, 20, 3
 """TCP keepalive where the platform lets us set it: a connection silent for
@@ -176,6 +181,13 @@ class StreamError(grpc.RpcError, grpc.Call):
 
     def add_callback(self, callback: Callable[[], None]) -> bool:
         return False
+
+
+def connection_error(code: int, details: str, status: grpc.StatusCode | None = None) -> StreamError:
+    """A protocol violation by the peer that ends the whole connection: a
+    GOAWAY with ``code`` goes back; the call fails with INTERNAL (gRPC's
+    mapping of HTTP/2 errors) unless ``status`` says otherwise."""
+    return StreamError(status or grpc.StatusCode.INTERNAL, details, goaway=code)
 
 
 def read_poll(sock: socket.socket) -> Callable[[int], object]:

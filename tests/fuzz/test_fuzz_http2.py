@@ -15,13 +15,9 @@ from hypothesis import strategies as st
 
 from chaos import fuzz_http2
 from chaos.fuzz import Finding
-from liftbridge._transport._http2_reader import (
-    FLOW_CONTROL_ERROR,
-    RECEIVE_WINDOW,
-    FrameReader,
-    PeerWindows,
-)
-from liftbridge._transport._http2_wire import MAX_FRAME_IN, StreamError
+from liftbridge._transport._http2_reader import FrameReader
+from liftbridge._transport._http2_windows import RECEIVE_WINDOW, PeerWindows
+from liftbridge._transport._http2_wire import FLOW_CONTROL_ERROR, MAX_FRAME_IN, StreamError
 
 QUICK = settings(
     max_examples=500,

@@ -23,8 +23,9 @@ import trustme
 
 from chaos import fuzz_http2
 from liftbridge._transport._http2 import Http2Call
-from liftbridge._transport._http2_reader import REOPEN_AT, FrameReader, PeerWindows
+from liftbridge._transport._http2_reader import FrameReader
 from liftbridge._transport._http2_tls import _PLAIN_BUFFER, TlsLayer, TlsSettings
+from liftbridge._transport._http2_windows import REOPEN_AT, PeerWindows
 from liftbridge._transport._http2_wire import Keepalive, StreamError
 from liftbridge_api import api_pb2
 from tests.unit.h2_peer import (

@@ -9,22 +9,35 @@ from __future__ import annotations
 import threading
 
 import grpc
+import hpack
 import pytest
 
 from chaos import fuzz_http2
-from liftbridge._transport._http2_reader import RECEIVE_WINDOW, FrameReader, PeerWindows
+from liftbridge._transport._http2_reader import FrameReader
+from liftbridge._transport._http2_windows import RECEIVE_WINDOW, REOPEN_AT, PeerWindows
 from liftbridge._transport._http2_wire import StreamError
-from tests.unit.h2_peer import DATA, END_STREAM, PADDED, PRIORITY, STREAM, frame, grpc_message
+from tests.unit.h2_peer import (
+    DATA,
+    END_HEADERS,
+    END_STREAM,
+    HEADERS,
+    PADDED,
+    PRIORITY,
+    STREAM,
+    WINDOW_UPDATE,
+    frame,
+    grpc_message,
+)
 
 
-def _reader(max_message: int = 1 << 20) -> FrameReader[bytes]:
+def _reader(max_message: int = 1 << 20, replies: list[bytes] | None = None) -> FrameReader[bytes]:
     """A reader past the server's SETTINGS and headers; a response parses to its bytes."""
     reader: FrameReader[bytes] = FrameReader(
         bytes,
         max_message=max_message,
         windows=PeerWindows(),
         flow=threading.Condition(),
-        reply=lambda _: None,
+        reply=(lambda _: None) if replies is None else replies.append,
     )
     reader.feed(fuzz_http2.head())
     return reader
@@ -115,3 +128,81 @@ def test_a_one_message_frame_ending_the_stream_ends_it_after_its_message() -> No
     assert list(reader.ready) == [b"last"]
     assert reader.ended and reader.end is not None
     assert "without a gRPC status" in reader.end.details()
+
+
+# A paced stream reads one frame at a time (at 1,000 msgs/s end to end, 94 %
+# of the subscription's reads): a read that is exactly one usual frame must be
+# checked as the loop checks it, whatever way it is read.
+
+
+def _one_a_read(frames: list[bytes], *, max_message: int = 1 << 20) -> StreamError:
+    """Feeds each frame as a read of its own; the error the last one ends the call with."""
+    reader = _reader(max_message)
+    for one in frames[:-1]:
+        reader.feed(one)
+    with pytest.raises(StreamError) as raised:
+        reader.feed(frames[-1])
+    assert reader.ended
+    assert list(reader.ready) == [b"a" * 10] * (len(frames) - 1)
+    return raised.value
+
+
+def test_reads_of_one_message_frame_each_check_size_compression_and_stream() -> None:
+    ok = frame(DATA, 0, STREAM, grpc_message(b"a" * 10))
+    error = _one_a_read([ok, ok, frame(DATA, 0, STREAM, grpc_message(b"a" * 11))], max_message=10)
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    compressed = frame(DATA, 0, STREAM, grpc_message(b"a" * 10, compressed=True))
+    assert "compressed" in _one_a_read([ok, compressed]).details()
+    error = _one_a_read([ok, frame(DATA, 0, 3, grpc_message(b"a" * 10))])
+    assert error.goaway is not None
+    assert "stream 3" in error.details()
+
+
+def test_a_read_of_one_frame_that_does_not_parse_ends_the_call_with_internal() -> None:
+    def strict(body: bytes) -> bytes:
+        if body == b"bad":
+            raise ValueError("not a protobuf")
+        return body
+
+    reader: FrameReader[bytes] = FrameReader(
+        strict,
+        max_message=1 << 20,
+        windows=PeerWindows(),
+        flow=threading.Condition(),
+        reply=lambda _: None,
+    )
+    reader.feed(fuzz_http2.head())
+    reader.feed(frame(DATA, 0, STREAM, grpc_message(b"good")))
+    with pytest.raises(StreamError) as raised:
+        reader.feed(frame(DATA, 0, STREAM, grpc_message(b"bad")))
+    assert raised.value.code() == grpc.StatusCode.INTERNAL
+    assert "unreadable response: not a protobuf" in raised.value.details()
+    assert reader.ended and reader.end is raised.value
+    assert list(reader.ready) == [b"good"]
+
+
+def test_reads_of_one_frame_each_reopen_the_windows_by_exactly_what_came() -> None:
+    replies: list[bytes] = []
+    reader = _reader(replies=replies)
+    replies.clear()  # the SETTINGS ack
+    one = frame(DATA, 0, STREAM, grpc_message(b"w" * 16_000))
+    sent = 0
+    while sent < REOPEN_AT:
+        assert not replies
+        reader.feed(one)
+        sent += len(one) - 9
+    increment = sent.to_bytes(4, "big")
+    assert replies == [
+        frame(WINDOW_UPDATE, 0, 0, increment) + frame(WINDOW_UPDATE, 0, STREAM, increment)
+    ]
+    assert list(reader.ready) == [b"w" * 16_000] * (sent // 16_005)
+
+
+def test_a_read_of_one_frame_after_the_trailers_is_not_read() -> None:
+    reader = _reader()
+    reader.feed(frame(DATA, 0, STREAM, grpc_message(b"a")))
+    trailers = hpack.Encoder().encode([("grpc-status", "0")])
+    reader.feed(frame(HEADERS, END_HEADERS | END_STREAM, STREAM, trailers))
+    assert reader.ended and reader.end is None
+    reader.feed(frame(DATA, 0, STREAM, grpc_message(b"b")))
+    assert list(reader.ready) == [b"a"]
