@@ -15,19 +15,29 @@ take the difference per publish::
 
 ``--handler``: ``future=False`` with an ack handler, not a Future a publish.
 It also checks (``--own``, natively) that the publishes were written by
-their own thread.
+their own thread. ``--toggle`` makes each counted publish through
+``operator.call``, so that ``--toggle-collect=_operator_call`` counts the
+publishes alone (the pauses, the warm-up and the client's making and closing
+left out): the main thread's instructions divided by ``--count``, one run,
+with less of the noise a difference of two runs carries::
+
+    PYTHONHASHSEED=0 valgrind --tool=callgrind --separate-threads=yes \
+        --toggle-collect=_operator_call python -m bench.publish_cg --count 1000 --toggle
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import operator
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from contextlib import contextmanager
+from typing import Any, cast
 
 import grpc
 
@@ -109,17 +119,19 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=1000)
     parser.add_argument("--handler", action="store_true", help="future=False and a handler")
     parser.add_argument("--own", action="store_true", help="print the share written directly")
+    parser.add_argument("--toggle", action="store_true", help="each publish via operator.call")
     parser.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peer:
         serve_peer(AckingBroker())  # type: ignore[abstract]  # only two RPCs needed
         return
     with peer_ports("bench.publish_cg") as (port,):
-        drive(port, args.count, handler=args.handler, own=args.own)
+        drive(port, args.count, handler=args.handler, own=args.own, toggle=args.toggle)
 
 
-def drive(port: int, count: int, *, handler: bool, own: bool) -> None:
-    """``count`` paced publishes, after a warm-up, then waits for their acks."""
+def drive(port: int, count: int, *, handler: bool, own: bool, toggle: bool = False) -> None:
+    """``count`` paced publishes, after a warm-up, then waits for their acks;
+    with ``toggle`` each through ``operator.call`` (see the module docstring)."""
     acked = threading.Semaphore(0)
 
     def on_ack(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
@@ -133,10 +145,12 @@ def drive(port: int, count: int, *, handler: bool, own: bool) -> None:
     value = b"v" * 100
     sleep = time.sleep
     with liftbridge.Client(f"127.0.0.1:{port}", ack_wait=600.0, connect_timeout=300.0) as client:
-        publish = client.publish_async
+        publish: Callable[..., Any] = client.publish_async
         for _ in range(20):  # the stream opened and known, every path's first time
             publish(STREAM, value).result(60)
         written[0] = 0
+        if toggle:
+            publish = functools.partial(cast(Any, operator.call), client.publish_async)
         if handler:
             for _ in range(count):
                 publish(STREAM, value, on_ack, future=False)

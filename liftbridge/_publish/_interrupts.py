@@ -25,7 +25,7 @@ from liftbridge._core._acks import Ack
 from liftbridge._core._deadlines import AckTimer
 from liftbridge._errors import LiftbridgeError
 from liftbridge._locks import Waiters
-from liftbridge._publish._pending import Pending, settle_gathered
+from liftbridge._publish._pending import Claim, Pending, Spent, settle_gathered
 from liftbridge._publish._window import Window
 
 
@@ -41,7 +41,7 @@ class Interrupts:
     _window: Window
     _flushers: int
     _claimed: Waiters  # on _lock: a flush waits on it for claims
-    _unsettled: dict[object, object]  # Spent.unsettled: claimed, for flush() until settled
+    _spent: Spent  # its unsettled: claimed, for flush() until settled
 
     def _withdraw(self, pending: Pending) -> None:
         """After ``submit`` raised (say an interrupt, Ctrl-C, anywhere in it): a
@@ -68,7 +68,7 @@ class Interrupts:
                     # The calls first: an interrupt among them changes nothing
                     # (a waiter woken early waits again).
                     if future is not None:  # for flush() until it is settled (_complete)
-                        self._unsettled[future] = future
+                        self._spent.unsettled[future] = future
                     if self._flushers:
                         self._claimed.notify_all()
                     window.wake(1)
@@ -85,7 +85,7 @@ class Interrupts:
                 with contextlib.suppress(InvalidStateError):  # settled meanwhile
                     future.set_exception(error)
             if future is not None:
-                self._unsettled.pop(future, None)
+                self._spent.unsettled.pop(future, None)
             raise
 
     def _withdraw_rest(self, rest: list[Pending], error: LiftbridgeError) -> None:
@@ -112,11 +112,12 @@ class Interrupts:
                 pending.done = True
                 out.append(pending)
             if out:
-                self._unsettled[gathered] = gathered
+                self._spent.unsettled[gathered] = gathered
                 if self._flushers:
                     self._claimed.notify_all()
         if out:
-            settle_gathered([(pending, None, error) for pending in out], gathered, self._unsettled)
+            failed: list[Claim] = [(pending, None, error) for pending in out]
+            settle_gathered(failed, gathered, self._spent.unsettled)
         if sent:  # their deadline maybe not scheduled yet (twice: the second finds them done)
             expire = functools.partial(expire_each, self._expire, sent)
             self._timer.schedule(sent[0].deadline, expire)

@@ -70,7 +70,16 @@ class Pending:
     index: int = 0  # its place in that batch
 
 
-_new = object.__new__
+class _Blank(Pending):
+    """A :class:`Pending` to be filled in field by field (:func:`new_pending`).
+    Its ``__init__`` is object's: ``_Blank()`` runs C slots alone, ~390
+    instructions cheaper than ``object.__new__(Pending)`` (a C call with an
+    argument tuple made and sliced; callgrind). It reads as a Pending
+    (``isinstance``, its fields, its repr)."""
+
+    __slots__ = ()
+    __init__ = object.__init__
+    __qualname__ = "Pending"
 
 
 def new_pending(
@@ -87,7 +96,7 @@ def new_pending(
     by calling the class, whose ``__init__`` runs in a C call of its own
     (``type.__call__``): ~500 instructions a publish more (callgrind). A
     unit test holds every field to the class's own."""
-    pending: Pending = _new(Pending)
+    pending: Pending = _Blank()
     pending.correlation_id = correlation_id
     pending.request = request
     pending.future = future

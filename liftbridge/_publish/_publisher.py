@@ -131,7 +131,6 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
         max_inflight: int,
     ) -> None:
         self._router = router
-        self._leader_address = router.leader_address
         self._callbacks = callbacks
         # Resolved with a plain ack's protobuf, a Future makes its Ack when first
         # read: the acks thread makes none nobody reads (_pending.claim_responses).
@@ -179,7 +178,6 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
         self._send_lock = threading.Lock()
         self._carry: collections.deque[Pending] = collections.deque()
         self._spent = Spent()  # settled Futures the publishing threads free
-        self._kept, self._unsettled = self._spent.kept, self._spent.unsettled
         # _handover_lock makes a sender's "not resolved, same stream: mark it
         # sent" one step against the stream breaking, an ack timeout deciding
         # sent-or-not, and close. It is not _lock, which producers and the
@@ -266,9 +264,9 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
             outcome,
             handler,
             request.ackPolicy != _NONE,
-            self._leader_address(request.stream, request.partition),
+            self._router.leader_address(request.stream, request.partition),
         )
-        kept = self._kept  # Spent.free_one, inline: after this publish's allocations (_pending.py)
+        kept = self._spent.kept  # Spent.free_one inline: after this publish's allocations
         if kept:
             try:  # noqa: SIM105 (contextlib.suppress: three calls)
                 kept.popleft()
@@ -372,7 +370,7 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
             if pending.future is None and pending.batch is not None:  # see claimed_outcomes
                 pending.future = Future()
             if pending.future is not None:  # for flush() until it is settled (_complete)
-                self._unsettled[pending.future] = pending.future
+                self._spent.unsettled[pending.future] = pending.future
             if self._flushers:
                 self._claimed.notify_all()
             return True
@@ -390,13 +388,14 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
         ``_lock`` (one window release), each publish letting go of its Future
         and its entry as it is claimed, so the entries are freed here, on the
         acks thread (``_pending.py`` says why); then settles the run."""
+        spent = self._spent
         with self._lock:
             settled, members, unknown = claim_responses(
                 responses, self._pending.pop, wire_acks=True
             )
-            self._kept.extend(settled)  # Spent.keep: in the lock, a call the less a read
-            self._unsettled[id(settled)] = settled  # Spent.unsettled: flush() waits till settled
-            gathered = self._spent.gather() if members else None  # and on the members' settling
+            spent.kept.extend(settled)  # Spent.keep: in the lock, a call the less a read
+            spent.unsettled[id(settled)] = settled  # flush() waits till settled
+            gathered = spent.gather() if members else None  # and on the members' settling
             claimed = len(settled) + len(members)
             if claimed:
                 self._window.give(claimed)
@@ -407,9 +406,9 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
         for correlation_id, error in unknown:
             _log.debug("outcome for unknown or timed-out publish %r: %s", correlation_id, error)
         if gathered is not None:
-            settle_gathered(members, gathered, self._unsettled)  # SDK code, no user code
+            settle_gathered(members, gathered, spent.unsettled)  # SDK code, no user code
         self._callbacks.settle_run(settled)
-        del self._unsettled[id(settled)]  # no finally: liftbridge-acks takes no Ctrl-C
+        del spent.unsettled[id(settled)]  # no finally: liftbridge-acks takes no Ctrl-C
 
     # ------------------------------------------------------ ack dispatcher --
 

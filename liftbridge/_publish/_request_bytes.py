@@ -44,7 +44,11 @@ class PublishBytes:
     """A publish request already serialized (``wire``), with the fields the
     publisher, its error messages and a batch's later requests read, under
     the generated class's names (its value is in ``wire`` alone). Made by
-    :func:`publish_bytes`; not changed after."""
+    :func:`publish_bytes`; not changed after.
+
+    It has no ``__init__``: ``PublishBytes()`` runs object's own (C slots,
+    no Python frame), ~350 instructions cheaper than ``object.__new__(
+    PublishBytes)``, a C call with an argument tuple sliced (callgrind)."""
 
     __slots__ = (
         "ackPolicy",
@@ -87,7 +91,6 @@ Request = api_pb2.PublishRequest | PublishBytes
 reads (stream, partition, correlationId, ackPolicy, ackInbox) and
 ``SerializeToString``."""
 
-_new = object.__new__
 _join = b"".join
 
 
@@ -117,7 +120,7 @@ def plain_publish_bytes(
     """:func:`publish_bytes` of a publish with no key, partition 0 and no
     expected offset (``publish_async(stream, value)``, the commonest call):
     the same request, with fewer arguments and tests."""
-    request = _new(PublishBytes)
+    request = PublishBytes()
     request.stream = stream
     request.partition = 0
     request.correlationId = correlation_id
@@ -154,7 +157,7 @@ def publish_bytes(
     arguments checked: ``field`` is :func:`stream_field` of ``stream``,
     ``ack_policy`` the wire AckPolicy, ``expected_offset`` -1 for none.
     Called with positional arguments: keywords cost a call more."""
-    request = _new(PublishBytes)
+    request = PublishBytes()
     request.stream = stream
     request.partition = partition
     request.correlationId = correlation_id
@@ -209,7 +212,7 @@ def publish_bytes_like(
     requests: list[PublishBytes] = []
     append = requests.append
     for value, correlation_id in zip(values, correlation_ids, strict=True):
-        request = _new(PublishBytes)
+        request = PublishBytes()
         (
             request.stream,
             request.partition,

@@ -179,9 +179,11 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
             self._ready = self._reader.ready
             self._inbox = Inbox(_READ_SIZE)  # kept: no 256 KiB object per recv
             self._poll = read_poll(sock)  # one poll object for every wait of the call
-            self._keepalive_ms = -1 if keepalive is None else int(keepalive.interval * 1000)
-            # The longest wait on held bytes: HELD_MS, within the keepalive interval.
-            self._held_ms = HELD_MS if keepalive is None else min(HELD_MS, self._keepalive_ms)
+            every = -1 if keepalive is None else int(keepalive.interval * 1000)
+            # The keepalive interval (-1: none) and the longest wait on held bytes
+            # (HELD_MS, within that interval), in ms: one attribute, not two (a call
+            # keeps its attributes inline below 30: test_inline_attributes).
+            self._wait_ms = (every, HELD_MS if keepalive is None else min(HELD_MS, every))
             self._end: BaseException | None = None  # raised once _ready is empty
             self._ping_sent = 0.0  # when our unanswered keepalive PING went; 0.0: none
             # time.monotonic() by which answers this reader queued while holding
@@ -376,7 +378,8 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
             elif self._held and not self._pending and not self._ping_sent:
                 # _until_readable's first wait, written out: liftbridge-acks waits
                 # so for nearly every read (a Python call the less a read).
-                can_read = bool(self._poll(self._held_ms)) or self._until_readable(held_waited=True)
+                held_ms = self._wait_ms[1]
+                can_read = bool(self._poll(held_ms)) or self._until_readable(held_waited=True)
             else:
                 can_read = self._until_readable()
             if can_read and not self._finished:
@@ -461,13 +464,13 @@ class Http2Call(Http2Connection, ReadyResponses[T]):
             if keepalive is not None:
                 since = time.monotonic() - keepalive.interval
         elif held_waited or (not self._pending and not self._ping_sent):
-            millis = self._keepalive_ms
+            millis, held_ms = self._wait_ms
             if held_waited or self._held:  # (as they were when the caller's wait began)
-                if not held_waited and self._poll(self._held_ms):
+                if not held_waited and self._poll(held_ms):
                     return True
                 with self._flow_lock:
                     self._release()
-                millis = -1 if millis < 0 else millis - self._held_ms
+                millis = -1 if millis < 0 else millis - held_ms
             if self._poll(millis):
                 return True
             if keepalive is not None:  # silent for a whole interval

@@ -296,8 +296,13 @@ class Http2Connection:
                 if self._held and self._holder == threading.get_ident():  # a lane: see _hold
                     self._can_hold = False
                     self._release()
-                if not self._take_window(size):
+                # _take_window written out: a Python call the less a publish.
+                peer = self._peer
+                finished, max_frame = self._finished, peer.max_frame
+                if finished or size > max_frame or size > peer.stream or size > peer.conn:
                     return False
+                peer.stream -= size
+                peer.conn -= size
                 done = 1
                 self._own_writing = True
             write_lock = self._write_lock
@@ -375,7 +380,7 @@ class Http2Connection:
         """Takes ``size`` bytes of the stream's and the connection's windows
         for one DATA frame; False (nothing taken) once the call has ended, or
         when the frame is over the peer's max frame size or a window. The
-        caller holds ``_flow_lock``."""
+        caller holds ``_flow_lock``. (:meth:`write_now` has it written out.)"""
         peer = self._peer
         if self._finished or size > peer.max_frame or size > peer.stream or size > peer.conn:
             return False

@@ -128,7 +128,7 @@ def test_a_write_interrupted_anywhere_goes_whole_or_not_at_all(chunk: bytes) -> 
 
         interrupted = sweep(lambda: pairs[-1].conn.write_now(_Request(chunk)), check, in_sdk, MOST)
         assert pairs[-1].received() == _frame(chunk)  # the sweep's last run ran whole
-    assert {"write_now", "_take_window"} <= interrupted
+    assert "write_now" in interrupted
 
 
 def _interrupted_send(sock: socket.socket, data: bytes) -> int:
