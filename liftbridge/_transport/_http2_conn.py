@@ -314,17 +314,27 @@ class Http2Connection:
                 drop(write_lock)
                 raise
             if own:
-                try:  # the usual own write: nobody else writes, nothing queued to go first
-                    if not self._pending:
-                        done = 2
-                        # The GIL let go of for the system call: the readers run
-                        # meanwhile (_nowait.send_released says why).
-                        sent = send_released(self._sock, frame)
-                        if sent < size + 9:  # the rest, before anything queued meanwhile
-                            with self._out_lock:
-                                self._pending[0:0] = frame[sent:]
-                                done = 3
-                        done = 3
+                try:  # the usual own write: nobody else writes
+                    # What a reader queued (a PING's answer left for the next request,
+                    # most paced publishes) goes first, in the same send: through
+                    # _flush, that send kept the GIL.
+                    with self._out_lock:
+                        held = len(self._pending)
+                        data = bytes(self._pending) + frame if held else frame
+                    done = 2
+                    # The GIL let go of for the system call: the readers run
+                    # meanwhile (_nowait.send_released says why).
+                    sent = send_released(self._sock, data)
+                    if held or sent < size + 9:  # what went leaves the queue; the rest first in it
+                        with self._out_lock:
+                            if sent < held:  # the frame right after the answers' rest
+                                del self._pending[:sent]
+                                self._pending[held - sent : held - sent] = frame
+                            else:  # before anything queued meanwhile
+                                del self._pending[:held]
+                                self._pending[0:0] = data[sent:]
+                            done = 3
+                    done = 3
                 except OSError as e:
                     self._finish(
                         StreamError(grpc.StatusCode.UNAVAILABLE, f"the connection failed: {e}")

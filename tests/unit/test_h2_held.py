@@ -8,14 +8,16 @@ does. Played frame by frame on 127.0.0.1 (:mod:`tests.unit.h2_peer`).
 
 from __future__ import annotations
 
+import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import grpc
 import pytest
 
-from liftbridge._transport import _http2
+from liftbridge._transport import _http2, _http2_conn, _nowait
 from liftbridge._transport._http2 import Http2Call
 from liftbridge._transport._http2_conn import HELD_BYTES
 from tests.unit import test_http2
@@ -107,6 +109,18 @@ def test_a_bdp_ping_after_a_response_comes_in_the_next_response_s_read(
     assert isinstance(reader.finish(), StopIteration)
 
 
+def _recorded(
+    name: str, send: Callable[[socket.socket, bytes], int], sends: list[tuple[str, bytes]]
+) -> Callable[[socket.socket, bytes], int]:
+    """``send``, each call's data recorded in ``sends`` under ``name``."""
+
+    def recorded(sock: socket.socket, data: bytes) -> int:
+        sends.append((name, bytes(data)))
+        return send(sock, data)
+
+    return recorded
+
+
 @pytest.fixture
 def replies_wait_long(monkeypatch: pytest.MonkeyPatch) -> None:
     """A holding reader's answers wait longer than any test for a request."""
@@ -114,8 +128,13 @@ def replies_wait_long(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_holding_reader_s_ping_answer_goes_out_with_the_next_request(
-    connection: Connection, held_long: None, replies_wait_long: None
+    connection: Connection,
+    held_long: None,
+    replies_wait_long: None,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """In the request's own send, the one that lets go of the GIL (not
+    _flush's, which keeps it)."""
     call, peer, requests = connection.open()
     # The SETTINGS ack, queued in the read that brought the first response, waits too.
     reader = _responding(call, peer, settings() + peer.response_headers())
@@ -123,11 +142,46 @@ def test_a_holding_reader_s_ping_answer_goes_out_with_the_next_request(
     # Read with the response, answered by nobody yet: it waits for a request.
     assert not peer.pending(wait=0.2)
     assert reader.responses == [b"first", b"second"]
+    sends: list[tuple[str, bytes]] = []
+    for name in ("send_released", "send_nowait"):
+        monkeypatch.setattr(_http2_conn, name, _recorded(name, getattr(_http2_conn, name), sends))
     assert call.write_now(request(b"carrier"))  # a publisher's own write takes them first
+    assert [name for name, _ in sends] == ["send_released"]
+    assert sends[0][1].startswith(frame(SETTINGS, ACK, 0) + frame(PING, ACK, 0, b"bdp-ping"))
     assert peer.read_frame().kind == SETTINGS
     assert peer.read_frame().kind == PING
     peer.read_until(DATA)
     assert bytes(peer.data) == grpc_message(request(b"carrier").SerializeToString())
+    requests.put(None)
+    peer.read_until(DATA, END_STREAM)
+    peer.write(peer.trailers(0))
+    assert isinstance(reader.finish(), StopIteration)
+
+
+@pytest.mark.parametrize("cut", [4, 26, 30], ids=["in-the-answers", "after-them", "in-the-frame"])
+def test_a_request_sent_in_part_with_the_answers_before_it_goes_on_in_order(
+    connection: Connection,
+    held_long: None,
+    replies_wait_long: None,
+    monkeypatch: pytest.MonkeyPatch,
+    cut: int,
+) -> None:
+    """The socket takes only ``cut`` bytes of the answers (26 bytes: the
+    SETTINGS and PING acks) and the request sent together: the rest goes
+    next, answers first, whole frames in order."""
+    call, peer, requests = connection.open()
+    reader = _responding(call, peer, settings() + peer.response_headers())
+    peer.write(_BDP_PAIR + frame(DATA, 0, STREAM, grpc_message(b"second")))
+    assert not peer.pending(wait=0.2)
+    send = _nowait.send_released
+    monkeypatch.setattr(_http2_conn, "send_released", lambda sock, data: send(sock, data[:cut]))
+    assert call.write_now(request(b"carrier"))
+    assert peer.read_frame().kind == SETTINGS
+    assert peer.read_frame().payload == b"bdp-ping"
+    peer.read_until(DATA)
+    assert bytes(peer.data) == grpc_message(request(b"carrier").SerializeToString())
+    assert not peer.pending(wait=0.2)  # nothing twice
+    monkeypatch.setattr(_http2_conn, "send_released", send)
     requests.put(None)
     peer.read_until(DATA, END_STREAM)
     peer.write(peer.trailers(0))

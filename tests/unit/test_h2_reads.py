@@ -26,7 +26,7 @@ from liftbridge._transport._http2 import Http2Call
 from liftbridge._transport._http2_reader import FrameReader
 from liftbridge._transport._http2_tls import _PLAIN_BUFFER, TlsLayer, TlsSettings
 from liftbridge._transport._http2_windows import REOPEN_AT, PeerWindows
-from liftbridge._transport._http2_wire import Keepalive, StreamError
+from liftbridge._transport._http2_wire import FLOW_CONTROL_ERROR, Keepalive, StreamError
 from liftbridge_api import api_pb2
 from tests.unit.h2_peer import (
     ACK,
@@ -383,6 +383,36 @@ def test_window_updates_and_pings_between_acks_are_read_on_the_short_way() -> No
     assert (windows.conn, windows.stream) == (conn + 300, stream + 70)
     assert reader.pongs == 1
     assert not reader.ended
+
+
+@pytest.mark.parametrize("stream", [0, STREAM], ids=["connection", "stream"])
+def test_a_window_update_on_the_short_way_past_2_31_is_a_flow_control_error(stream: int) -> None:
+    """A well-formed WINDOW_UPDATE is applied in feed's own loop; one that
+    takes its window past 2^31-1 still ends the connection (RFC 9113
+    §6.9.1), the window left as it was; the reserved bit of its stream id is
+    ignored; a sender waiting for window is woken by one that fits."""
+    reader = _reader([])
+    windows = reader._windows
+    woken: list[bool] = []
+
+    class Flow(threading.Condition):
+        def notify_all(self) -> None:
+            woken.append(True)
+
+    reader._flow = Flow()
+    windows.waiting = 1
+    before = (windows.conn, windows.stream)
+    reader.feed(frame(WINDOW_UPDATE, 0, stream | 1 << 31, (1000).to_bytes(4, "big")))
+    assert woken == [True]
+    grown = (before[0] + 1000, before[1]) if stream == 0 else (before[0], before[1] + 1000)
+    assert (windows.conn, windows.stream) == grown
+    before = grown
+    increment = (1 << 31) - before[0 if stream == 0 else 1]
+    with pytest.raises(StreamError, match="window overflowed") as caught:
+        reader.feed(frame(WINDOW_UPDATE, 0, stream, increment.to_bytes(4, "big")))
+    assert caught.value.goaway == FLOW_CONTROL_ERROR
+    assert (windows.conn, windows.stream) == before
+    assert reader.ended
 
 
 @pytest.mark.parametrize(
