@@ -329,7 +329,11 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts, Flushing):
             elif behind:  # a step queued for a busy sender: let it have the GIL (_handover.py)
                 self._sender_takes.wait(self._outbox.qsize)
         except BaseException:
-            self._withdraw(pending)
+            try:
+                self._withdraw(pending)
+            except BaseException:  # a second interrupt, maybe as it started: once more
+                self._withdraw(pending)  # (it finds a withdrawal done, or does it)
+                raise
             raise
         return outcome
 
