@@ -338,14 +338,20 @@ class Client(ReadMethods, PublishMethods, GroupMethods):
 
     def flush(self, timeout: float | None = None) -> bool:
         """Waits until every publish accepted before this call has its outcome
-        (publishes other threads make meanwhile are not waited for).
+        and its ack handler and its Future's done-callbacks have been called
+        and returned, as confluent-kafka's ``flush`` serves every delivery
+        callback (publishes other threads make meanwhile are not waited
+        for). Called from an ack handler or done-callback (on
+        ``liftbridge-callbacks``), it cannot wait for the callbacks queued
+        behind that one: it waits for the outcomes only.
 
         Args:
             timeout: seconds to wait at most; None to wait as long as it takes
-                (each publish has its own ack timeout, so this ends).
+                (each publish has its own ack timeout, so this ends once the
+                last of their callbacks returns).
 
         Returns:
-            True when all of them have their outcome, False on timeout.
+            True when all of that is done, False on timeout.
         """
         if timeout is not None:
             timeout = check.seconds(timeout, arg="timeout", allow_zero=True)

@@ -96,9 +96,12 @@ class Waiters:
     own success in the same C call (``taken.extend(map(lock.acquire, ...))``:
     nothing runs between the lock taken and ``taken`` growing), and is tried
     again until ``taken`` says so; the first interrupt is raised once the
-    lock is held. Left: an interrupt landing in the handful of instructions
-    between a failed take and the next try (a second signal within a
-    microsecond of the first).
+    lock is held. A signal landing as the loop jumps back after a failed
+    take (where a pending signal's handler runs, outside the ``try``) is
+    caught around the loop, which runs once more. Left: a third signal at
+    that second loop's jump back, within a microsecond of the second (a
+    pure-Python retry always has such a point: every function start and
+    loop jump runs pending handlers).
 
     Args:
         lock: the owner's lock, held by every caller of these methods.
@@ -130,12 +133,21 @@ class Waiters:
                 # interrupted as it starts, before its try.
                 taken: list[bool] = []  # [True] once this thread holds the lock again
                 interrupt: BaseException | None = None
-                while not taken:
-                    try:
-                        taken.extend(map(lock.acquire, _BLOCKING))
-                    except BaseException as e:  # not taken, or taken as the call returned
-                        if interrupt is None:
-                            interrupt = e
+                try:
+                    while not taken:
+                        try:
+                            taken.extend(map(lock.acquire, _BLOCKING))
+                        except BaseException as e:  # not taken, or taken as the call returned
+                            if interrupt is None:
+                                interrupt = e
+                except BaseException as e:  # at the loop's jump back, after a failed take
+                    if interrupt is None:
+                        interrupt = e
+                    while not taken:  # once more (a signal in this jump back gets through)
+                        try:  # noqa: SIM105 (suppress: a Python __exit__, a point more)
+                            taken.extend(map(lock.acquire, _BLOCKING))
+                        except BaseException:  # the first interrupt is raised below
+                            pass
                 if interrupt is not None:
                     raise interrupt
         finally:

@@ -25,6 +25,15 @@ consumer's ``refill_threshold``; by default one free unit), so that they fill
 in runs. One item heavier than the bound is let in when nothing else is held,
 so that it is not stuck forever.
 
+Ctrl-C on a taker (the iterating thread is often the main one): a signal's
+handler runs as a call returns or a function starts, so items move in one C
+call (``extend`` over ``map(deque.popleft, ...)``: nothing runs between an
+item leaving one deque and entering the other) with the weight they carry
+written, with no call between, just before it; ``get`` takes its item with
+a ``for`` over such a map (the item bound to its name as it leaves the
+batch). An interrupt then leaves every item in the buffer or handed out,
+once, and the level equal to what is held.
+
 Users: iterated subscriptions (one producer), a consumer-group member's pull
 buffer and Spark's fetch (one producer per partition) through ``put``/``get``;
 a pull consumer's buffer (:mod:`liftbridge._consume._pull_buffer`), which
@@ -38,11 +47,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from itertools import islice, repeat
 from typing import Generic, TypeVar
 
 from liftbridge._locks import Waiters
 
 T = TypeVar("T")
+
+_popleft = deque.popleft
 
 CHUNK = 64
 """Items a taker moves out at once at most (fewer when the bound minus the
@@ -124,6 +136,8 @@ class Handoff(Generic[T]):
         # and only when empty. _batch_weight: its weight, settled at refill.
         self._batch: deque[T] = deque()
         self._batch_weight = 0
+        # Pops the batch's first item in the for that binds it (IndexError once empty).
+        self._taking = map(_popleft, repeat(self._batch))
         self._streaming = False  # get()'s last refill found items
         self._putters = 0  # producers in put() waiting for room
 
@@ -212,16 +226,23 @@ class Handoff(Generic[T]):
         Raises:
             Empty: nothing arrived in time.
         """
-        batch = self._batch
+        batch, taking = self._batch, self._taking
         while True:
             try:
-                item = batch.popleft()
+                # Not batch.popleft(): an interrupt as that call returned
+                # would drop the item it took.
+                for item in taking:  # noqa: B007 (used after the loop)
+                    break
             except IndexError:
                 pass
             else:
                 if not batch:  # its last item: the batch's room is free
-                    with self.mutex:
-                        self._settle_batch()
+                    try:
+                        with self.mutex:
+                            self._settle_batch()
+                    except BaseException:  # an interrupt (Ctrl-C): the item stays first
+                        batch.appendleft(item)
+                        raise
                 return item
             with self.mutex:
                 if batch:  # another taker refilled it meanwhile
@@ -236,31 +257,34 @@ class Handoff(Generic[T]):
                 self._streaming = bool(self.items)
                 if not self.items:
                     raise Empty
-                self._batch_weight = self._move(self._batch)
+                count, weight = self._measure()
+                moving = map(_popleft, repeat(self.items, count))
+                self._batch_weight = weight  # no call from here to the end of the move
+                batch.extend(moving)
 
     def _settle_batch(self) -> None:
         """Once get()'s batch is empty, its weight stops counting. Under the lock."""
-        if self._batch_weight and not self._batch:
-            self.settle_weight(self._batch_weight)
-            self._batch_weight = 0
+        weight = self._batch_weight
+        if weight and not self._batch:
+            self._batch_weight = 0  # no call between: counted once, whatever interrupts
+            self.level -= weight
+            self._fell()
 
-    def _move(self, into: deque[T]) -> int:
-        """Moves up to a chunk from ``items`` into ``into``; returns its
-        weight (still counted in the level). Under the lock."""
+    def _measure(self) -> tuple[int, int]:
+        """How many items the next move takes (up to a chunk, at least one
+        when any is in) and their weight; nothing moves. Under the lock."""
         items, weigh = self.items, self.weigh
         if weigh is None:
             take = min(len(items), self._chunk_items)
-            popleft = items.popleft
-            into.extend([popleft() for _ in range(take)])
-            return take
-        weight = 0
-        while items and len(into) < CHUNK:
-            size = weigh(items[0])
-            if into and weight + size > self.chunk_weight:
+            return take, take
+        count = weight = 0
+        for item in items:
+            size = weigh(item)
+            if count and (count == CHUNK or weight + size > self.chunk_weight):
                 break
-            into.append(items.popleft())
+            count += 1
             weight += size
-        return weight
+        return count, weight
 
     def wait_for(self, need: int, timeout: float) -> None:
         """Waits until ``need`` items are in, the buffer is full, something
@@ -293,18 +317,18 @@ class Handoff(Generic[T]):
         """Moves up to a chunk (at most the bound minus the refill threshold
         in weight, at least one item) out; it counts until settled. Under the
         lock."""
-        chunk: deque[T] = deque()
-        self._move(chunk)
-        return Chunk(chunk, self.discards)
+        count, _ = self._measure()
+        return Chunk(deque(map(_popleft, repeat(self.items, count))), self.discards)
 
-    def pop(self, count: int) -> list[T]:
-        """Removes the ``count`` oldest items, done with at once. Under the lock."""
-        items = self.items
-        popleft = items.popleft
-        taken = [popleft() for _ in range(count)]
-        weigh = self.weigh
-        self.settle_weight(count if weigh is None else sum(weigh(i) for i in taken))
-        return taken
+    def pop_into(self, into: list[T], count: int) -> None:
+        """Moves the ``count`` oldest items to the end of ``into``, done with
+        at once. Under the lock."""
+        items, weigh = self.items, self.weigh
+        weight = count if weigh is None else sum(map(weigh, islice(items, count)))
+        moving = map(_popleft, repeat(items, count))
+        self.level -= weight  # no call from here to the end of the move
+        into.extend(moving)
+        self._fell()
 
     def settle(self, chunk: Chunk[T], item: T) -> bool:
         """``item``, just taken from ``chunk``, is done with: it stops
@@ -320,6 +344,12 @@ class Handoff(Generic[T]):
         """``weight`` held stops counting; producers may fill again once the
         level is at the refill threshold. Under the lock."""
         self.level -= weight
+        self._fell()
+
+    def _fell(self) -> None:
+        """The level fell: producers may fill again once it is at the refill
+        threshold. Under the lock. (Interrupted as it starts, the next fall
+        does it.)"""
         if self.full and self.level <= self.refill_at:
             self.full = False
             if not self.closed:

@@ -235,15 +235,15 @@ class PullBuffer:
                 while True:
                     if buffer:
                         if count_limit is not None and not self.by_bytes:
-                            batch.extend(queue.pop(min(len(buffer), count_limit - len(batch))))
+                            queue.pop_into(batch, min(len(buffer), count_limit - len(batch)))
                         elif byte_limit is None:
-                            batch.extend(queue.pop(1))
+                            queue.pop_into(batch, 1)
                         else:
                             weight = message_size(buffer[0])
                             if batch and size + weight > byte_limit:
                                 break
                             size += weight
-                            batch.extend(queue.pop(1))
+                            queue.pop_into(batch, 1)
                         if count_limit is not None and len(batch) >= count_limit:
                             break
                         continue

@@ -52,6 +52,7 @@ class CallbackRunner:
             queue.SimpleQueue()
         )
         self._late_running = False
+        self._late_thread: threading.Thread | None = None  # the last one started
         # CallbackFuture with this runner: its done-callbacks run here.
         self._future: type[CallbackFuture] = type(
             "CallbackFuture", (CallbackFuture,), {"_lb_runner": self}
@@ -121,6 +122,7 @@ class CallbackRunner:
                         late = threading.Thread(
                             target=self._run_late, name=f"{_THREAD_NAME}-late", daemon=True
                         )
+                        self._late_thread = late
                         start_thread(late)
                         self._late_running = True
                     return
@@ -144,6 +146,38 @@ class CallbackRunner:
                     self._late_running = False
                     return
             _run(*item)
+
+    def served(self, deadline: float | None) -> bool:
+        """Waits until every callback handed over before this call has run
+        (``flush()``'s last step: its publishes' handlers and done-callbacks
+        have been called and returned), until ``deadline``
+        (``time.monotonic()``; None: no bound). A marker queued behind them
+        is run: callbacks run one at a time, in order.
+
+        On the callbacks thread itself (a handler that flushes) it returns
+        True at once: what is queued behind the running callback cannot run
+        before it returns. After :meth:`close` the marker goes to the late
+        thread, after the callbacks thread is joined (it runs what was
+        queued before the close).
+
+        Returns:
+            False when the deadline passed first.
+        """
+        if not self._started and not self._closed:
+            return True  # nothing was ever handed over
+        if self.on_callback_thread or threading.current_thread() is self._late_thread:
+            return True
+        thread = self._thread
+        if self._closed and thread.ident is not None:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                return False
+        ran = threading.Lock()  # a one-shot signal the callbacks thread lets go of
+        ran.acquire()
+        self.submit(ran.release)
+        if deadline is None:
+            return ran.acquire()
+        return ran.acquire(True, max(0.0, deadline - time.monotonic()))
 
     @property
     def on_callback_thread(self) -> bool:

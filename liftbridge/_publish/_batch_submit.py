@@ -145,7 +145,11 @@ class BatchSubmit:
                 self._withdraw_rest(pendings[start:], error)
                 raise
             except BaseException:
-                self._withdraw_rest(pendings[start:], LiftbridgeError(_INTERRUPTED))
+                try:
+                    self._withdraw_rest(pendings[start:], LiftbridgeError(_INTERRUPTED))
+                except BaseException:  # a second interrupt, maybe as it started: once more
+                    self._withdraw_rest(pendings[start:], LiftbridgeError(_INTERRUPTED))
+                    raise
                 raise
             start = end
 

@@ -42,6 +42,7 @@ class Interrupts:
     _flushers: int
     _claimed: Waiters  # on _lock: a flush waits on it for claims
     _spent: Spent  # its unsettled: claimed, for flush() until settled
+    _settled: Callable[[], None]  # Flushing._settled: wakes flushers after a settling
 
     def _withdraw(self, pending: Pending) -> None:
         """After ``submit`` raised (say an interrupt, Ctrl-C, anywhere in it): a
@@ -55,6 +56,7 @@ class Interrupts:
         from then on, fails even if the interrupt cuts its settling short
         (its handler may then miss its call, as in ``fail_all``)."""
         future, withdrawn = pending.future, False
+        claim = future if future is not None else pending  # its key in Spent.unsettled
         error = LiftbridgeError(
             f"publish {pending.correlation_id} was interrupted and withdrawn; "
             "not sent, or as it was"
@@ -67,8 +69,7 @@ class Interrupts:
                 if pending.generation < 0:
                     # The calls first: an interrupt among them changes nothing
                     # (a waiter woken early waits again).
-                    if future is not None:  # for flush() until it is settled (_complete)
-                        self._spent.unsettled[future] = future
+                    self._spent.unsettled[claim] = claim  # for flush() until settled (_complete)
                     if self._flushers:
                         self._claimed.notify_all()
                     window.wake(1)
@@ -84,8 +85,8 @@ class Interrupts:
             if withdrawn and future is not None and not future.done():
                 with contextlib.suppress(InvalidStateError):  # settled meanwhile
                     future.set_exception(error)
-            if future is not None:
-                self._spent.unsettled.pop(future, None)
+            self._spent.unsettled.pop(claim, None)
+            self._settled()
             raise
 
     def _withdraw_rest(self, rest: list[Pending], error: LiftbridgeError) -> None:
@@ -117,7 +118,10 @@ class Interrupts:
                     self._claimed.notify_all()
         if out:
             failed: list[Claim] = [(pending, None, error) for pending in out]
-            settle_gathered(failed, gathered, self._spent.unsettled)
+            try:
+                settle_gathered(failed, gathered, self._spent.unsettled)
+            finally:
+                self._settled()
         if sent:  # their deadline maybe not scheduled yet (twice: the second finds them done)
             expire = functools.partial(expire_each, self._expire, sent)
             self._timer.schedule(sent[0].deadline, expire)

@@ -516,7 +516,11 @@ class NatsPublisher:
                 raise ClientClosedError(f"NATS publisher for {self._where} is closed") from e
             raise UnavailableError(f"NATS connection to {self._where} lost: {e!r}") from e
         except BaseException:
-            self._withdraw(correlation_id, future)
+            try:
+                self._withdraw(correlation_id, future)
+            except BaseException:  # a second interrupt, maybe as it started: once more
+                self._withdraw(correlation_id, future)
+                raise
             raise
         if not wants_ack:
             future.set_result(None)

@@ -507,14 +507,18 @@ class NatsStreamPublisher(NatsBatchMethods, NatsEvents):
 
     def flush(self, timeout: float | None = None) -> bool:
         """Waits until every publish accepted before the call has its outcome
-        (publishes other threads make meanwhile are not waited for).
+        and its ack handler and its future's done-callbacks have been called
+        and returned, as confluent-kafka's ``flush`` serves every delivery
+        callback (publishes other threads make meanwhile are not waited
+        for). Called from an ack handler or done-callback, it cannot wait for
+        the callbacks queued behind that one: it waits for the outcomes only.
 
         Args:
             timeout: seconds to wait at most; None to wait until the last ack
-                or ack timeout.
+                or ack timeout and the last of their callbacks returned.
 
         Returns:
-            True when those publishes all have their outcome, False on timeout.
+            True when all of that is done, False on timeout.
         """
         if timeout is not None:
             timeout = _validate.seconds(timeout, arg="timeout", allow_zero=True)
@@ -524,7 +528,7 @@ class NatsStreamPublisher(NatsBatchMethods, NatsEvents):
         # AckPolicy.NONE publishes have no ack to wait for: see them written.
         if self._state is State.OPEN:
             self._nats.flush(None if deadline is None else max(0.001, deadline - monotonic()))
-        return True
+        return self._callbacks.served(deadline)  # their handlers and done-callbacks too
 
     def close(self) -> None:
         """Closes the NATS connection; fails publishes awaiting acks with

@@ -276,9 +276,10 @@ class Spent:
         :meth:`free_one` does on it (a call the less per publish), the
         acks thread's what :meth:`keep` does (a call the less per read)."""
         self.unsettled: dict[object, object] = {}
-        """Claimed publishes whose Futures are not all settled yet, for
-        ``flush()`` to wait on: a Future (by itself), or a read's outcomes
-        (by the list's id). Put here in the publisher's lock as they are
+        """Claimed publishes not all settled yet (Futures resolved, handlers
+        handed over), for ``flush()`` to wait on: a Future (by itself), a
+        publish without one (by itself), or a read's outcomes (by the list's
+        id). Put here in the publisher's lock as they are
         claimed, taken out by whoever settles them once settled. Not
         :attr:`kept`: another publishing thread frees (pops) those at any
         time and ``flush()`` clears them, settled or not."""
@@ -317,26 +318,17 @@ class Spent:
         return gathered
 
     def settle_claim(self, claim: Claim, settle: Callable[..., None]) -> None:
-        """Settles one publish claimed alone (its Future in :attr:`unsettled`
-        since the claim, if it has one): its outcome through ``settle``
+        """Settles one publish claimed alone (its Future, or itself without
+        one, in :attr:`unsettled` since the claim): its outcome through ``settle``
         (:meth:`CallbackRunner.settle`; a batch's publish goes to its batch),
-        then takes its Future out of :attr:`unsettled`, even if interrupted."""
+        then takes it out of :attr:`unsettled`, even if interrupted."""
         future = claim[0].future  # None once claimed_outcomes lets go of it
+        key = future if future is not None else claim[0]  # as Publisher._claim put it
         try:
             for settled in claimed_outcomes([claim]):  # none for a batch's publish
                 settle(*settled)
         finally:
-            self.unsettled.pop(future, None)
-
-    def unsettled_futures(self) -> list[Future[object]]:
-        """In the publisher's lock: the Futures of :attr:`unsettled`, to wait on."""
-        futures: list[Future[object]] = []
-        for claimed in self.unsettled.copy().values():  # one C call: settlers take out
-            if type(claimed) is list:  # a read's outcomes: (Future or None, handler, ...)
-                futures += [outcome[0] for outcome in claimed if outcome[0] is not None]
-            else:
-                futures.append(claimed)  # type: ignore[arg-type]
-        return futures
+            self.unsettled.pop(key, None)
 
     def clear(self) -> None:
         """Drops everything kept (flush, close): no Future outlives them."""

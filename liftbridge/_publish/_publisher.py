@@ -60,9 +60,8 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import CancelledError, Future
-from concurrent.futures import TimeoutError as FutureTimeoutError
-from typing import Any, Literal, overload
+from concurrent.futures import Future
+from typing import Literal, overload
 
 from liftbridge._core._acks import Ack, ack_of_checked
 from liftbridge._core._callbacks import CallbackRunner
@@ -80,6 +79,7 @@ from liftbridge._errors import (
 from liftbridge._handover import Handover
 from liftbridge._locks import Waiters, start_thread
 from liftbridge._publish._batch_submit import BatchSubmit
+from liftbridge._publish._flushing import Flushing
 from liftbridge._publish._interrupts import Interrupts
 from liftbridge._publish._leaders import LeaderCheck
 from liftbridge._publish._leaders_lost import LeadersLost
@@ -113,7 +113,7 @@ opening (no publish goes out meanwhile; a broker down or hung can hold up a
 healthy one's FetchMetadata until the caller's deadline, seconds past failover)."""
 
 
-class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
+class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts, Flushing):
     """Owns the PublishAsync stream of one client. Thread-safe.
 
     Threads: ``liftbridge-acks`` (opens the stream, reads responses, reopens
@@ -153,8 +153,8 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
         self._lock = threading.Lock()
         self._window = Window(self._lock, max_inflight, resume_free(max_inflight))
         self._pending: dict[str, Pending] = {}
-        # Threads in flush() waiting for publishes without a Future; _claimed
-        # (on _lock) is notified when a publish is claimed while there are any.
+        # Threads in flush(); _claimed (on _lock) is notified when a publish is
+        # claimed, or a claim settled, while there are any (_flushing.py).
         self._flushers = 0
         self._claimed = Waiters(self._lock)  # interrupt-safe (threading.Condition is not)
         self._generation = 0
@@ -329,7 +329,11 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
             elif behind:  # a step queued for a busy sender: let it have the GIL (_handover.py)
                 self._sender_takes.wait(self._outbox.qsize)
         except BaseException:
-            self._withdraw(pending)
+            try:
+                self._withdraw(pending)
+            except BaseException:  # a second interrupt, maybe as it started: once more
+                self._withdraw(pending)  # (it finds a withdrawal done, or does it)
+                raise
             raise
         return outcome
 
@@ -369,8 +373,8 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
                 self._window.give()
             if pending.future is None and pending.batch is not None:  # see claimed_outcomes
                 pending.future = Future()
-            if pending.future is not None:  # for flush() until it is settled (_complete)
-                self._spent.unsettled[pending.future] = pending.future
+            claim = pending.future if pending.future is not None else pending
+            self._spent.unsettled[claim] = claim  # for flush() until it is settled (_complete)
             if self._flushers:
                 self._claimed.notify_all()
             return True
@@ -381,7 +385,11 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
             self._complete(pending, ack, error)
 
     def _complete(self, pending: Pending, ack: Ack | None, error: LiftbridgeError | None) -> None:
-        self._spent.settle_claim((pending, ack, error), self._callbacks.settle)
+        try:
+            self._spent.settle_claim((pending, ack, error), self._callbacks.settle)
+        finally:
+            if self._flushers:
+                self._settled()
 
     def _resolve(self, responses: list[api_pb2.PublishResponse]) -> None:
         """Resolves a run of responses in order: claims them in one round of
@@ -409,6 +417,9 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
             settle_gathered(members, gathered, spent.unsettled)  # SDK code, no user code
         self._callbacks.settle_run(settled)
         del spent.unsettled[id(settled)]  # no finally: liftbridge-acks takes no Ctrl-C
+        if self._flushers:  # Flushing._settled, written out: a call the less a read
+            with self._lock:
+                self._claimed.notify_all()
 
     # ------------------------------------------------------ ack dispatcher --
 
@@ -555,44 +566,3 @@ class Publisher(Sending, BatchSubmit, LeadersLost, Interrupts):
                 if thread.is_alive():
                     _log.warning("thread %s did not stop in time", thread.name)
         self._spent.clear()
-
-    def flush(self, timeout: float | None) -> bool:
-        """Waits until every publish accepted before the call is resolved
-        (publishes accepted meanwhile, from other threads, are not waited for).
-
-        Returns:
-            True when all of them are resolved, False when the timeout passed first.
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:  # unresolved: pending, or claimed and not settled yet
-            left: list[tuple[Pending | None, Any]] = [(p, p.future) for p in self._pending.values()]
-            left += [(None, future) for future in self._spent.unsettled_futures()]
-        for pending, future in left:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if future is None:  # no Future: wait for the claim
-                if pending is not None and not self._wait_claimed(pending, remaining):
-                    return False
-                continue
-            try:
-                future.exception(timeout=remaining)
-            except FutureTimeoutError:
-                return False
-            except CancelledError:
-                pass
-        self._spent.clear()
-        return True
-
-    def _wait_claimed(self, pending: Pending, timeout: float | None) -> bool:
-        """Waits until a publish without a Future is resolved; False at the timeout."""
-        with self._lock:
-            self._flushers += 1
-            try:
-                deadline = None if timeout is None else time.monotonic() + timeout
-                while not pending.done:
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        return False
-                    self._claimed.wait(remaining)
-                return True
-            finally:
-                self._flushers -= 1

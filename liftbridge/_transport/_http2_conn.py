@@ -175,19 +175,35 @@ class Http2Connection:
         """Queues a whole frame for :meth:`_flush` (a thread that reads never
         waits on a write).
 
+        An interrupt (Ctrl-C: a lane's thread reads its own answers) as a
+        TLS record was made (its sequence counted) may lose it, and no record
+        after it would decrypt: the call then ends (:meth:`_write_failed`),
+        as for ``write_now``. Without TLS the frame is queued whole or not.
+
         Raises:
             StreamError: the server let more than ``MAX_PENDING_REPLIES``
                 bytes of answers pile up unread (ENHANCE_YOUR_CALM).
         """
-        with self._out_lock:
-            if len(self._pending) > MAX_PENDING_REPLIES:
-                raise connection_error(
-                    ENHANCE_YOUR_CALM,
-                    "the server sends control frames faster than it reads their answers",
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                )
-            # _wrap's, written out: an answer (a PING's) is queued about once a read.
-            self._pending += frame if self._tls is None else self._tls.wrap(frame)
+        wrapping = False  # set with no call between it and the record's making
+        try:
+            with self._out_lock:
+                if len(self._pending) > MAX_PENDING_REPLIES:
+                    raise connection_error(
+                        ENHANCE_YOUR_CALM,
+                        "the server sends control frames faster than it reads their answers",
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    )
+                # _wrap's, written out: an answer (a PING's) is queued about once a read.
+                if self._tls is None:
+                    self._pending += frame
+                else:
+                    wrapping = True
+                    self._pending += self._tls.wrap(frame)
+                    wrapping = False
+        except BaseException:
+            if wrapping:
+                self._write_failed()
+            raise
 
     def _flush(self) -> bool:
         """Writes what is queued as far as the socket takes it without

@@ -51,6 +51,7 @@ from liftbridge import (
     PartitionByKey,
 )
 from liftbridge._core._router import Router
+from liftbridge._locks import Waiters
 from liftbridge.spark._fetch import FetchSettings, OffsetRange, read_range
 from liftbridge.spark._options import WriteOptions
 from liftbridge.spark._schema import header_pairs
@@ -245,7 +246,10 @@ class _Tail:
 
     def __init__(self, client: Client, stream: str, partition: int, start: int, prefix: str):
         self._wanted = prefix.encode()
-        self._changed = threading.Condition()  # guards _found, _end, _error
+        self._lock = threading.Lock()  # guards _found, _end, _error
+        # Not a Condition: its wait, interrupted (Ctrl-C on a local-mode task's
+        # thread), can raise with the lock let go of, and the with then fails.
+        self._changed = Waiters(self._lock)
         self._found: set[int] = set()
         self._end = start
         self._error: BaseException | None = None
@@ -254,8 +258,8 @@ class _Tail:
         )
 
     def _on_message(self, message: Message | None, error: BaseException | None) -> None:
-        # The subscription's thread; never blocks beyond the condition's lock.
-        with self._changed:
+        # The subscription's thread; never blocks beyond the lock.
+        with self._lock:
             if message is None:
                 self._error = error
             else:
@@ -272,10 +276,14 @@ class _Tail:
             DeadlineExceededError: not read to ``end`` within ``timeout``.
             LiftbridgeError: the subscription failed.
         """
-        with self._changed:
-            ready = self._changed.wait_for(
-                lambda: self._end >= end or self._error is not None, timeout
-            )
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._end < end and self._error is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(left)
+            ready = self._end >= end
             if self._error is not None:
                 raise LiftbridgeError(f"exactly-once read-back failed: {self._error}")
             if not ready:

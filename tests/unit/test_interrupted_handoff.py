@@ -20,9 +20,11 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
-from liftbridge._consume._handoff import Handoff
+import pytest
+
+from liftbridge._consume._handoff import Empty, Handoff
 from liftbridge._consume._pull import PullConsumer
-from tests.unit.interrupts import sweep
+from tests.unit.interrupts import in_sdk, sweep
 from tests.unit.test_interrupted_wait import _waiting
 from tests.unit.test_pull_unit import FakeSource, _consumer
 
@@ -163,3 +165,77 @@ def test_a_fetch_interrupted_anywhere_keeps_the_pull_buffers_lock_whole() -> Non
         opened[-1][2].join(BOUND)
         opened[-1][0].close()
     assert {"fetch", "take", "wait_for"} <= interrupted, interrupted
+
+
+# ------------------------------------------------- items and level whole --
+#
+# An interrupt anywhere in taking must leave every item either handed out or
+# still in the buffer, once and in order, and the level equal to what is held
+# (a level left too high shrinks the bound for good, and a subscription whose
+# buffer stays full stalls; one too low lets the bound be passed). get() used
+# to lose the item whose popleft() had just returned, the items a chunk's
+# move had popped when its comprehension was interrupted, and to leave a
+# refilled batch uncounted (interrupted as _move returned) or a settled one
+# counted twice (interrupted as settle_weight returned).
+
+WHOLE_CASES: dict[str, tuple[Callable[[], Handoff[int]], int]] = {
+    # name: (a fresh buffer, the items put in, its bound in items of weight 1)
+    "by count": (lambda: Handoff(6, refill_at=3), 6),
+    "by weight": (lambda: Handoff(6, refill_at=2, weigh=lambda item: 1), 6),
+    "default threshold": (lambda: Handoff(5), 5),
+}
+
+
+def _filled(fresh: Callable[[], Handoff[int]], count: int) -> Handoff[int]:
+    buffer = fresh()
+    for i in range(count):
+        assert buffer.put(i, 0)
+    return buffer
+
+
+def _check_whole(buffer: Handoff[int], taken: list[int], count: int) -> None:
+    left: list[int] = []
+    while True:
+        try:
+            left.append(buffer.get(0))
+        except Empty:
+            break
+    assert taken + left == list(range(count)), (taken, left)
+    assert buffer.level == 0 and not buffer.full
+    assert all(buffer.put(i, 0) for i in range(count))  # the whole bound, and no more
+    assert not buffer.put(count, 0)
+
+
+def _sweep_whole_taking(take: Callable[[Handoff[int], list[int]], object], case: str) -> set[str]:
+    fresh, count = WHOLE_CASES[case]
+    state: list[tuple[Handoff[int], list[int]]] = [(_filled(fresh, count), [])]
+
+    def check() -> None:
+        _check_whole(*state[0], count)
+        state[0] = (_filled(fresh, count), [])
+
+    interrupted = sweep(lambda: take(*state[0]), check, in_sdk, MOST)
+    check()  # and the run that went through whole
+    return interrupted
+
+
+def _get_four(buffer: Handoff[int], taken: list[int]) -> None:
+    for _ in range(4):  # a batch emptied and settled, the next one moved
+        taken.append(buffer.get(0))
+
+
+@pytest.mark.parametrize("case", sorted(WHOLE_CASES))
+def test_get_interrupted_anywhere_loses_nothing_and_keeps_the_level(case: str) -> None:
+    interrupted = _sweep_whole_taking(_get_four, case)
+    assert {"get", "_settle_batch", "_measure"} <= interrupted, interrupted
+
+
+def _pop_three(buffer: Handoff[int], taken: list[int]) -> None:
+    with buffer.mutex:
+        buffer.pop_into(taken, 3)
+
+
+@pytest.mark.parametrize("case", sorted(WHOLE_CASES))
+def test_pop_into_interrupted_anywhere_loses_nothing_and_keeps_the_level(case: str) -> None:
+    interrupted = _sweep_whole_taking(_pop_three, case)
+    assert "pop_into" in interrupted, interrupted

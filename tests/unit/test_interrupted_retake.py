@@ -12,11 +12,14 @@ lock, and the interrupt is raised then.
 
 from __future__ import annotations
 
+import inspect
 import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType, TracebackType
+from typing import Any
 
 import pytest
 
@@ -24,6 +27,8 @@ from liftbridge._locks import Waiters
 from tests.unit.interrupts import Interrupted
 
 BOUND = 10.0  # seconds any wait here may take
+
+TraceFunction = Callable[[FrameType, str, Any], Any]
 
 
 class _FailingTakes:
@@ -113,3 +118,51 @@ def test_a_signal_while_the_take_back_blocks_leaves_the_other_holder_alone() -> 
     assert not thread.is_alive()
     assert helper_failed == []
     assert not lock.locked() and not waiters._waiting
+
+
+def _retake_loop_line() -> int:
+    """The line of ``Waiters.wait``'s first take-back loop (``while not taken``)."""
+    code = Waiters.wait.__code__
+    lines, start = inspect.getsourcelines(code)
+    for offset, text in enumerate(lines):
+        if text.strip() == "while not taken:":
+            return start + offset
+    raise AssertionError("no take-back loop in Waiters.wait")
+
+
+def test_a_second_interrupt_as_the_take_back_loop_jumps_back_still_ends_with_the_lock_held() -> (
+    None
+):
+    """The first interrupt fails a take (the lock not taken); a second lands
+    as the loop jumps back for the next try, outside the try (where a
+    pending signal's handler runs: raised here by a line trace at the loop's
+    condition, where the jump lands). ``wait`` raised the second with the
+    lock not held, and the caller's ``with`` then failed with RuntimeError
+    (or let go of another thread's hold)."""
+    lock = _FailingTakes(1)
+    waiters = Waiters(lock)  # type: ignore[arg-type]  # a lock's acquire and release
+    loop_line = _retake_loop_line()
+    hits = 0
+
+    def local(frame: FrameType, event: str, arg: object) -> TraceFunction:
+        nonlocal hits
+        if event == "line" and frame.f_lineno == loop_line:
+            hits += 1
+            if hits == 2:  # after the failed take: the jump back
+                raise Interrupted
+        return local
+
+    def tracer(frame: FrameType, event: str, arg: object) -> TraceFunction | None:
+        return local if frame.f_code is Waiters.wait.__code__ else None
+
+    sys.settrace(tracer)
+    try:
+        with pytest.raises(Interrupted), lock:
+            waiters.wait(0.01)
+            raise AssertionError("not interrupted")
+    finally:
+        sys.settrace(None)
+    assert hits == 2  # the second interrupt was raised
+    # Raised with the lock held: the with let go of it, once (no RuntimeError).
+    assert lock.fails == 0 and not lock.real.locked()
+    assert not waiters._waiting

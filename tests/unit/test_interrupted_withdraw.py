@@ -19,8 +19,9 @@ from concurrent.futures import Future
 import pytest
 
 from liftbridge._core._acks import Ack
+from liftbridge._publish._pending import Pending
 from liftbridge._publish._publisher import Publisher
-from tests.unit.interrupts import in_sdk, interrupted_at
+from tests.unit.interrupts import Interrupted, in_sdk, interrupted_at
 from tests.unit.test_publisher_unit import (
     FakeServer,
     _close_client_threads,  # noqa: F401 (autouse: closes the runners and timers made)
@@ -60,3 +61,46 @@ def test_a_withdrawal_interrupted_anywhere_ends_its_publish(with_future: bool) -
     else:
         raise AssertionError(f"a withdrawal still had interrupt points after {MOST}")
     assert {"_withdraw", "_complete", "settle_run"} <= interrupted, interrupted
+
+
+def _second_interrupt_at_entry(p: Publisher) -> None:
+    """Makes ``p``'s first withdrawal raise as it starts (Ctrl-C again),
+    before any of it ran; later ones run."""
+    withdraw = p._withdraw
+    calls: list[Pending] = []
+
+    def second_at_entry(pending: Pending) -> None:
+        calls.append(pending)
+        if len(calls) == 1:
+            raise Interrupted
+        withdraw(pending)
+
+    p._withdraw = second_at_entry  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("with_future", [True, False], ids=["future", "handler alone"])
+def test_a_second_interrupt_as_the_withdrawal_starts_still_ends_the_publish(
+    with_future: bool,
+) -> None:
+    """The first interrupt anywhere in ``submit``, the second as its
+    withdrawal starts (before any of it ran): the publish still ends, its
+    slot is freed and ``flush`` returns. A publish interrupted before it was
+    queued and on the timer stayed registered with no deadline, and every
+    ``flush()`` without a timeout waited for it for good."""
+    interrupted: set[str] = set()
+    for n in range(MOST):
+        server = FakeServer()
+        server.up = False  # no stream: a publish left in stays unsent until its deadline
+        p = make(server, ack_wait=ACK_WAIT)
+        _second_interrupt_at_entry(p)
+        submit = functools.partial(p.submit, request(0), lambda ack, error: None, None, with_future)
+        where = interrupted_at(n, submit, in_sdk)
+        assert p.flush(BOUND), f"flush() waits for good, interrupted at {n} ({where})"
+        assert p._window.used == 0 and not p._pending, f"interrupted at {n} ({where})"
+        p.close(_soon())
+        if where is None:
+            break
+        interrupted.add(where)
+    else:
+        raise AssertionError(f"a submit still had interrupt points after {MOST}")
+    assert {"submit", "start_thread", "append_held"} <= interrupted, interrupted

@@ -165,3 +165,44 @@ def test_a_write_interrupted_as_its_send_returns_goes_whole_or_ends_the_call(
     else:
         assert got == _frame(chunk), f"{len(got)} bytes of a {len(_frame(chunk))}-byte frame"
     pair.close()
+
+
+class _InterruptedTls:
+    """A TLS layer interrupted as its ``wrap`` returns: the record it made
+    (its sequence counted) is lost, and no later record would decrypt."""
+
+    def wrap(self, data: bytes) -> bytes:
+        raise Interrupted
+
+
+def test_an_answer_interrupted_as_its_tls_record_is_made_ends_the_call() -> None:
+    """``_queue`` (a reading thread's answers: a lane's own thread reads)
+    went on after such a record was lost; the server then failed to decrypt
+    everything after it."""
+    ours, theirs = socket.socketpair()
+    conn = Http2Connection(ours, _InterruptedTls(), iter(()), sending=False)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(Interrupted):
+            conn._queue(b"\x00" * 17)
+        assert conn._finished
+        assert conn._error is not None and conn._error.code() is grpc.StatusCode.UNAVAILABLE
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_an_answer_interrupted_anywhere_is_queued_whole_or_not_at_all() -> None:
+    frame = _frame(SMALL)
+    with _pairs() as pairs:
+
+        def check() -> None:
+            conn = pairs[-1].conn
+            assert bytes(conn._pending) in (b"", frame) and not conn._finished
+            assert conn._out_lock.acquire(False)
+            conn._out_lock.release()
+            pairs[-1].close()
+            pairs.append(_Pair())
+
+        interrupted = sweep(lambda: pairs[-1].conn._queue(frame), check, in_sdk, MOST)
+        assert bytes(pairs[-1].conn._pending) == frame
+    assert "_queue" in interrupted
