@@ -31,6 +31,7 @@ import pytest
 import liftbridge
 from bench.publish_cg import STREAM, AckingBroker
 from liftbridge._publish._lanes import _Lane
+from liftbridge._publish._publisher import Publisher
 from tests.unit.fake_broker import serving
 from tests.unit.interrupts import SDK, Interrupted, in_sdk, sweep
 
@@ -63,6 +64,18 @@ def _ignore(ack: liftbridge.Ack | None, error: BaseException | None) -> None:
     """The publishes' ack handler."""
 
 
+def _sender_idle(publisher: Publisher) -> None:
+    """Waits until the stream's sender has nothing left to write: a publish
+    submitted then is written on its own thread. (Right after a flush the
+    sender can still be finishing its run on a loaded machine, and every
+    publish of a sweep step went to it: the sweep then never reached
+    ``_write``.) Only attribute reads here, no SDK call to interrupt."""
+    deadline = time.monotonic() + BOUND
+    while publisher._outbox.idle != publisher._generation:
+        assert time.monotonic() < deadline, "the stream's sender never went idle"
+        time.sleep(0.001)
+
+
 def _settled(client: liftbridge.Client) -> None:
     """Every publish resolves, and with it every window slot is free; more
     publishes than the window holds then go through. (An interrupt that cut
@@ -91,8 +104,14 @@ def test_a_publish_interrupted_anywhere_is_out_or_in(
     with liftbridge.Client(f"127.0.0.1:{broker.port}", max_inflight=WINDOW) as client:
         assert isinstance(client.publish(STREAM, b"first", timeout=BOUND), liftbridge.Ack)
         _settled(client)  # the publisher's threads started
+        publisher = client._publisher
+
+        def publish() -> None:
+            _sender_idle(publisher)  # so the publish is written on this thread (_write)
+            client.publish_async(STREAM, b"v", timeout=timeout, ack_handler=_ignore)
+
         interrupted = sweep(
-            lambda: client.publish_async(STREAM, b"v", timeout=timeout, ack_handler=_ignore),
+            publish,
             lambda: _settled(client),
             in_sdk,
             MOST,
