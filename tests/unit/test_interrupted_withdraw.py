@@ -14,6 +14,7 @@ for it forever. Each point of the withdrawal is interrupted in turn
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from concurrent.futures import Future
 
 import pytest
@@ -42,24 +43,37 @@ def _unsent(p: Publisher, with_future: bool) -> Future[Ack | None] | None:
 
 
 @pytest.mark.parametrize("with_future", [True, False], ids=["future", "handler alone"])
-def test_a_withdrawal_interrupted_anywhere_ends_its_publish(with_future: bool) -> None:
+def _sweep(
+    setup: Callable[[Publisher], tuple[Callable[[], object], Future[Ack | None] | None]],
+) -> set[str]:
+    """Interrupts, on a fresh publisher with no stream each time, the action
+    ``setup`` made for it at each of its points in turn; after each, the
+    publish ends (its Future, if any, done), its slot is freed and ``flush``
+    returns. Returns the functions interrupted."""
     interrupted: set[str] = set()
     for n in range(MOST):
         server = FakeServer()
-        server.up = False  # no stream: the publish stays queued, unsent
+        server.up = False  # no stream: a publish left in stays unsent until its deadline
         p = make(server, ack_wait=ACK_WAIT)
-        future = _unsent(p, with_future)
-        pending = p._pending["c0"]
-        where = interrupted_at(n, functools.partial(p._withdraw, pending), in_sdk)
+        action, future = setup(p)
+        where = interrupted_at(n, action, in_sdk)
         assert p.flush(BOUND), f"flush() waits for good, interrupted at {n} ({where})"
         assert future is None or future.done(), f"interrupted at {n} ({where})"
         assert p._window.used == 0 and not p._pending, f"interrupted at {n} ({where})"
         p.close(_soon())
         if where is None:
-            break
+            return interrupted
         interrupted.add(where)
-    else:
-        raise AssertionError(f"a withdrawal still had interrupt points after {MOST}")
+    raise AssertionError(f"still interrupt points after {MOST}")
+
+
+@pytest.mark.parametrize("with_future", [True, False], ids=["future", "handler alone"])
+def test_a_withdrawal_interrupted_anywhere_ends_its_publish(with_future: bool) -> None:
+    def withdrawal(p: Publisher) -> tuple[Callable[[], object], Future[Ack | None] | None]:
+        future = _unsent(p, with_future)
+        return functools.partial(p._withdraw, p._pending["c0"]), future
+
+    interrupted = _sweep(withdrawal)
     assert {"_withdraw", "_complete", "settle_run"} <= interrupted, interrupted
 
 
@@ -87,20 +101,12 @@ def test_a_second_interrupt_as_the_withdrawal_starts_still_ends_the_publish(
     slot is freed and ``flush`` returns. A publish interrupted before it was
     queued and on the timer stayed registered with no deadline, and every
     ``flush()`` without a timeout waited for it for good."""
-    interrupted: set[str] = set()
-    for n in range(MOST):
-        server = FakeServer()
-        server.up = False  # no stream: a publish left in stays unsent until its deadline
-        p = make(server, ack_wait=ACK_WAIT)
+
+    def submit(p: Publisher) -> tuple[Callable[[], object], Future[Ack | None] | None]:
         _second_interrupt_at_entry(p)
-        submit = functools.partial(p.submit, request(0), lambda ack, error: None, None, with_future)
-        where = interrupted_at(n, submit, in_sdk)
-        assert p.flush(BOUND), f"flush() waits for good, interrupted at {n} ({where})"
-        assert p._window.used == 0 and not p._pending, f"interrupted at {n} ({where})"
-        p.close(_soon())
-        if where is None:
-            break
-        interrupted.add(where)
-    else:
-        raise AssertionError(f"a submit still had interrupt points after {MOST}")
+        return functools.partial(
+            p.submit, request(0), lambda ack, error: None, None, with_future
+        ), None
+
+    interrupted = _sweep(submit)
     assert {"submit", "start_thread", "append_held"} <= interrupted, interrupted
