@@ -18,6 +18,7 @@ from liftbridge import Message
 from tests.unit.interrupts import sweep
 from tests.unit.test_interrupted_wait import _waiting
 
+pytest.importorskip("pyspark", reason="the spark extra is not installed")
 pytest.importorskip("pyarrow", reason="the spark extra is not installed")
 
 from liftbridge.spark._exactly_once import _Tail
