@@ -32,7 +32,11 @@ item leaving one deque and entering the other) with the weight they carry
 written, with no call between, just before it; ``get`` takes its item with
 a ``for`` over such a map (the item bound to its name as it leaves the
 batch). An interrupt then leaves every item in the buffer or handed out,
-once, and the level equal to what is held.
+once, and the level equal to what is held. A taker keeps its chunk and
+refills it in place (:meth:`Handoff.take_chunk`), and :meth:`Handoff.settle`
+records the item settled in ``chunk.out`` before its weight stops counting,
+so that the taker can give back one it did not hand on; what
+:meth:`Handoff.pop_into` moved out goes back with :meth:`Handoff.unpop`.
 
 Users: iterated subscriptions (one producer), a consumer-group member's pull
 buffer and Spark's fetch (one producer per partition) through ``put``/``get``;
@@ -70,11 +74,16 @@ class Chunk(Generic[T]):
     until settled one by one with :meth:`Handoff.settle`. Only its taker
     touches it."""
 
-    __slots__ = ("discards", "items")
+    __slots__ = ("discards", "items", "mark", "out")
 
     def __init__(self, items: deque[T], discards: int) -> None:
         self.items = items
         self.discards = discards  # the buffer's discard count when taken
+        # The item last settled from it (set before its weight stops
+        # counting), until its taker clears it as it hands the item on: an
+        # interrupt in between leaves the item here for put_back.
+        self.out: T | None = None
+        self.mark: object = None  # the owner's record of what handing ``out`` changed
 
 
 class Handoff(Generic[T]):
@@ -313,12 +322,17 @@ class Handoff(Generic[T]):
         ):
             self.wait_for(self._chunk_items, self._linger)
 
-    def take_chunk(self) -> Chunk[T]:
+    def take_chunk(self, chunk: Chunk[T] | None = None) -> Chunk[T]:
         """Moves up to a chunk (at most the bound minus the refill threshold
         in weight, at least one item) out; it counts until settled. Under the
-        lock."""
+        lock. Given ``chunk`` (empty, kept by its taker), the items move into
+        it in one C call: an interrupt leaves each in the buffer or in it."""
+        if chunk is None:
+            chunk = Chunk(deque(), self.discards)
         count, _ = self._measure()
-        return Chunk(deque(map(_popleft, repeat(self.items, count))), self.discards)
+        chunk.discards = self.discards
+        chunk.items.extend(map(_popleft, repeat(self.items, count)))
+        return chunk
 
     def pop_into(self, into: list[T], count: int) -> None:
         """Moves the ``count`` oldest items to the end of ``into``, done with
@@ -337,7 +351,10 @@ class Handoff(Generic[T]):
         if chunk.discards != self.discards:
             chunk.items.clear()
             return False
-        self.settle_weight(1 if self.weigh is None else self.weigh(item))
+        weight = 1 if self.weigh is None else self.weigh(item)
+        chunk.out = item  # no call from here to the level's change
+        self.level -= weight
+        self._fell()
         return True
 
     def settle_weight(self, weight: int) -> None:
@@ -359,6 +376,7 @@ class Handoff(Generic[T]):
     def put_back(self, chunk: Chunk[T], first: T | None = None) -> None:
         """Returns what ``chunk`` still holds to the front, in order, after
         ``first`` (an item settled from it and given back). Under the lock."""
+        chunk.out = None
         if chunk.discards == self.discards:
             items: Sequence[T] = chunk.items
             if first is not None:
@@ -367,6 +385,18 @@ class Handoff(Generic[T]):
             # The chunk's own items never stopped counting.
             self.items.extendleft(reversed(items))
         chunk.items.clear()
+
+    def unpop(self, items: list[T], discards: int) -> None:
+        """Returns ``items`` (moved out by :meth:`pop_into` while the discard
+        count was ``discards``, e.g. a fetch interrupted) to the front, in
+        order, unless everything was dropped since. Under the lock."""
+        if discards != self.discards or not items:
+            return
+        self.level += len(items) if self.weigh is None else sum(map(self.weigh, items))
+        self.items.extendleft(reversed(items))
+        if self.level >= self.capacity:
+            self.hold()
+        self._takers.notify_all()
 
     def discard(self) -> None:
         """Drops everything held, chunks included. Under the lock."""

@@ -21,7 +21,9 @@ code only), ``liftbridge-pull-<stream>-watch`` (liveness),
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from itertools import repeat
 
 from liftbridge._consume._handoff import Chunk
 from liftbridge._consume._positions import StartPosition, StopPosition
@@ -49,6 +51,8 @@ from liftbridge._errors import (
 
 DEFAULT_MAX_BUFFERED_MESSAGES = 512
 DEFAULT_FETCH_MESSAGES = 100
+
+_popleft = deque.popleft
 
 
 class PullConsumer:
@@ -297,22 +301,35 @@ class PullConsumer:
         ``discard=False``.
         """
         buffer = self._buffer
-        chunk: Chunk[Message] | None = None
+        # Ctrl-C (this is often the main thread): a signal's handler runs as
+        # a call returns or a function starts. The chunk is this generator's
+        # (refilled in place), the message taken from it is bound as it
+        # leaves (``held``), and from hand_out's return to the yield nothing
+        # is called; so an interrupt leaves each message in the buffer, in
+        # the chunk, held or in ``chunk.out``, and give_back returns it.
+        chunk: Chunk[Message] = Chunk(deque(), 0)
+        taking = map(_popleft, repeat(chunk.items))
+        held: Message | None = None
+        linger = False
         try:
             while True:
-                if chunk is None or not chunk.items:
-                    item = buffer.next_chunk(linger=chunk is not None)
+                if not chunk.items:
+                    item = buffer.next_chunk(chunk, linger=linger)
                     if item is None:
                         return
                     if isinstance(item, BaseException):
                         raise item
-                    chunk = item
-                message = chunk.items.popleft()
+                    linger = True
+                for message in taking:  # noqa: B007 (not popleft(): see above)
+                    break
+                held = message  # no call between: the interrupt points are calls
                 if buffer.hand_out(chunk, message):
+                    chunk.out = held = None
                     yield message
+                else:
+                    held = None  # close() dropped the chunk
         finally:
-            if chunk is not None:
-                buffer.put_back(chunk)
+            buffer.give_back(chunk, held)
 
     def _check_usable(self) -> None:
         """Under the buffer's lock."""

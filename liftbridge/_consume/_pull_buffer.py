@@ -230,8 +230,11 @@ class PullBuffer:
         size = 0
         queue = self._queue
         buffer = queue.items
-        with self._mutex:
-            try:
+        # The positions before this batch moved them (None: not moved yet).
+        before: list[tuple[Reader, int | None]] | None = None
+        try:
+            with self._mutex:
+                discards = queue.discards
                 while True:
                     if buffer:
                         if count_limit is not None and not self.by_bytes:
@@ -258,18 +261,37 @@ class PullBuffer:
                         break
                     need = 1 if count_limit is None else count_limit - len(batch)
                     queue.wait_for(need, min(left, WAIT_SLICE))
-            finally:
-                self._mark_delivered(batch)
-        return batch
+                if batch:
+                    before = [(r, r.delivered) for r in self.readers.values()]
+                    self._mark_delivered(batch)
+            return batch  # nothing from letting go of the lock to here can be interrupted
+        except BaseException:
+            # An interrupt (Ctrl-C) before the batch reached the caller: it
+            # goes back to the front, and the positions it moved go back.
+            if batch:
+                with self._mutex:
+                    if before is not None:
+                        self._unmark_delivered(batch, before)
+                    queue.unpop(batch, discards)
+            raise
 
     def _mark_delivered(self, batch: list[Message]) -> None:
-        if not batch:
-            return
         if len(self.readers) == 1:
             self._delivered(batch[-1])
             return
         for message in batch:
             self._delivered(message)
+
+    def _unmark_delivered(
+        self, batch: list[Message], before: list[tuple[Reader, int | None]]
+    ) -> None:
+        """Moves back the positions ``batch`` moved (those no other taker
+        moved on since). Under the lock."""
+        last = {m.partition: m.offset for m in batch}
+        for reader, delivered in before:
+            now, ours = reader.delivered, last.get(reader.partition)
+            if ours is not None and now is not None and now != delivered and now <= ours:
+                reader.delivered = delivered
 
     def _delivered(self, message: Message) -> None:
         reader = self.readers.get(message.partition)
@@ -277,10 +299,12 @@ class PullBuffer:
             reader.delivered = message.offset
 
     def next_chunk(
-        self, *, linger: bool, stop: threading.Event | None = None
+        self, chunk: Chunk[Message], *, linger: bool, stop: threading.Event | None = None
     ) -> Chunk[Message] | BaseException | None:
         """Waits for messages and moves up to a chunk of them (at most the
-        bound minus the threshold in weight, at least one) out of the buffer.
+        bound minus the threshold in weight, at least one) out of the buffer
+        into ``chunk`` (empty; its taker keeps it, so that an interrupt
+        leaves every message in the buffer or in it).
         ``linger``: first wait briefly for a whole chunk.
 
         Returns:
@@ -297,7 +321,7 @@ class PullBuffer:
                     self.discard()
                     return None
                 if queue.items:
-                    return queue.take_chunk()
+                    return queue.take_chunk(chunk)
                 if self.ended() or self.exhausted():
                     return None
                 if self.error is not None:
@@ -311,12 +335,22 @@ class PullBuffer:
         counting against the bound and (``move_position``) the partition's
         position moves (a consume thread moves it with :meth:`delivered` once
         the handler returned). False, and nothing changes, when the chunk was
-        dropped meanwhile (``close``/``stop``)."""
+        dropped meanwhile (``close``/``stop``).
+
+        Until its taker clears ``chunk.out`` (as it hands ``message`` on,
+        with no call between), :meth:`give_back` can undo this: ``chunk.out``
+        is set before the message stops counting, ``chunk.mark`` (the
+        partition's position before) before the position moves."""
         with self._mutex:
             if not self._queue.settle(chunk, message):
                 return False
             if move_position:
-                self._delivered(message)
+                reader = self.readers.get(message.partition)
+                if reader is not None:
+                    delivered = reader.delivered
+                    if delivered is None or message.offset > delivered:
+                        chunk.mark = (reader, delivered)  # no call from here to the move
+                        reader.delivered = message.offset
             return True
 
     def delivered(self, message: Message) -> None:
@@ -330,6 +364,26 @@ class PullBuffer:
         its handler raised)."""
         with self._mutex:
             self._queue.put_back(chunk, first)
+
+    def give_back(self, chunk: Chunk[Message], held: Message | None) -> None:
+        """An iterating taker stopped (``break``, an error, an interrupt):
+        what ``chunk`` holds goes back to the buffer's front, in order, after
+        ``held`` (taken from it, not handed on yet) or the message
+        :meth:`hand_out` settled and the taker did not hand on (``chunk.out``;
+        the position it moved goes back)."""
+        with self._mutex:
+            out = chunk.out
+            if out is not None:
+                mark = chunk.mark
+                if isinstance(mark, tuple):
+                    reader, delivered = mark
+                    if reader.partition == out.partition and reader.delivered == out.offset:
+                        reader.delivered = delivered
+                self._queue.put_back(chunk, out)
+                return
+            if held is not None:
+                chunk.items.appendleft(held)  # it still counts
+            self._queue.put_back(chunk)
 
     def discard(self) -> None:
         """Drops every buffered message, and the chunks takers hold. Under the lock."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
 
 from liftbridge._consume._handoff import Chunk
@@ -97,19 +98,19 @@ class ConsumeHandle:
     def _run(self) -> None:
         """Thread ``liftbridge-pull-<stream>``: runs the user's handler."""
         buffer = self._buffer
-        chunk: Chunk[Message] | None = None
+        chunk: Chunk[Message] = Chunk(deque(), 0)
+        linger = False
         try:
             while True:
-                if chunk is None or not chunk.items or self._discard.is_set():
-                    if chunk is not None:
-                        chunk.items.clear()  # stop() dropped what was buffered
-                    item = buffer.next_chunk(linger=chunk is not None, stop=self._discard)
+                if not chunk.items or self._discard.is_set():
+                    chunk.items.clear()  # stop() dropped what was buffered
+                    item = buffer.next_chunk(chunk, linger=linger, stop=self._discard)
                     if item is None:
                         return
                     if isinstance(item, BaseException):
                         self._fail(item)
                         return
-                    chunk = item
+                    linger = True
                 message = chunk.items.popleft()
                 if not buffer.hand_out(chunk, message, move_position=False):
                     continue  # stop() dropped the chunk
@@ -130,8 +131,7 @@ class ConsumeHandle:
             _log.exception("the pull handler thread failed")
             self._error = e
         finally:
-            if chunk is not None:
-                buffer.put_back(chunk)  # e.g. a terminal error came first
+            buffer.put_back(chunk)  # e.g. a terminal error came first
             with buffer.lock:
                 buffer.consuming = False
             self._done.set()
