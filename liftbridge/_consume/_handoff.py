@@ -322,13 +322,11 @@ class Handoff(Generic[T]):
         ):
             self.wait_for(self._chunk_items, self._linger)
 
-    def take_chunk(self, chunk: Chunk[T] | None = None) -> Chunk[T]:
+    def take_chunk(self, chunk: Chunk[T]) -> Chunk[T]:
         """Moves up to a chunk (at most the bound minus the refill threshold
-        in weight, at least one item) out; it counts until settled. Under the
-        lock. Given ``chunk`` (empty, kept by its taker), the items move into
-        it in one C call: an interrupt leaves each in the buffer or in it."""
-        if chunk is None:
-            chunk = Chunk(deque(), self.discards)
+        in weight, at least one item) out, into ``chunk`` (empty, kept by its
+        taker); it counts until settled. Under the lock. The items move in
+        one C call: an interrupt leaves each in the buffer or in the chunk."""
         count, _ = self._measure()
         chunk.discards = self.discards
         chunk.items.extend(map(_popleft, repeat(self.items, count)))
@@ -356,12 +354,6 @@ class Handoff(Generic[T]):
         self.level -= weight
         self._fell()
         return True
-
-    def settle_weight(self, weight: int) -> None:
-        """``weight`` held stops counting; producers may fill again once the
-        level is at the refill threshold. Under the lock."""
-        self.level -= weight
-        self._fell()
 
     def _fell(self) -> None:
         """The level fell: producers may fill again once it is at the refill
@@ -404,7 +396,7 @@ class Handoff(Generic[T]):
         self.level = self._batch_weight = 0
         self.discards += 1
         if self.full:
-            self.settle_weight(0)
+            self._fell()
 
     # ------------------------------------------------------------ closing --
 

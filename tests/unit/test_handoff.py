@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
+from collections import deque
 
 import pytest
 
-from liftbridge._consume._handoff import Empty, Handoff
+from liftbridge._consume._handoff import Chunk, Empty, Handoff
 
 
 def test_items_come_out_once_in_order_across_threads() -> None:
@@ -47,7 +48,7 @@ def test_a_weighted_bound_with_a_refill_threshold_fills_in_runs() -> None:
     assert buffer.put(b"x" * 6, 0.01) and buffer.put(b"y" * 4, 0.01)
     assert not buffer.put(b"z", 0.01)  # 10 of 10
     with buffer.lock:
-        chunk = buffer.take_chunk()  # at most 10 - 4 in weight
+        chunk = buffer.take_chunk(Chunk(deque(), buffer.discards))  # at most 10 - 4 in weight
         assert list(chunk.items) == [b"x" * 6]
         assert buffer.settle(chunk, chunk.items.popleft())
     assert buffer.put(b"z", 0.01)  # level 4: at the threshold, room again
@@ -59,13 +60,13 @@ def test_a_chunk_put_back_comes_out_first_and_a_discard_drops_chunks() -> None:
     for i in range(6):
         assert buffer.put(i, 0.01)
     with buffer.lock:
-        chunk = buffer.take_chunk()
+        chunk = buffer.take_chunk(Chunk(deque(), buffer.discards))
         assert list(chunk.items) == [0, 1, 2, 3]  # the bound minus the threshold
         first = chunk.items.popleft()
         assert buffer.settle(chunk, first)
         buffer.put_back(chunk, first)
         assert list(buffer.items) == [0, 1, 2, 3, 4, 5] and buffer.level == 6
-        held = buffer.take_chunk()
+        held = buffer.take_chunk(Chunk(deque(), buffer.discards))
         buffer.discard()
         assert not buffer.settle(held, 0) and not held.items and buffer.level == 0
 
