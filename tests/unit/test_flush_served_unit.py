@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 
 import pytest
@@ -46,6 +46,17 @@ class Blocking:
         self.release.wait(WAIT)
         self.returned.set()
 
+    def holds_back(self, flush: Callable[[float], bool]) -> None:
+        """Once this callback runs (and blocks): ``flush`` returns False
+        while it does, True once it was released and returned."""
+        assert self.entered.wait(WAIT)
+        try:
+            assert not flush(0.3)
+        finally:
+            self.release.set()
+        assert flush(WAIT)
+        assert self.returned.is_set()
+
 
 def _held_server() -> FakeServer:
     server = FakeServer()
@@ -70,13 +81,7 @@ def test_flush_waits_for_the_ack_handler_to_return(
     handler = Blocking()
     p.submit(request(0), handler, None, future)
     server.release(1)
-    assert handler.entered.wait(WAIT)  # acked; its handler runs, and blocks
-    try:
-        assert not p.flush(0.3)  # True on the old code: the claim was all it waited for
-    finally:
-        handler.release.set()
-    assert p.flush(WAIT)
-    assert handler.returned.is_set()
+    handler.holds_back(p.flush)  # acked; its handler blocks (the old flush waited for the claim)
 
 
 def test_flush_waits_for_a_futures_done_callback_to_return(
@@ -87,13 +92,7 @@ def test_flush_waits_for_a_futures_done_callback_to_return(
     future = p.submit(request(0), None, None)
     future.add_done_callback(callback)
     server.release(1)
-    assert callback.entered.wait(WAIT)
-    try:
-        assert not p.flush(0.3)
-    finally:
-        callback.release.set()
-    assert p.flush(WAIT)
-    assert callback.returned.is_set()
+    callback.holds_back(p.flush)
 
 
 @pytest.mark.parametrize("how", ["acked", "timed out"])
@@ -204,13 +203,7 @@ def test_nats_flush_waits_for_the_ack_handler_to_return(
 ) -> None:
     handler = Blocking()
     nats_publisher.publish_async(STREAM, b"v", handler, future=False)
-    assert handler.entered.wait(WAIT)
-    try:
-        assert not nats_publisher.flush(0.3)  # True before: the hand-over was all it waited for
-    finally:
-        handler.release.set()
-    assert nats_publisher.flush(WAIT)
-    assert handler.returned.is_set()
+    handler.holds_back(nats_publisher.flush)  # the old flush waited for the hand-over
 
 
 def test_nats_flush_waits_for_a_done_callback_to_return(
@@ -219,10 +212,4 @@ def test_nats_flush_waits_for_a_done_callback_to_return(
     callback = Blocking()
     future: Future[liftbridge.Ack | None] = nats_publisher.publish_async(STREAM, b"v")
     future.add_done_callback(callback)
-    assert callback.entered.wait(WAIT)
-    try:
-        assert not nats_publisher.flush(0.3)
-    finally:
-        callback.release.set()
-    assert nats_publisher.flush(WAIT)
-    assert callback.returned.is_set()
+    callback.holds_back(nats_publisher.flush)
